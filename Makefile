@@ -1,0 +1,33 @@
+# Two entry points (see README): `make demo` and `make test`. Each creates .venv and installs what it needs.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP_QUIET ?= -q
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
+
+.PHONY: install install-dev demo test typecheck unit bench
+install: $(BIN)/python
+	$(BIN)/pip install $(PIP_QUIET) -e .
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install $(PIP_QUIET) -e ".[dev,runtime]"
+
+# Main job: a strategy comparison on the built-in default, with an HTML report.
+demo: install
+	$(BIN)/nspsim compare -o out/report.html
+
+typecheck:
+	$(BIN)/mypy
+
+unit:
+	$(BIN)/pytest -n 2 -m "not benchmark and not gpu" --timeout 600
+
+# The test command: install, type-check nspsim, run the default test tiers.
+test: install-dev
+	$(MAKE) typecheck unit
+
+bench: install-dev
+	$(BIN)/pytest benchmarks -m benchmark --benchmark-only -p no:xdist
