@@ -1,0 +1,120 @@
+"""Per-GPU memory model and the token budget B_tok (SPEC sections 2, 3 and 5).
+
+HBM holds (1) FSDP-sharded model states, (2) gathered parameter/gradient buffers for the layers in
+flight, and (3) activations, which scale with the GPU's sharded token count Tok_p. Activations per
+sharded token, per decoder layer, are split into
+
+* ``keep``: the sub-layer checkpoints always stored (layer input and FFN input, hidden-sized each);
+  the FFN/MoE internals are recomputed in backward (selective checkpointing), so they only count
+  in the one-layer ``working`` set;
+* ``attention``: what the attention core's backward needs (Q, K, V, output in head-sharded layout,
+  log-sum-exp). It is stored for saved nodes and dropped for recompute-marked nodes, whose attention
+  (compute and SP communication) reruns in backward.
+
+B_tok is the token capacity with all attention recomputed (the least memory a plan can use), so a
+plan within B_tok is executable; whether attention can be kept too is the executor's decision
+(tree-level recomputation). Trade-off: a per-token linear model is exact for token-proportional
+tensors and ignores allocator fragmentation, which ``reserved_bytes`` absorbs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nspsim.cluster_spec import ClusterSpec
+from nspsim.model_spec import ModelSpec
+from nspsim.training_spec import TrainingSpec
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryModel:
+    """Byte coefficients of one GPU's memory for a (model, cluster, training) triple."""
+
+    usable_bytes: float
+    state_bytes: float
+    buffer_bytes: float
+    keep_bytes_per_token: float
+    working_bytes_per_token: float
+    attn_bytes_per_token_layer: float
+    attn_kv_bytes_per_head_token: float
+    num_layers: int
+    num_kv_heads: int
+    token_budget: int
+
+    @property
+    def activation_capacity(self) -> float:
+        """Bytes left for activations after states and buffers."""
+        return self.usable_bytes - self.state_bytes - self.buffer_bytes
+
+    def attention_bytes_per_token(self, degree: int) -> float:
+        """Attention bytes kept per sharded token over all layers for a node of ``degree``.
+
+        Beyond the KV heads, Ulysses replicates KV heads, so K and V grow with the degree.
+        """
+        extra_kv_heads = max(0, degree - self.num_kv_heads)
+        per_layer = self.attn_bytes_per_token_layer + extra_kv_heads * self.attn_kv_bytes_per_head_token
+        return self.num_layers * per_layer
+
+    def base_bytes(self, tokens: float) -> float:
+        """Activation bytes of ``tokens`` sharded tokens with every node's attention recomputed."""
+        return tokens * (self.keep_bytes_per_token + self.working_bytes_per_token)
+
+    def fits(self, activation_bytes: float) -> bool:
+        """Whether ``activation_bytes`` fit beside the model states and buffers."""
+        return activation_bytes <= self.activation_capacity
+
+
+def state_bytes_per_gpu(model: ModelSpec, training: TrainingSpec, num_gpus: int) -> float:
+    """FSDP-sharded parameters, gradients and (unless offloaded) optimizer states per GPU."""
+    per_param = training.param_bytes + training.grad_bytes
+    if not training.optimizer_offload:
+        per_param += training.optim_bytes
+    return model.total_params * per_param / num_gpus
+
+
+def gathered_layer_params(model: ModelSpec, training: TrainingSpec) -> float:
+    """Parameters one GPU materialises for one layer: experts are split over the EP group."""
+    dense = model.params_per_layer - model.expert_params_per_layer
+    return dense + model.expert_params_per_layer / training.expert_parallel
+
+
+def buffer_bytes_per_gpu(model: ModelSpec, training: TrainingSpec) -> float:
+    """Unsharded parameter and gradient buffers for the current layer plus the prefetched ones."""
+    layers_in_flight = 1 + training.fsdp_prefetch_layers
+    per_layer = gathered_layer_params(model, training) * (training.param_bytes + training.grad_bytes)
+    return layers_in_flight * per_layer + model.embedding_params * training.param_bytes
+
+
+def _working_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> float:
+    """Transient bytes per token of the one layer being computed (forward and backward live)."""
+    ffn = model.moe.top_k * (model.hidden + 3 * model.moe.expert_ffn) if model.moe else 3 * model.dense_ffn
+    widths = 6 * model.hidden + model.q_width + 2 * model.kv_width + ffn
+    return 2 * widths * training.act_bytes
+
+
+def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> MemoryModel:
+    """Derive the memory coefficients and B_tok; ``ValueError`` when nothing fits."""
+    usable = cluster.gpu.hbm_bytes * training.hbm_usable_fraction - training.reserved_bytes
+    states = state_bytes_per_gpu(model, training, cluster.num_gpus)
+    buffers = buffer_bytes_per_gpu(model, training)
+    keep = model.num_layers * 2 * model.hidden * training.act_bytes
+    working = _working_bytes_per_token(model, training)
+    attn = (2 * model.q_width + 2 * model.kv_width) * training.act_bytes + 4 * model.num_heads
+    capacity = usable - states - buffers
+    if capacity <= 0:
+        raise ValueError(
+            f"impossible memory budget: {model.name} needs {(states + buffers) / GIB:.1f} GiB per GPU for model "
+            f"states and buffers but {cluster.label} has {usable / GIB:.1f} GiB usable; use more GPUs, "
+            "optimizer offload or a larger GPU"
+        )
+    budget = training.token_budget or int(capacity // (keep + working))
+    if budget <= 0:
+        raise ValueError(f"impossible memory budget: not one token fits on a GPU of {cluster.label}")
+    return MemoryModel(
+        usable_bytes=usable, state_bytes=states, buffer_bytes=buffers, keep_bytes_per_token=keep,
+        working_bytes_per_token=working, attn_bytes_per_token_layer=attn,
+        attn_kv_bytes_per_head_token=2 * model.head_dim * training.act_bytes,
+        num_layers=model.num_layers, num_kv_heads=model.num_kv_heads, token_budget=budget,
+    )

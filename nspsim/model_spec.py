@@ -1,0 +1,206 @@
+"""Model architecture specs and named presets (SPEC section 7).
+
+A :class:`ModelSpec` describes a decoder-only transformer exactly enough to derive parameter counts,
+FLOPs per token and activation bytes. Presets are plain functions registered in ``MODEL_PRESETS``.
+Parameter counts are derived from the architecture, never typed in, so a preset checks itself
+against the published totals (tests hold Qwen3 within 3%).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from nspsim.sp_tree import is_power_of_two
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoESpec:
+    """A mixture-of-experts FFN: ``num_experts`` SwiGLU experts, ``top_k`` routed per token."""
+
+    num_experts: int
+    top_k: int
+    expert_ffn: int
+    shared_expert_ffn: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.num_experts, self.top_k, self.expert_ffn) <= 0 or self.shared_expert_ffn < 0:
+            raise ValueError("MoE sizes must be positive (num_experts, top_k, expert_ffn)")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"MoE top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Decoder architecture: GQA attention with per-head QK-norm, SwiGLU dense FFN or MoE."""
+
+    name: str
+    num_layers: int
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab: int
+    dense_ffn: int = 0
+    moe: MoESpec | None = None
+    tie_embeddings: bool = False
+    qk_norm: bool = True
+
+    def __post_init__(self) -> None:
+        sizes = (self.num_layers, self.hidden, self.num_heads, self.num_kv_heads, self.head_dim, self.vocab)
+        if min(sizes) <= 0:
+            raise ValueError(f"model {self.name!r}: layer/hidden/head/vocab sizes must be positive")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if (self.moe is None) == (self.dense_ffn <= 0):
+            raise ValueError(f"model {self.name!r}: give exactly one of dense_ffn > 0 or moe")
+
+    # ---- parameter counts -------------------------------------------------------------------
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection output (num_heads * head_dim)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the key (or value) projection output (num_kv_heads * head_dim)."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Q, K, V, O projections plus QK-norm weights."""
+        proj = self.hidden * (self.q_width + 2 * self.kv_width) + self.q_width * self.hidden
+        return proj + (2 * self.head_dim if self.qk_norm else 0)
+
+    @property
+    def ffn_params_per_layer(self) -> int:
+        """All FFN parameters of one layer (every expert and the router for MoE)."""
+        if self.moe is None:
+            return 3 * self.hidden * self.dense_ffn
+        moe = self.moe
+        experts = moe.num_experts * 3 * self.hidden * moe.expert_ffn
+        return experts + self.hidden * moe.num_experts + 3 * self.hidden * moe.shared_expert_ffn
+
+    @property
+    def active_ffn_params_per_layer(self) -> int:
+        """FFN parameters one token touches (top-k experts, router, shared expert)."""
+        if self.moe is None:
+            return self.ffn_params_per_layer
+        moe = self.moe
+        routed = moe.top_k * 3 * self.hidden * moe.expert_ffn
+        return routed + self.hidden * moe.num_experts + 3 * self.hidden * moe.shared_expert_ffn
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """Routed-expert parameters of one layer (sharded over the expert-parallel group)."""
+        if self.moe is None:
+            return 0
+        return self.moe.num_experts * 3 * self.hidden * self.moe.expert_ffn
+
+    @property
+    def params_per_layer(self) -> int:
+        """All parameters of one decoder layer (including its two RMSNorms)."""
+        return self.attention_params_per_layer + self.ffn_params_per_layer + 2 * self.hidden
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding, output head (unless tied) and the final norm."""
+        heads = 1 if self.tie_embeddings else 2
+        return heads * self.vocab * self.hidden + self.hidden
+
+    @property
+    def total_params(self) -> int:
+        """Total parameter count."""
+        return self.num_layers * self.params_per_layer + self.embedding_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched by one token (the published "activated" count includes embeddings)."""
+        per_layer = self.attention_params_per_layer + self.active_ffn_params_per_layer + 2 * self.hidden
+        return self.num_layers * per_layer + self.embedding_params
+
+    # ---- FLOPs --------------------------------------------------------------------------------
+    @property
+    def dense_flops_per_token_layer(self) -> float:
+        """Forward matmul FLOPs per token per layer outside the attention core (2 per MAC)."""
+        return 2.0 * (self.attention_params_per_layer + self.active_ffn_params_per_layer)
+
+    @property
+    def head_flops_per_token(self) -> float:
+        """Forward FLOPs per token of the output head (logits), once per step."""
+        return 2.0 * self.vocab * self.hidden
+
+    def attention_flops(self, sum_sq_lengths: float) -> float:
+        """Forward causal attention-core FLOPs of one layer for samples with sum of L_j^2 given.
+
+        QK^T and PV each cost 2*L^2*q_width FLOPs unmasked; the causal mask halves that, so a
+        sample of length L costs 2 * L^2 * q_width. Varlen: the sum runs over samples, never
+        (sum L)^2.
+        """
+        return 2.0 * sum_sq_lengths * self.q_width
+
+    @property
+    def max_ulysses_degree(self) -> int:
+        """Largest power of two <= num_heads: the largest admissible Ulysses SP degree."""
+        deg = 1
+        while deg * 2 <= self.num_heads:
+            deg *= 2
+        return deg
+
+    def admissible_degree(self, degree: int) -> bool:
+        """Whether Ulysses SP at ``degree`` is admissible (power of two <= num_heads)."""
+        return is_power_of_two(degree) and degree <= self.num_heads
+
+    def kv_heads_at(self, degree: int) -> int:
+        """KV heads per rank after the Ulysses all-to-all; replicated when degree > num_kv_heads."""
+        return max(self.num_kv_heads, degree) // degree
+
+
+def qwen3_30b_a3b() -> ModelSpec:
+    """Qwen3-30B-A3B (published: 30.5B total, 3.3B activated; 48 layers, 128 experts, top-8)."""
+    return ModelSpec(
+        name="qwen3-30b-a3b", num_layers=48, hidden=2048, num_heads=32, num_kv_heads=4, head_dim=128,
+        vocab=151_936, moe=MoESpec(num_experts=128, top_k=8, expert_ffn=768),
+    )
+
+
+def qwen3_235b_a22b() -> ModelSpec:
+    """Qwen3-235B-A22B (published: 235B total, 22B activated; 94 layers, 128 experts, top-8)."""
+    return ModelSpec(
+        name="qwen3-235b-a22b", num_layers=94, hidden=4096, num_heads=64, num_kv_heads=4, head_dim=128,
+        vocab=151_936, moe=MoESpec(num_experts=128, top_k=8, expert_ffn=1536),
+    )
+
+
+def tiny() -> ModelSpec:
+    """A 2-layer dense model small enough for CPU multi-rank runtime tests."""
+    return ModelSpec(
+        name="tiny", num_layers=2, hidden=64, num_heads=8, num_kv_heads=2, head_dim=8,
+        vocab=256, dense_ffn=128, tie_embeddings=True,
+    )
+
+
+def tiny_moe() -> ModelSpec:
+    """A 2-layer MoE model (4 experts, top-2) for CPU runtime tests of the MoE path."""
+    return ModelSpec(
+        name="tiny-moe", num_layers=2, hidden=64, num_heads=8, num_kv_heads=2, head_dim=8,
+        vocab=256, moe=MoESpec(num_experts=4, top_k=2, expert_ffn=32), tie_embeddings=True,
+    )
+
+
+MODEL_PRESETS: Mapping[str, Callable[[], ModelSpec]] = {
+    "qwen3-30b-a3b": qwen3_30b_a3b,
+    "qwen3-235b-a22b": qwen3_235b_a22b,
+    "tiny": tiny,
+    "tiny-moe": tiny_moe,
+}
+
+
+def get_model(name: str) -> ModelSpec:
+    """Model preset by name; ``ValueError`` listing the known names otherwise."""
+    try:
+        return MODEL_PRESETS[name]()
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r} (known: {', '.join(MODEL_PRESETS)})") from None
