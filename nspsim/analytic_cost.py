@@ -1,0 +1,241 @@
+"""Analytic cost model: times from FLOPs, bytes, throughputs and bandwidths (SPEC section 3).
+
+Attention core (per layer, per GPU of a node of SP degree k, samples of lengths L_j):
+
+* FLOPs: forward 2 * L^2 * q_width per sample (causal), backward 2.5x forward; a GPU does 1/k.
+  Kernel throughput grows with length, ``attn_flops * L / (L + attn_half_length)``, unless a profile
+  gives a measured table.
+* Ulysses: prologue = all-to-all of Q, K, V (KV heads replicated up to k), epilogue = all-to-all of
+  the output; backward mirrors it (dO in, dQ dK dV out). A GPU holds L/k tokens and sends (k-1)/k
+  of them, so it sends L/k * width * bytes * (k-1)/k per sample and collective.
+* Ring: k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward) to its neighbour while the
+  next block is computed; a step takes max(block compute, block transfer). Whole node in
+  :meth:`attention`; per sample in :meth:`attention_sample_costs` (an upper bound).
+
+Non-attention work: GEMM FLOPs of the projections and active FFN at ``nonattn_flops``; backward is
+2x forward plus one recomputed FFN forward (selective checkpointing); expert parallelism adds two
+all-to-alls per FFN pass. FSDP: ring all-gather of one layer's bf16 parameters (experts sharded over
+their EP replicas), ring reduce-scatter of its gradients.
+
+Trade-off: closed forms make planning cheap and explainable; accuracy comes from a measured profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nspsim.cluster_spec import ClusterSpec
+from nspsim.comm_model import alltoall_traffic, collective_time, ring_traffic
+from nspsim.cost_model import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts
+from nspsim.memory import gathered_layer_params
+from nspsim.model_spec import ModelSpec
+from nspsim.profile import Profile
+from nspsim.training_spec import TrainingSpec
+
+BWD_ATTN_FLOP_RATIO = 2.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalyticCostModel:
+    """The default :class:`~nspsim.cost_model.CostModel`; a :class:`Profile` overrides coefficients."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    profile: Profile = field(default_factory=Profile)
+    attn_half_length: float = 512.0
+    dense_gemm_efficiency: float = 0.85
+    moe_gemm_efficiency: float = 0.6
+
+    def __post_init__(self) -> None:
+        if self.attn_half_length < 0:
+            raise ValueError("attn_half_length must be >= 0")
+        if not (0 < self.dense_gemm_efficiency <= 1 and 0 < self.moe_gemm_efficiency <= 1):
+            raise ValueError("GEMM efficiencies must be in (0, 1]")
+
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers per forward pass."""
+        return self.model.num_layers
+
+    # ---- coefficients ---------------------------------------------------------------------------
+    def attn_throughput(self, lengths: np.ndarray, backward: bool) -> np.ndarray:
+        """Achieved attention FLOP/s for sequences of ``lengths`` (profile table or saturation curve)."""
+        table = self.profile.attn_bwd_flops_by_length if backward else self.profile.attn_fwd_flops_by_length
+        if table is not None:
+            return table(lengths)
+        peak = self.cluster.gpu.attn_bwd_flops if backward else self.cluster.gpu.attn_fwd_flops
+        lengths = np.asarray(lengths, dtype=np.float64)
+        return peak * lengths / (lengths + self.attn_half_length)
+
+    @property
+    def nonattn_flops(self) -> float:
+        """Achieved FLOP/s of the non-attention GEMMs."""
+        if self.profile.nonattn_flops is not None:
+            return self.profile.nonattn_flops
+        eff = self.moe_gemm_efficiency if self.model.moe else self.dense_gemm_efficiency
+        return self.cluster.gpu.matmul_flops * eff
+
+    def latency(self, group_size: int) -> float:
+        """Per-collective latency of an aligned group."""
+        if group_size <= 1:
+            return 0.0
+        measured = Profile.lookup(self.profile.latency_s_by_degree, group_size)
+        return measured if measured is not None else self.cluster.latency(group_size)
+
+    def alltoall_seconds_per_byte(self, group_size: int) -> float:
+        """Bandwidth part of an all-to-all per byte sent by each GPU."""
+        if group_size <= 1:
+            return 0.0
+        measured = Profile.lookup(self.profile.alltoall_bw_by_degree, group_size)
+        if measured is not None:
+            return 1.0 / measured
+        return alltoall_traffic(1.0, group_size, self.cluster.gpus_per_node).time(self.cluster)
+
+    def p2p_seconds_per_byte(self, group_size: int) -> float:
+        """Bandwidth part of one ring hop per byte inside a group of ``group_size``."""
+        if group_size <= 1:
+            return 0.0
+        measured = Profile.lookup(self.profile.p2p_bw_by_degree, group_size)
+        if measured is not None:
+            return 1.0 / measured
+        return ring_traffic(1.0, group_size, self.cluster.gpus_per_node).time(self.cluster)
+
+    # ---- collectives -----------------------------------------------------------------------------
+    def alltoall_time(self, bytes_per_gpu: float, group_size: int) -> float:
+        """One all-to-all in which each GPU sends ``bytes_per_gpu`` to its peers."""
+        return self.latency(group_size) + bytes_per_gpu * self.alltoall_seconds_per_byte(group_size)
+
+    def ring_collective_time(self, bytes_moved: float, group_size: int) -> float:
+        """Ring all-gather / reduce-scatter moving ``bytes_moved`` per GPU over the group."""
+        if group_size <= 1:
+            return 0.0
+        if self.profile.allgather_bw is not None:
+            return self.latency(group_size) + bytes_moved / self.profile.allgather_bw
+        traffic = ring_traffic(bytes_moved, group_size, self.cluster.gpus_per_node)
+        return collective_time(traffic, self.cluster, group_size)
+
+    # ---- backend level -------------------------------------------------------------------------
+    def _widths(self, degree: int) -> tuple[float, float]:
+        """Bytes per token of the Ulysses QKV all-to-all and of the output all-to-all."""
+        m, ab = self.model, self.training.act_bytes
+        kv = max(m.num_kv_heads, degree) * m.head_dim
+        return (m.q_width + 2 * kv) * ab, m.q_width * ab
+
+    def _compute(self, lengths: np.ndarray, degree: int, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sample (fwd, bwd) attention compute on one GPU; efficiency from ``block`` lengths."""
+        flops = self.model.attention_flops(1.0) * lengths.astype(np.float64) ** 2 / degree
+        fwd = flops / self.attn_throughput(block, backward=False)
+        bwd = BWD_ATTN_FLOP_RATIO * flops / self.attn_throughput(block, backward=True)
+        return fwd, bwd
+
+    def _ulysses_parts(self, lengths: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        """Per-sample Ulysses phases without latency: fwd (pro, comp, epi), bwd (pro, comp, epi)."""
+        qkv, out = self._widths(k)
+        sent = lengths.astype(np.float64) / k * (k - 1) / k * self.alltoall_seconds_per_byte(k)
+        fwd, bwd = self._compute(lengths, k, lengths)
+        return sent * qkv, fwd, sent * out, sent * out, bwd, sent * qkv
+
+    def _ring_parts(self, lengths: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per-sample ring step compute and step transfer times, (fwd, bwd) each, per GPU."""
+        kv_block = lengths.astype(np.float64) / k * 2 * self.model.kv_width * self.training.act_bytes
+        step_comm = kv_block * self.p2p_seconds_per_byte(k)
+        fwd, bwd = self._compute(lengths, k, np.maximum(lengths // k, 1))
+        return fwd / k, bwd / k, step_comm, 2 * step_comm
+
+    def attention(self, lengths: np.ndarray, degree: int) -> AttentionCost:
+        """Phase times of one node of ``degree`` holding ``lengths``, one layer, per GPU."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if lengths.size == 0:
+            return AttentionCost(Phases(0.0, 0.0, 0.0), Phases(0.0, 0.0, 0.0))
+        if self.training.backend == "ring" and degree > 1:
+            return self._ring_node(lengths, degree)
+        lat = self.latency(degree)
+        fp, fc, fe, bp, bc, be = (float(x.sum()) for x in self._ulysses_parts(lengths, degree))
+        latency_pro = lat if degree > 1 else 0.0
+        return AttentionCost(
+            Phases(fp + latency_pro, fc, fe + latency_pro), Phases(bp + latency_pro, bc, be + latency_pro)
+        )
+
+    def _ring_node(self, lengths: np.ndarray, k: int) -> AttentionCost:
+        cf, cb, mf, mb = (float(x.sum()) for x in self._ring_parts(lengths, k))
+        lat = self.latency(k)
+        fwd = cf + (k - 1) * max(cf, mf + lat)
+        bwd = cb + (k - 1) * max(cb, mb + lat)
+        return AttentionCost(Phases(0.0, fwd, 0.0), Phases(0.0, bwd, 0.0))
+
+    def attention_sample_costs(self, lengths: np.ndarray, degree: int) -> SampleCosts:
+        """Additive per-sample totals at ``degree`` (all phases, no latency), one layer."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self.training.backend == "ring" and degree > 1:
+            cf, cb, mf, mb = self._ring_parts(lengths, degree)
+            return SampleCosts(cf + (degree - 1) * np.maximum(cf, mf), cb + (degree - 1) * np.maximum(cb, mb))
+        fp, fc, fe, bp, bc, be = self._ulysses_parts(lengths, degree)
+        return SampleCosts(fp + fc + fe, bp + bc + be)
+
+    def node_overhead(self, degree: int) -> tuple[float, float]:
+        """Latency of a non-empty node per layer: two all-to-alls (Ulysses) or k-1 ring steps."""
+        if degree <= 1:
+            return 0.0, 0.0
+        count = degree - 1 if self.training.backend == "ring" else 2
+        lat = count * self.latency(degree)
+        return lat, lat
+
+    # ---- model level ---------------------------------------------------------------------------
+    def _ffn_fwd_flops_per_token(self) -> float:
+        return 2.0 * self.model.active_ffn_params_per_layer
+
+    def _ep_alltoall(self, tokens: float) -> float:
+        """One expert-parallel dispatch (or combine) all-to-all for ``tokens`` local tokens."""
+        ep = self.training.expert_parallel
+        if self.model.moe is None or ep <= 1:
+            return 0.0
+        sent = tokens * self.model.moe.top_k * self.model.hidden * self.training.act_bytes * (ep - 1) / ep
+        return self.alltoall_time(sent, ep)
+
+    def non_attention(self, tokens: float) -> NonAttentionCost:
+        """Non-attention time of one layer for ``tokens`` sharded tokens on one GPU."""
+        if tokens <= 0:
+            return NonAttentionCost(0.0, 0.0, 0.0, 0.0)
+        fwd_flops = tokens * self.model.dense_flops_per_token_layer
+        bwd_flops = 2.0 * fwd_flops + tokens * self._ffn_fwd_flops_per_token()
+        a2a = self._ep_alltoall(tokens)
+        return NonAttentionCost(fwd_flops / self.nonattn_flops, bwd_flops / self.nonattn_flops, 2 * a2a, 4 * a2a)
+
+    def nonattn_per_token(self) -> tuple[float, float]:
+        """Linear (fwd, bwd) compute seconds per token per layer (for fast planner arithmetic)."""
+        cost = self.non_attention(1.0)
+        return cost.fwd_compute, cost.bwd_compute
+
+    def head(self, tokens: float) -> tuple[float, float]:
+        """Output head (logits) time; the embedding lookup is negligible."""
+        fwd = tokens * self.model.head_flops_per_token / (self.cluster.gpu.matmul_flops * self.dense_gemm_efficiency)
+        return fwd, 2.0 * fwd
+
+    # ---- FSDP and optimizer ---------------------------------------------------------------------
+    def fsdp(self) -> FsdpCost:
+        """Per-layer all-gather of bf16 parameters and reduce-scatter of gradients."""
+        p, ep = self.cluster.num_gpus, self.training.expert_parallel
+        dense = self.model.params_per_layer - self.model.expert_params_per_layer
+        experts = self.model.expert_params_per_layer / ep
+        replicas = max(p // ep, 1)
+        moved = dense * (p - 1) / p + experts * (replicas - 1) / replicas
+        gather = self.ring_collective_time(moved * self.training.param_bytes, p)
+        scatter = self.ring_collective_time(moved * self.training.grad_bytes, p)
+        return FsdpCost(allgather=gather, reduce_scatter=scatter)
+
+    def optimizer_time(self) -> float:
+        """AdamW step: HBM-bound on the GPU, or PCIe transfers plus host Adam when offloaded."""
+        params = self.model.total_params / self.cluster.num_gpus
+        if self.training.optimizer_offload:
+            moved = params * (self.training.grad_bytes + self.training.param_bytes)
+            return moved / self.cluster.host_bw + params / self.training.cpu_adam_params_per_s
+        touched = params * (2 * self.training.optim_bytes + self.training.param_bytes + self.training.grad_bytes)
+        return touched / self.cluster.gpu.hbm_bw
+
+    def gathered_layer_bytes(self) -> float:
+        """Bytes of one layer's gathered parameters (what FSDP materialises per GPU)."""
+        return gathered_layer_params(self.model, self.training) * self.training.param_bytes
+
