@@ -1,0 +1,97 @@
+"""Resolved run configuration: a small tree of names and numbers, and the objects it builds.
+
+:class:`WorkloadConfig` is what the CLI resolves from its flags and what every result file is written
+next to (``to_dict``); :func:`build_workload` turns it into specs, the cost model, the memory model and
+the batch sampler. Defaults are the NSP paper's main setting: Qwen3-30B-A3B on 64 H100-class GPUs,
+2M tokens per batch, 192K max context, the ``wikipedia`` trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from nspsim.analytic_cost import AnalyticCostModel
+from nspsim.batching import BatchSampler
+from nspsim.cluster_spec import ClusterSpec, get_cluster
+from nspsim.memory import MemoryModel, memory_model
+from nspsim.model_spec import ModelSpec, get_model
+from nspsim.profile import Profile, load_profile
+from nspsim.sp_tree import SPTree
+from nspsim.trace import load_trace
+from nspsim.training_spec import TrainingSpec, paper_training
+
+DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
+DEFAULT_MAX_CONTEXT = 192 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadConfig:
+    """Everything that identifies a workload; all fields are plain values (JSON-friendly)."""
+
+    trace: str = "wikipedia"
+    model: str = "qwen3-30b-a3b"
+    cluster: str = "h100"
+    gpus: int = 64
+    tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH
+    max_context: int = DEFAULT_MAX_CONTEXT
+    seed: int = 0
+    backend: str = "ulysses"
+    profile: str | None = None
+    token_budget: int | None = None
+    spmax: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The objects a :class:`WorkloadConfig` resolves to."""
+
+    config: WorkloadConfig
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    cost: AnalyticCostModel
+    memory: MemoryModel
+    sampler: BatchSampler
+    tree: SPTree
+
+    @property
+    def token_budget(self) -> int:
+        """B_tok, the per-GPU sharded-token budget."""
+        return self.memory.token_budget
+
+
+def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requested: int | None) -> int:
+    """Largest admissible SP degree: <= GPUs, and <= attention heads for Ulysses."""
+    limit = cluster.num_gpus if backend == "ring" else min(cluster.num_gpus, model.max_ulysses_degree)
+    if requested is None:
+        return limit
+    if requested > limit or requested & (requested - 1) or requested <= 0:
+        raise ValueError(
+            f"spmax {requested} is not admissible: it must be a power of two <= {limit} "
+            f"({model.name} has {model.num_heads} heads, the cluster {cluster.num_gpus} GPUs)"
+        )
+    return requested
+
+
+def build_workload(config: WorkloadConfig) -> Workload:
+    """Resolve presets, profile, memory model and sampler; ``ValueError`` for any bad setting."""
+    model = get_model(config.model)
+    cluster = get_cluster(config.cluster, config.gpus)
+    base = paper_training(model.name)
+    training = TrainingSpec(**{**asdict(base), "backend": config.backend, "token_budget": config.token_budget})
+    profile = load_profile(config.profile) if config.profile else Profile()
+    memory = memory_model(model, cluster, training)
+    spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
+    sampler = BatchSampler(load_trace(config.trace), tokens_per_batch=config.tokens_per_batch,
+                           max_context=config.max_context, seed=config.seed)
+    return Workload(
+        config=config, model=model, cluster=cluster, training=training,
+        cost=AnalyticCostModel(model=model, cluster=cluster, training=training, profile=profile),
+        memory=memory, sampler=sampler,
+        tree=SPTree(num_gpus=cluster.num_gpus, spmax=spmax, gpus_per_node=cluster.gpus_per_node),
+    )

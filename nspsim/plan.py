@@ -1,0 +1,355 @@
+"""The Plan: the contract between planners, the simulator and the runtime (SPEC section 2).
+
+A plan records, for one batch on one cluster and model, each sample's SP-tree node and micro-batch,
+the issue order of the active nodes of every micro-batch (identical on every rank) and, optionally,
+per-sample save/recompute marks for tree-level recomputation (``None``: the executor decides, i.e.
+full attention recomputation when memory forces checkpointing). Static SP, FlexSP, BASP, NSP-2L and
+NSP all emit this type; a disjoint plan's nodes form an antichain in every micro-batch.
+
+Plans validate themselves on construction (every sample placed once on an existing node, micro-batch
+ids contiguous, issue orders are permutations of the active nodes, Tok_p <= B_tok on every GPU)
+and carry a stable content hash (SHA-256 of the canonical JSON without metadata) so all ranks can
+check they run the same plan. Plans hold names and integers, never process groups.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nspsim.cluster_spec import ClusterSpec
+from nspsim.load import tokens_per_gpu
+from nspsim.model_spec import ModelSpec
+from nspsim.sp_tree import Node, SPTree
+from nspsim.training_spec import BACKENDS
+
+if TYPE_CHECKING:
+    from nspsim.batching import Batch
+
+SCHEMA = "nspsim-plan"
+SCHEMA_VERSION = 1
+_BUDGET_SLACK = 1e-9
+
+
+def _fingerprint(obj: object) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def model_fingerprint(model: ModelSpec) -> str:
+    """Stable hash of a model spec (every field)."""
+    return _fingerprint(asdict(model))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterRef:
+    """Which cluster a plan was made for."""
+
+    name: str
+    num_gpus: int
+    fingerprint: str
+
+    @staticmethod
+    def of(cluster: ClusterSpec) -> ClusterRef:
+        """Reference to ``cluster``."""
+        return ClusterRef(name=cluster.name, num_gpus=cluster.num_gpus, fingerprint=cluster.fingerprint())
+
+    @property
+    def label(self) -> str:
+        """``name x num_gpus``, e.g. ``h100x64``."""
+        return f"{self.name}x{self.num_gpus}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRef:
+    """Which model a plan was made for."""
+
+    name: str
+    fingerprint: str
+
+    @staticmethod
+    def of(model: ModelSpec) -> ModelRef:
+        """Reference to ``model``."""
+        return ModelRef(name=model.name, fingerprint=model_fingerprint(model))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchRef:
+    """Which batch a plan routes: trace, sampler settings and the batch's content fingerprint."""
+
+    trace: str
+    seed: int
+    index: int
+    tokens_per_batch: int
+    max_context: int
+    fingerprint: str
+
+    @staticmethod
+    def of(batch: Batch) -> BatchRef:
+        """Reference to ``batch``."""
+        return BatchRef(
+            trace=batch.trace, seed=batch.seed, index=batch.index, tokens_per_batch=batch.tokens_per_batch,
+            max_context=batch.max_context, fingerprint=batch.fingerprint(),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A validated routing and execution plan for one batch. See the module docstring."""
+
+    planner: str
+    cluster: ClusterRef
+    model: ModelRef
+    batch: BatchRef
+    spmax: int
+    gpus_per_node: int
+    token_budget: int
+    backend: str = "ulysses"
+    lengths: tuple[int, ...]
+    nodes: tuple[Node, ...]
+    micro_batches: tuple[int, ...]
+    issue_order: tuple[tuple[Node, ...], ...]
+    recompute: tuple[bool, ...] | None = None
+    metadata: Mapping[str, float | int | str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"plan schema version {self.schema_version} is not supported (expected {SCHEMA_VERSION})")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"plan backend {self.backend!r} unknown (known: {', '.join(BACKENDS)})")
+        if self.token_budget <= 0:
+            raise ValueError(f"plan token budget must be positive, got {self.token_budget}")
+        self._check_samples()
+        self._check_issue_order()
+        self._check_budget()
+
+    # ---- validation ----------------------------------------------------------------------------
+    def _check_samples(self) -> None:
+        n = len(self.lengths)
+        if n == 0:
+            raise ValueError("a plan needs at least one sample")
+        sizes = {"nodes": len(self.nodes), "micro_batches": len(self.micro_batches)}
+        if self.recompute is not None:
+            sizes["recompute"] = len(self.recompute)
+        for name, size in sizes.items():
+            if size != n:
+                raise ValueError(f"plan has {n} samples but {size} entries in {name}")
+        if min(self.lengths) <= 0:
+            raise ValueError(f"sample {int(np.argmin(self.lengths))} has non-positive length {min(self.lengths)}")
+        for j, node in enumerate(self.nodes):
+            if not self.tree.has_node(node):
+                try:
+                    self.tree.check_node(node)
+                except ValueError as exc:
+                    raise ValueError(f"sample {j}: {exc}") from None
+        ids = sorted(set(self.micro_batches))
+        if ids != list(range(len(ids))):
+            raise ValueError(f"micro-batch ids must be 0..m-1 without gaps, got {ids[:8]}")
+
+    def _check_issue_order(self) -> None:
+        if len(self.issue_order) != self.num_micro_batches:
+            raise ValueError(
+                f"plan has {self.num_micro_batches} micro-batches but {len(self.issue_order)} issue orders"
+            )
+        for mb, order in enumerate(self.issue_order):
+            active = set(self.active_nodes(mb))
+            if len(order) != len(set(order)) or set(order) != active:
+                raise ValueError(
+                    f"issue order of micro-batch {mb} must list each of its {len(active)} active nodes exactly once"
+                )
+
+    def _check_budget(self) -> None:
+        for mb in range(self.num_micro_batches):
+            tok = self.tokens_per_gpu(mb)
+            worst = int(np.argmax(tok))
+            if tok[worst] > self.token_budget * (1 + _BUDGET_SLACK):
+                raise ValueError(
+                    f"micro-batch {mb}: GPU {worst} holds {tok[worst]:.0f} sharded tokens, over the token budget "
+                    f"B_tok={self.token_budget}"
+                )
+
+    # ---- derived views -------------------------------------------------------------------------
+    @cached_property
+    def tree(self) -> SPTree:
+        """The SP forest this plan routes over."""
+        return SPTree(num_gpus=self.cluster.num_gpus, spmax=self.spmax, gpus_per_node=self.gpus_per_node)
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples routed."""
+        return len(self.lengths)
+
+    @cached_property
+    def num_micro_batches(self) -> int:
+        """Number of micro-batches (1 for NSP)."""
+        return max(self.micro_batches) + 1
+
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths, degrees, first ranks, micro-batch ids) as int64 arrays."""
+        degrees, firsts = self.tree.node_arrays(self.nodes)
+        return (np.asarray(self.lengths, dtype=np.int64), degrees, firsts,
+                np.asarray(self.micro_batches, dtype=np.int64))
+
+    def sample_mask(self, micro_batch: int) -> np.ndarray:
+        """Boolean mask of the samples in ``micro_batch``."""
+        mask: np.ndarray = self.arrays[3] == micro_batch
+        return mask
+
+    def active_nodes(self, micro_batch: int) -> tuple[Node, ...]:
+        """Distinct nodes used in ``micro_batch``, sorted (roots first)."""
+        nodes = {self.nodes[j] for j in np.flatnonzero(self.sample_mask(micro_batch))}
+        return tuple(sorted(nodes, key=lambda n: (-n.degree, n.index)))
+
+    def tokens_per_gpu(self, micro_batch: int = 0) -> np.ndarray:
+        """Tok_p of every GPU in ``micro_batch``."""
+        lengths, degrees, firsts, _ = self.arrays
+        mask = self.sample_mask(micro_batch)
+        return tokens_per_gpu(self.tree, lengths[mask], degrees[mask], firsts[mask])
+
+    def samples_per_degree(self) -> dict[int, int]:
+        """How many samples each SP degree received (largest first)."""
+        counts = Counter(node.degree for node in self.nodes)
+        return dict(sorted(counts.items(), reverse=True))
+
+    def is_disjoint(self) -> bool:
+        """Whether every micro-batch's active nodes form an antichain (a disjoint-group plan)."""
+        return all(self.tree.is_antichain(self.active_nodes(mb)) for mb in range(self.num_micro_batches))
+
+    # ---- identity --------------------------------------------------------------------------------
+    def __hash__(self) -> int:
+        return hash(self.content_hash)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """Stable hash of everything except metadata: equal plans hash equal on every rank."""
+        body = self._body()
+        body.pop("metadata")
+        return _fingerprint(body)
+
+    def check_compatible(self, cluster: ClusterSpec, model: ModelSpec | None = None) -> None:
+        """Raise ``ValueError`` if this plan was made for another cluster (or model)."""
+        here = ClusterRef.of(cluster)
+        if here != self.cluster:
+            raise ValueError(
+                f"plan was made for cluster {self.cluster.label} (fingerprint {self.cluster.fingerprint}), "
+                f"not {here.label} (fingerprint {here.fingerprint})"
+            )
+        if model is not None and ModelRef.of(model) != self.model:
+            raise ValueError(f"plan was made for model {self.model.name}, not {model.name} (or its spec changed)")
+
+    # ---- JSON ------------------------------------------------------------------------------------
+    def _body(self) -> dict[str, Any]:
+        lengths, degrees, firsts, mbs = self.arrays
+        return {
+            "schema": SCHEMA, "schema_version": self.schema_version, "planner": self.planner,
+            "cluster": vars(self.cluster).copy(), "model": vars(self.model).copy(), "batch": vars(self.batch).copy(),
+            "spmax": self.spmax, "gpus_per_node": self.gpus_per_node, "token_budget": self.token_budget,
+            "backend": self.backend,
+            "samples": {
+                "length": lengths.tolist(), "degree": degrees.tolist(), "index": (firsts // degrees).tolist(),
+                "micro_batch": mbs.tolist(),
+                "recompute": None if self.recompute is None else [int(r) for r in self.recompute],
+            },
+            "issue_order": [[n.to_str() for n in order] for order in self.issue_order],
+            "metadata": dict(self.metadata),
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Canonical JSON text including the content hash."""
+        body = self._body()
+        body["content_hash"] = self.content_hash
+        return json.dumps(body, indent=indent, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str, origin: str = "plan") -> Plan:
+        """Parse and validate; a corrupt or foreign document raises a one-line ``ValueError``."""
+        return _plan_from_json(text, origin)
+
+    def save(self, path: str | Path) -> None:
+        """Write the plan as JSON (callers decide where; library code never writes on its own)."""
+        Path(path).write_text(self.to_json(indent=1))
+
+    @staticmethod
+    def load(path: str | Path, cluster: ClusterSpec | None = None, model: ModelSpec | None = None) -> Plan:
+        """Read a plan file, optionally checking that it matches ``cluster`` and ``model``."""
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read plan {path}: {exc.strerror}") from None
+        plan = Plan.from_json(text, str(path))
+        if cluster is not None:
+            plan.check_compatible(cluster, model)
+        return plan
+
+
+def default_issue_order(nodes: Sequence[Node], micro_batches: Sequence[int]) -> tuple[tuple[Node, ...], ...]:
+    """Roots first (largest degree), then by rank: long samples start earliest."""
+    per_mb: dict[int, set[Node]] = {}
+    for node, mb in zip(nodes, micro_batches):
+        per_mb.setdefault(mb, set()).add(node)
+    return tuple(tuple(sorted(per_mb[mb], key=lambda n: (-n.degree, n.index))) for mb in sorted(per_mb))
+
+
+def make_plan(
+    *, planner: str, cluster: ClusterSpec, model: ModelSpec, batch: Batch, spmax: int, token_budget: int,
+    nodes: Sequence[Node], micro_batches: Sequence[int] | None = None, backend: str = "ulysses",
+    issue_order: Sequence[Sequence[Node]] | None = None, recompute: Sequence[bool] | None = None,
+    metadata: Mapping[str, float | int | str] | None = None,
+) -> Plan:
+    """Build and validate a plan from specs and a batch (the usual way planners create plans)."""
+    mbs = tuple(micro_batches) if micro_batches is not None else (0,) * len(nodes)
+    order = default_issue_order(nodes, mbs) if issue_order is None else tuple(tuple(o) for o in issue_order)
+    return Plan(
+        planner=planner, cluster=ClusterRef.of(cluster), model=ModelRef.of(model), batch=BatchRef.of(batch),
+        spmax=spmax, gpus_per_node=cluster.gpus_per_node, token_budget=token_budget, backend=backend,
+        lengths=tuple(batch.lengths), nodes=tuple(nodes), micro_batches=mbs, issue_order=order,
+        recompute=None if recompute is None else tuple(bool(r) for r in recompute),
+        metadata=dict(metadata or {}),
+    )
+
+
+def _plan_from_json(text: str, origin: str) -> Plan:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{origin} is not valid JSON ({exc.msg} at line {exc.lineno}); the file is corrupt") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"{origin} is not an nspsim plan (missing \"schema\": \"{SCHEMA}\")")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"{origin}: plan schema version {data.get('schema_version')} is not supported (expected {SCHEMA_VERSION})"
+        )
+    try:
+        plan = _build_from_dict(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{origin} is corrupt: missing or malformed field {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{origin} is invalid: {exc}") from None
+    if data.get("content_hash") != plan.content_hash:
+        raise ValueError(f"{origin} is corrupt: content hash {data.get('content_hash')} does not match its content")
+    return plan
+
+
+def _build_from_dict(data: dict[str, Any]) -> Plan:
+    s = data["samples"]
+    nodes = tuple(Node(int(d), int(i)) for d, i in zip(s["degree"], s["index"], strict=True))
+    recompute = s["recompute"]
+    return Plan(
+        planner=str(data["planner"]), cluster=ClusterRef(**data["cluster"]), model=ModelRef(**data["model"]),
+        batch=BatchRef(**data["batch"]), spmax=int(data["spmax"]), gpus_per_node=int(data["gpus_per_node"]),
+        token_budget=int(data["token_budget"]), backend=str(data["backend"]),
+        lengths=tuple(int(x) for x in s["length"]), nodes=nodes, micro_batches=tuple(int(x) for x in s["micro_batch"]),
+        issue_order=tuple(tuple(Node.parse(t) for t in order) for order in data["issue_order"]),
+        recompute=None if recompute is None else tuple(bool(r) for r in recompute),
+        metadata=dict(data.get("metadata", {})),
+    )
