@@ -1,0 +1,13 @@
+"""Subcommands of the ``nspsim`` CLI. Each module exposes ``register(subparsers)``; add new ones here."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nspsim.commands import info, inspect, trace
+
+Register = Callable[["argparse._SubParsersAction[Any]"], None]
+
+COMMANDS: Sequence[Register] = (trace.register, info.register, inspect.register)

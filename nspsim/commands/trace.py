@@ -1,0 +1,42 @@
+"""``nspsim trace stats TRACE`` and ``nspsim trace list``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from nspsim.cli import Parser, emit, positive_int
+from nspsim.trace import builtin_trace_names, load_trace
+from nspsim.trace_stats import format_stats, trace_stats
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Length statistics of a trace file or built-in trace."""
+    trace = load_trace(args.trace)
+    stats = trace_stats(trace.materialize(args.samples, seed=args.seed))
+    data = {"trace": trace.name, "source": trace.source, **stats.to_dict()}
+    emit(args, data, format_stats(stats, f"{trace.name} ({trace.source})"))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """The built-in traces and their sources."""
+    rows = {name: load_trace(name).source for name in builtin_trace_names()}
+    emit(args, {"traces": rows}, "\n".join(f"{name:16s} {src}" for name, src in rows.items()))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``trace stats`` and ``trace list``."""
+    trace = sub.add_parser("trace", help="inspect length traces")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True, parser_class=Parser)
+    stats = trace_sub.add_parser("stats", help="length statistics of a trace")
+    stats.add_argument("trace", help=f"trace file or built-in name ({', '.join(builtin_trace_names())})")
+    stats.add_argument("--samples", type=positive_int, default=None,
+                       help="lengths to draw from a generative trace (default 1,000,000)")
+    stats.add_argument("--seed", type=int, default=0, help="seed for generative traces")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    stats.set_defaults(func=cmd_stats)
+    listing = trace_sub.add_parser("list", help="list built-in traces")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=cmd_list)
