@@ -22,6 +22,7 @@ simple to measure and to read, but it cannot express interactions between coeffi
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import math
 from collections.abc import Mapping
@@ -106,12 +107,22 @@ def parse_profile(data: Mapping[str, Any], origin: str = "profile") -> Profile:
     return Profile(**kwargs)
 
 
+def builtin_profile_names() -> tuple[str, ...]:
+    """Profiles shipped in ``nspsim/profiles`` (usable by name wherever a profile path is accepted)."""
+    folder = importlib.resources.files("nspsim") / "profiles"
+    return tuple(sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")))
+
+
 def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile file."""
+    """Read and validate a profile file, or a built-in profile by name."""
+    if str(path) in builtin_profile_names():
+        text = (importlib.resources.files("nspsim") / "profiles" / f"{path}.json").read_text()
+        return parse_profile(json.loads(text), str(path))
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise ValueError(f"cannot read profile {path}: {exc.strerror}") from None
+        known = ", ".join(builtin_profile_names())
+        raise ValueError(f"cannot read profile {path}: {exc.strerror} (built-in profiles: {known})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -74,3 +74,12 @@ def test_length_table_validation() -> None:
     with pytest.raises(ValueError):
         LengthTable(lengths=(), values=())
     assert parse_profile({"format": "nspsim-profile", "version": 1}).name == "profile"
+
+
+def test_builtin_flexsp_profile_reproduces_the_published_drop_past_one_host() -> None:
+    from nspsim.profile import builtin_profile_names
+
+    assert "flexsp-a100" in builtin_profile_names()
+    prof = load_profile("flexsp-a100")
+    assert prof.alltoall_bw_by_degree[8] == 96.5e9 and prof.alltoall_bw_by_degree[16] == 10.3e9
+    assert prof.source.startswith("FlexSP")
