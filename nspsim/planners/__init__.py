@@ -1,0 +1,53 @@
+"""Planners: every strategy routes a batch onto the SP tree and returns a validated Plan (SPEC 4, 6).
+
+One registry chooses planners by name::
+
+    from nspsim.planners import PLANNER_NAMES, get_planner, Planner
+    plan = get_planner("nsp", beam_width=8).plan(batch, workload)
+
+``get_planner`` raises ``ValueError`` listing the known names for an unknown name, and naming the
+option for an unknown or invalid option. Every plan's metadata holds ``planning_time_s``, ``load_s``
+(proxy Load, micro-batch Loads summed), ``lower_bound_s``, ``load_over_lower_bound``,
+``step_estimate_s`` and ``micro_batches``, plus planner-specific entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from nspsim.planners.base import Planner
+from nspsim.planners.static_planner import StaticPlanner
+
+_REGISTRY: dict[str, type[Any]] = {
+    "static": StaticPlanner,
+}
+
+PLANNER_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def planner_options(name: str) -> tuple[str, ...]:
+    """Option names the planner ``name`` accepts."""
+    return tuple(f.name for f in fields(_planner_class(name)))
+
+
+def _planner_class(name: str) -> type[Any]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown planner {name!r} (known: {', '.join(PLANNER_NAMES)})") from None
+
+
+def get_planner(name: str, **options: Any) -> Planner:
+    """The planner ``name`` configured with ``options`` (see each planner's class for its options)."""
+    cls = _planner_class(name)
+    known = planner_options(name)
+    for key in options:
+        if key not in known:
+            listed = ", ".join(known) if known else "none"
+            raise ValueError(f"planner {name!r} has no option {key!r} (options: {listed})")
+    planner: Planner = cls(**options)
+    return planner
+
+
+__all__ = ["PLANNER_NAMES", "Planner", "get_planner", "planner_options"]

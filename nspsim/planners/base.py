@@ -1,0 +1,155 @@
+"""What every planner shares: the ``Planner`` protocol, the per-batch planning context, the internal
+placement type and the one way a placement becomes a validated :class:`~nspsim.plan.Plan`.
+
+Planners work in *sorted space*: samples ordered by non-increasing length (``CostTable.order``
+maps back to batch order). A :class:`Placement` holds, per sorted sample, its node's degree and
+first rank and its micro-batch, as int64 arrays; :func:`finish` maps it back to batch order, derives
+the issue order of every micro-batch (roots first, then by rank), evaluates the proxy Load, the lower
+bound and a step estimate, and builds the Plan through :func:`nspsim.plan.make_plan`.
+
+Timing: ``planning_time_s`` is the routing algorithm's wall time on one core, from the batch to the
+placement (what the NSP paper calls the planner's runtime). Building and validating the Plan object
+and evaluating the metadata is the contract's cost, the same for every planner, and is excluded.
+
+Step estimate (used to choose micro-batch counts and the static degree): per micro-batch,
+``max(max_p D_fwd, layers * allgather) + max(max_p D_bwd, layers * (allgather + reduce_scatter))``:
+FSDP collectives are hidden behind a pass's compute when it is longer, and every extra micro-batch
+repeats them (the NSP paper's main argument against micro-batching). It ignores overlap inside a pass,
+which the simulator models.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.batching import Batch
+from nspsim.config import Workload
+from nspsim.plan import Plan, make_plan
+from nspsim.planners.feasibility import check_feasible
+from nspsim.planners.lower_bound import lower_bound
+from nspsim.planners.proxy import CostTable
+from nspsim.sp_tree import Node
+
+IntArray = npt.NDArray[np.int64]
+Metadata = Mapping[str, float | int | str]
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """Routes one batch of a workload: ``plan(batch, workload) -> Plan``."""
+
+    @property
+    def name(self) -> str:
+        """Registry name of the planner."""
+        ...
+
+    def plan(self, batch: Batch, workload: Workload) -> Plan:
+        """A validated plan for ``batch`` on ``workload``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Per sorted sample: node degree, node first rank, micro-batch (int64 arrays)."""
+
+    degrees: IntArray
+    firsts: IntArray
+    micro_batches: IntArray
+    metadata: dict[str, float | int | str] = field(default_factory=dict)
+
+    @property
+    def num_micro_batches(self) -> int:
+        """Number of micro-batches."""
+        return int(self.micro_batches.max()) + 1
+
+    @staticmethod
+    def single(degrees: IntArray, firsts: IntArray, **metadata: float | int | str) -> Placement:
+        """A one-micro-batch placement."""
+        return Placement(degrees, firsts, np.zeros(degrees.size, dtype=np.int64), dict(metadata))
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a planner needs about one batch: workload, full-proxy cost table, levels."""
+
+    batch: Batch
+    workload: Workload
+    table: CostTable
+
+    @property
+    def num_gpus(self) -> int:
+        """P."""
+        return self.workload.tree.num_gpus
+
+    @property
+    def budget(self) -> int:
+        """B_tok."""
+        return self.workload.token_budget
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """Admissible SP degrees, largest first."""
+        return self.workload.tree.degrees
+
+
+def make_context(batch: Batch, workload: Workload) -> Context:
+    """Cost table of ``batch`` (full proxy); ``ValueError`` if a sample fits no admissible group."""
+    table = CostTable(workload.cost, workload.tree, batch.lengths, workload.token_budget)
+    check_feasible(table, batch, workload.tree.spmax)
+    return Context(batch=batch, workload=workload, table=table)
+
+
+def step_estimate(ctx: Context, placement: Placement) -> float:
+    """Per-micro-batch proxy stage maxima with FSDP collectives repeated per micro-batch (module doc)."""
+    fsdp = ctx.workload.cost.fsdp()
+    layers = ctx.workload.cost.num_layers
+    gather, bwd_comm = layers * fsdp.allgather, layers * (fsdp.allgather + fsdp.reduce_scatter)
+    total = 0.0
+    for mb in range(placement.num_micro_batches):
+        loads = ctx.table.evaluate(placement.degrees, placement.firsts, placement.micro_batches == mb)
+        total += max(float(loads.d_fwd.max()), gather) + max(float(loads.d_bwd.max()), bwd_comm)
+    return total
+
+
+def proxy_load(ctx: Context, placement: Placement) -> float:
+    """Proxy Load of a placement (micro-batch Loads summed)."""
+    return ctx.table.load(placement.degrees, placement.firsts, placement.micro_batches)
+
+
+def _issue_orders(nodes_deg: IntArray, nodes_first: IntArray, mbs: IntArray) -> list[list[Node]]:
+    """Active nodes of every micro-batch, roots first then by rank (vectorised distinct)."""
+    keys = np.unique(np.stack([mbs, -nodes_deg, nodes_first // nodes_deg]), axis=1)
+    orders: list[list[Node]] = [[] for _ in range(int(mbs.max()) + 1)]
+    for mb, neg_deg, index in keys.T.tolist():
+        orders[mb].append(Node(-neg_deg, index))
+    return orders
+
+
+def finish(name: str, ctx: Context, placement: Placement, started: float, extra: Metadata | None = None) -> Plan:
+    """Validated Plan (batch order) with metadata: timing, proxy Load, lower bound, step estimate."""
+    elapsed = time.perf_counter() - started
+    table = ctx.table
+    load = proxy_load(ctx, placement)
+    bound = lower_bound(table)
+    metadata: dict[str, float | int | str] = {
+        "planning_time_s": elapsed, "load_s": load, "lower_bound_s": bound,
+        "load_over_lower_bound": load / bound if bound > 0 else float("inf"),
+        "step_estimate_s": step_estimate(ctx, placement), "micro_batches": placement.num_micro_batches,
+    }
+    metadata.update(placement.metadata)
+    metadata.update(extra or {})
+    inverse = np.empty_like(table.order)
+    inverse[table.order] = np.arange(table.order.size)
+    deg, first, mbs = (a[inverse] for a in (placement.degrees, placement.firsts, placement.micro_batches))
+    nodes = [Node(d, f // d) for d, f in zip(deg.tolist(), first.tolist())]
+    return make_plan(
+        planner=name, cluster=ctx.workload.cluster, model=ctx.workload.model, batch=ctx.batch,
+        spmax=ctx.workload.tree.spmax, token_budget=ctx.budget, nodes=nodes, micro_batches=mbs.tolist(),
+        backend=ctx.workload.config.backend, issue_order=_issue_orders(deg, first, mbs), metadata=metadata,
+    )

@@ -1,0 +1,191 @@
+"""Planner-side arithmetic on the routing proxy (SPEC 3, NSP paper 4.1.2), vectorised per batch.
+
+A planner scores thousands of candidate placements, so it cannot call the cost model per candidate.
+:class:`CostTable` asks the :class:`~nspsim.cost_model.CostModel` once per (distinct length, degree)
+and keeps, for each sample j and admissible degree d, what the sample adds to *every* GPU of its
+group, separately for the forward and backward pass:
+
+    fwd_j(d) = layers * (attn_fwd_j(d) + O_fwd'(L_j / d)),  likewise bwd_j(d),
+
+plus, per active node, the collective latency ``layers * node_overhead(d)``. ``O'`` is the
+non-attention time per sharded token: the planners assume the cost model's non-attention time of a GPU
+is affine in its token count (slope plus an intercept paid by every GPU that holds tokens), which is
+exact for the analytic model (GEMMs are linear; the expert-parallel all-to-all is latency plus
+bytes). :func:`fit_non_attention` checks the assumption at three points and refuses a cost model that
+violates it, so the per-GPU sums below equal :func:`nspsim.load.plan_load` exactly (tested).
+
+Two proxies exist: ``"full"`` (the paper's cost model) and ``"attn-fwd"`` (the "w/o cost model"
+ablation: attention forward only, no backward, no non-attention work). Trade-off: tables cost one
+cost-model call per degree, after which every score is array arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.cost_model import CostModel
+from nspsim.sp_tree import SPTree
+
+PROXIES = ("full", "attn-fwd")
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+_AFFINE_RTOL = 1e-6
+
+
+@dataclass(frozen=True)
+class NonAttentionFit:
+    """Per-layer non-attention time of a GPU with t > 0 tokens: ``intercept + slope * t`` (fwd, bwd)."""
+
+    fwd_slope: float
+    bwd_slope: float
+    fwd_intercept: float
+    bwd_intercept: float
+
+
+def fit_non_attention(cost: CostModel, scale: float) -> NonAttentionFit:
+    """Fit the affine non-attention model from three probes up to ``scale`` tokens.
+
+    Raises ``ValueError`` when the cost model's non-attention time is not affine in the tokens.
+    """
+    probes = [cost.non_attention(t) for t in (1.0, scale / 2 + 1.0, scale + 1.0)]
+    fits = []
+    for part in ("fwd", "bwd"):
+        y0, y1, y2 = (float(getattr(p, part)) for p in probes)
+        slope = (y2 - y0) / scale
+        predicted = y0 + slope * (scale / 2)
+        if abs(predicted - y1) > _AFFINE_RTOL * max(abs(y1), 1e-30):
+            raise ValueError(
+                "the planners need a cost model whose non-attention time is affine in the token count; "
+                f"{type(cost).__name__}.non_attention is not ({part}: {y1:.6g} vs affine {predicted:.6g})"
+            )
+        fits.append((slope, y0 - slope))
+    (fs, fi), (bs, bi) = fits
+    return NonAttentionFit(fwd_slope=fs, bwd_slope=bs, fwd_intercept=fi, bwd_intercept=bi)
+
+
+@dataclass(frozen=True)
+class ProxyLoad:
+    """Per-GPU forward and backward stage times (seconds) of one micro-batch under a proxy."""
+
+    d_fwd: FloatArray
+    d_bwd: FloatArray
+    tokens: FloatArray
+
+    @property
+    def per_gpu(self) -> FloatArray:
+        """C_p = D_p^fwd + D_p^bwd."""
+        return self.d_fwd + self.d_bwd
+
+    @property
+    def load(self) -> float:
+        """Load = max_p D_p^fwd + max_p D_p^bwd."""
+        return float(self.d_fwd.max() + self.d_bwd.max())
+
+
+class CostTable:
+    """Per-sample, per-degree proxy costs of one batch, samples sorted by non-increasing length.
+
+    ``order[i]`` is the batch index of sorted sample ``i``; every array here is in sorted order.
+    """
+
+    def __init__(self, cost: CostModel, tree: SPTree, lengths: npt.ArrayLike, token_budget: int,
+                 kind: str = "full") -> None:
+        if kind not in PROXIES:
+            raise ValueError(f"unknown proxy {kind!r} (known: {', '.join(PROXIES)})")
+        raw = np.asarray(lengths, dtype=np.int64)
+        self.kind = kind
+        self.tree = tree
+        self.token_budget = int(token_budget)
+        self.order: IntArray = np.argsort(-raw, kind="stable").astype(np.int64)
+        self.lengths: IntArray = raw[self.order]
+        self.layers = cost.num_layers
+        self._cost = cost
+        self.fit = fit_non_attention(cost, float(max(token_budget, 2)))
+        self._distinct, self._inverse = np.unique(self.lengths, return_inverse=True)
+        self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples in the batch."""
+        return int(self.lengths.size)
+
+    def sample_costs(self, degree: int) -> tuple[FloatArray, FloatArray]:
+        """(fwd, bwd) seconds each sorted sample adds to every GPU of a node of ``degree``."""
+        if degree not in self._tables:
+            self._tables[degree] = self._compute(degree)
+        return self._tables[degree]
+
+    def total(self, degree: int) -> FloatArray:
+        """fwd + bwd per sorted sample at ``degree``: its contribution to C_p."""
+        fwd, bwd = self.sample_costs(degree)
+        return fwd + bwd
+
+    def _compute(self, degree: int) -> tuple[FloatArray, FloatArray]:
+        att = self._cost.attention_sample_costs(self._distinct, degree)
+        layers = self.layers
+        if self.kind == "attn-fwd":
+            fwd = layers * np.asarray(att.fwd, dtype=np.float64)
+            return fwd[self._inverse], np.zeros(self.num_samples)
+        per_gpu_tokens = self._distinct / degree
+        fwd = layers * (np.asarray(att.fwd, dtype=np.float64) + self.fit.fwd_slope * per_gpu_tokens)
+        bwd = layers * (np.asarray(att.bwd, dtype=np.float64) + self.fit.bwd_slope * per_gpu_tokens)
+        return fwd[self._inverse], bwd[self._inverse]
+
+    def overhead(self, degree: int) -> tuple[float, float]:
+        """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers."""
+        fwd, bwd = self._cost.node_overhead(degree)
+        if self.kind == "attn-fwd":
+            return self.layers * fwd, 0.0
+        return self.layers * fwd, self.layers * bwd
+
+    def overhead_total(self, degree: int) -> float:
+        """fwd + bwd node latency per GPU (what activating a node adds to C_p)."""
+        fwd, bwd = self.overhead(degree)
+        return fwd + bwd
+
+    @cached_property
+    def intercept(self) -> tuple[float, float]:
+        """(fwd, bwd) non-attention time every GPU holding tokens pays regardless of their number."""
+        if self.kind == "attn-fwd":
+            return 0.0, 0.0
+        return self.layers * self.fit.fwd_intercept, self.layers * self.fit.bwd_intercept
+
+    def min_degree(self, levels: tuple[int, ...]) -> IntArray:
+        """Per sorted sample, the smallest degree in ``levels`` whose shard fits B_tok (0: none fits)."""
+        out = np.zeros(self.num_samples, dtype=np.int64)
+        for deg in sorted(levels, reverse=True):
+            out[self.lengths <= deg * self.token_budget] = deg
+        return out
+
+    def evaluate(self, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_] | None = None) -> ProxyLoad:
+        """Per-GPU stage times of the sorted samples placed on ``(degrees, firsts)`` (optionally a subset)."""
+        tree = self.tree
+        sel = np.ones(self.num_samples, dtype=bool) if mask is None else mask
+        d_fwd = np.zeros(tree.num_gpus)
+        d_bwd = np.zeros(tree.num_gpus)
+        tokens = np.zeros(tree.num_gpus)
+        for deg in np.unique(degrees[sel]):
+            d = int(deg)
+            at = sel & (degrees == deg)
+            blocks = firsts[at] // d
+            nb = tree.num_gpus // d
+            fwd, bwd = self.sample_costs(d)
+            ofwd, obwd = self.overhead(d)
+            active = np.bincount(blocks, minlength=nb) > 0
+            d_fwd += np.repeat(np.bincount(blocks, weights=fwd[at], minlength=nb) + active * ofwd, d)
+            d_bwd += np.repeat(np.bincount(blocks, weights=bwd[at], minlength=nb) + active * obwd, d)
+            tokens += np.repeat(np.bincount(blocks, weights=self.lengths[at] / d, minlength=nb), d)
+        held = tokens > 0
+        ifwd, ibwd = self.intercept
+        return ProxyLoad(d_fwd=d_fwd + held * ifwd, d_bwd=d_bwd + held * ibwd, tokens=tokens)
+
+    def load(self, degrees: IntArray, firsts: IntArray, micro_batches: IntArray | None = None) -> float:
+        """Proxy Load of a placement; micro-batch Loads summed when ``micro_batches`` is given."""
+        if micro_batches is None:
+            return self.evaluate(degrees, firsts).load
+        return sum(self.evaluate(degrees, firsts, micro_batches == mb).load
+                   for mb in range(int(micro_batches.max()) + 1))

@@ -1,0 +1,147 @@
+"""Static SP (SPEC 6; DeepSpeed-Ulysses style): one SP degree s for every sample of the batch.
+
+The P GPUs form P/s disjoint groups of s consecutive ranks. Samples, longest first, are packed onto
+the groups to balance the cost-model load under the token budget (each GPU of a group holds L/s
+tokens per sample):
+
+* the *head* (samples costing more than 1/32 of a group's mean load) goes by the exact greedy rule
+  (each to the least-loaded group that can hold it, :func:`least_loaded_fill`, i.e. LPT);
+* the many small samples that remain are interleaved by :func:`interleave_fill` (slots proportional
+  to each group's deficit below the water level), vectorised where LPT would need ~n/(P/s) rounds.
+  If that breaks a group's token budget, the exact rule packs the tail instead.
+
+When the batch does not fit one pass (sum L > P * B_tok, or packing overflows), the groups of m
+micro-batches form one pool of m * P/s units and m grows from the memory minimum until everything
+fits. ``degree="auto"`` (default) tries every admissible power-of-two degree that holds the longest
+sample and keeps the one with the smallest step estimate (per-micro-batch FSDP included; see
+:mod:`nspsim.planners.base`). A fixed degree that cannot hold a sample raises ``ValueError`` so a sweep
+over fixed degrees (``compare``'s "fastest fixed degree over a run") can skip it. Trade-off: packing
+by the cost model balances FLOPs, not tokens; the token budget is the only memory guard.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from nspsim.batching import Batch
+from nspsim.config import Workload
+from nspsim.plan import Plan
+from nspsim.planners.base import Context, IntArray, Placement, finish, make_context, proxy_load, step_estimate
+from nspsim.planners.packing import interleave_fill, least_loaded_fill
+from nspsim.sp_tree import is_power_of_two
+
+HEAD_FRACTION = 1.0 / 32
+
+
+@dataclass(frozen=True)
+class StaticCandidate:
+    """One degree's packing with its proxy Load and step estimate."""
+
+    degree: int
+    placement: Placement
+    load: float
+    step: float
+
+
+def check_degree(ctx: Context, degree: int, first: int = 0) -> None:
+    """``ValueError`` unless ``degree`` is admissible and holds sorted sample ``first`` (the longest)."""
+    spmax = ctx.workload.tree.spmax
+    if not is_power_of_two(degree) or degree > spmax:
+        raise ValueError(f"static SP degree {degree} is not admissible: use a power of two <= spmax={spmax}")
+    longest = int(ctx.table.lengths[first])
+    if longest > degree * ctx.budget:
+        need = next(d for d in reversed(ctx.levels) if longest <= d * ctx.budget)
+        raise ValueError(
+            f"static SP degree {degree} cannot hold sample {int(ctx.table.order[first])} (length {longest}): its shard "
+            f"{-(-longest // degree)} exceeds the token budget B_tok={ctx.budget} tokens per GPU; the smallest degree "
+            f"that holds it is {need}"
+        )
+
+
+def _pack(ctx: Context, degree: int, units: int, select: IntArray) -> IntArray | None:
+    """Unit of each selected sorted sample, or ``None`` if the units cannot hold them within B_tok."""
+    table = ctx.table
+    cost = table.total(degree)[select]
+    tokens = table.lengths[select] / degree
+    head = int(np.searchsorted(-cost, -HEAD_FRACTION * cost.sum() / units, side="right"))
+    surcharge = np.full(units, table.overhead_total(degree))
+    out, loads, toks = least_loaded_fill(np.zeros(units), np.zeros(units), cost[:head], tokens[:head],
+                                         ctx.budget, surcharge)
+    tail = interleave_fill(loads, cost[head:])
+    tail_toks = toks + np.bincount(tail, weights=tokens[head:], minlength=units)
+    if tail_toks.max() > ctx.budget * (1 + 1e-9):
+        surcharge[out] = 0.0
+        tail, _, tail_toks = least_loaded_fill(loads, toks, cost[head:], tokens[head:], ctx.budget, surcharge)
+    if tail_toks.max() > ctx.budget * (1 + 1e-9):
+        return None
+    result: IntArray = np.concatenate([out, tail])
+    return result
+
+
+def pack_degree(ctx: Context, degree: int, select: IntArray | None = None) -> Placement:
+    """Static placement at ``degree`` of the selected sorted samples (all by default)."""
+    sel = np.arange(ctx.table.num_samples) if select is None else select
+    check_degree(ctx, degree, int(sel[0]))
+    groups = ctx.num_gpus // degree
+    tokens = float(ctx.table.lengths[sel].sum())
+    m = max(1, math.ceil(tokens / (ctx.num_gpus * ctx.budget * (1 + 1e-9))))
+    while True:
+        units = _pack(ctx, degree, m * groups, sel)
+        if units is not None:
+            return _placement(ctx, degree, groups, sel, units)
+        m += 1
+
+
+def _placement(ctx: Context, degree: int, groups: int, sel: IntArray, units: IntArray) -> Placement:
+    n = ctx.table.num_samples
+    degrees = np.full(n, degree, dtype=np.int64)
+    firsts = np.zeros(n, dtype=np.int64)
+    mbs = np.zeros(n, dtype=np.int64)
+    firsts[sel] = (units % groups) * degree
+    raw_mb = units // groups
+    _, mbs[sel] = np.unique(raw_mb, return_inverse=True)  # drop empty micro-batches
+    return Placement(degrees, firsts, mbs, {"static_degree": degree})
+
+
+def sweep(ctx: Context, degrees: tuple[int, ...] | None = None) -> list[StaticCandidate]:
+    """Packings at every degree that holds the longest sample (or at ``degrees``)."""
+    longest = int(ctx.table.lengths[0])
+    chosen = degrees or tuple(d for d in ctx.levels if longest <= d * ctx.budget)
+    out = []
+    for d in chosen:
+        placement = pack_degree(ctx, d)
+        out.append(StaticCandidate(d, placement, proxy_load(ctx, placement), step_estimate(ctx, placement)))
+    return out
+
+
+def best(candidates: list[StaticCandidate]) -> StaticCandidate:
+    """Smallest step estimate, then smallest Load, then smallest degree."""
+    return min(candidates, key=lambda c: (c.step, c.load, c.degree))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticPlanner:
+    """Static SP with ``degree="auto"`` (best admissible degree for the batch) or a fixed int."""
+
+    degree: int | str = "auto"
+    name: ClassVar[str] = "static"
+
+    def __post_init__(self) -> None:
+        if self.degree != "auto" and (isinstance(self.degree, bool) or not isinstance(self.degree, int)
+                                      or not is_power_of_two(self.degree)):
+            raise ValueError(f"static option degree must be 'auto' or a power of two, got {self.degree!r}")
+
+    def plan(self, batch: Batch, workload: Workload) -> Plan:
+        """Pack the batch at the fixed degree, or at the best degree for ``"auto"``."""
+        started = time.perf_counter()
+        ctx = make_context(batch, workload)
+        if isinstance(self.degree, int):
+            placement = pack_degree(ctx, self.degree)
+        else:
+            placement = best(sweep(ctx)).placement
+        return finish(self.name, ctx, placement, started, {"degree_option": str(self.degree)})

@@ -1,0 +1,47 @@
+"""Workloads and checks shared by the planner tests (tests/test_planner*.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from helpers import make_batch
+from nspsim.batching import Batch
+from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.load import plan_load
+from nspsim.plan import Plan
+
+
+def tiny_workload(gpus: int = 4, token_budget: int | None = 4096, model: str = "tiny", **kw: object) -> Workload:
+    """The ``tiny`` model on ``gpus`` H100s with an explicit token budget (fast, exact arithmetic)."""
+    cfg = WorkloadConfig(model=model, cluster="h100", gpus=gpus, token_budget=token_budget,
+                         tokens_per_batch=1 << 20, max_context=1 << 16, **kw)  # type: ignore[arg-type]
+    return build_workload(cfg)
+
+
+def batch_of(lengths: Sequence[int]) -> Batch:
+    """A batch holding exactly ``lengths``."""
+    batch: Batch = make_batch(lengths)
+    return batch
+
+
+def exact_load(plan: Plan, workload: Workload) -> float:
+    """Proxy Load from ``nspsim.load.plan_load`` (the reference), micro-batches summed."""
+    lengths, degrees, firsts, mbs = plan.arrays
+    return sum(plan_load(workload.cost, workload.tree, lengths[mbs == mb], degrees[mbs == mb], firsts[mbs == mb]).load
+               for mb in range(plan.num_micro_batches))
+
+
+def check_valid(plan: Plan, workload: Workload, lengths: Sequence[int]) -> None:
+    """Every sample placed once on an admissible node, budgets hold, metadata is consistent."""
+    assert plan.lengths == tuple(lengths)
+    assert len(plan.nodes) == len(lengths)
+    assert all(workload.tree.has_node(n) and n.degree <= workload.tree.spmax for n in plan.nodes)
+    for mb in range(plan.num_micro_batches):
+        assert plan.tokens_per_gpu(mb).max() <= workload.token_budget * (1 + 1e-9)
+    meta = plan.metadata
+    assert np.isclose(float(meta["load_s"]), exact_load(plan, workload), rtol=1e-9)
+    assert float(meta["lower_bound_s"]) <= float(meta["load_s"]) * (1 + 1e-9)
+    assert float(meta["planning_time_s"]) >= 0
+    assert int(meta["micro_batches"]) == plan.num_micro_batches
