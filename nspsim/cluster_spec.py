@@ -125,7 +125,22 @@ def h200(num_gpus: int = 64) -> ClusterSpec:
     return _preset("h200", H200, num_gpus, nvlink_bw=370e9, nic_bw=46e9, host_bw=45e9)
 
 
-CLUSTER_PRESETS: Mapping[str, Callable[[int], ClusterSpec]] = {"a100": a100, "h100": h100, "h200": h200}
+CPU_GLOO = GpuSpec(name="cpu-gloo-1thread", peak_flops=60e9, matmul_flops=30e9, attn_fwd_flops=6e9,
+                   attn_bwd_flops=3e9, hbm_bytes=8 * GIB, hbm_bw=10e9)
+
+
+def cpu(num_gpus: int = 4) -> ClusterSpec:
+    """One CPU host running the runtime under gloo, one process (one "GPU") per rank, one thread each.
+
+    Provisional figures (to be replaced by measured ones).
+    """
+    return ClusterSpec(name="cpu", gpu=CPU_GLOO, num_gpus=num_gpus, gpus_per_node=num_gpus, nvlink_bw=1e9,
+                       nic_bw=1e9, host_bw=10e9, intra_latency_s=100e-6, inter_latency_s=100e-6)
+
+
+CLUSTER_PRESETS: Mapping[str, Callable[[int], ClusterSpec]] = {
+    "a100": a100, "h100": h100, "h200": h200, "cpu": cpu,
+}
 
 
 def get_cluster(name: str, num_gpus: int = 64) -> ClusterSpec:

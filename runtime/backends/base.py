@@ -1,0 +1,188 @@
+"""The three-phase SP backend interface (SPEC section 5; paper section 4.1.2) and the leaf backend.
+
+A backend runs the attention core of one SP-tree node on one rank of its group, split into a
+communication prologue, local compute and a communication epilogue, separately for forward and
+backward. The executor calls the phases of all of a rank's nodes in one global order
+(:mod:`runtime.schedule`), so a prologue or epilogue only *issues* asynchronous collectives and the
+next phase of the same node waits for them. State between phases lives in a :class:`NodeTask`.
+
+Tree-level recomputation: ``task.recompute`` marks node samples whose attention state is not kept
+after forward; in backward the prologue re-issues their forward communication and the compute phase
+reruns their forward attention (charged to ``attn_remat``) before the backward kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import Tensor
+
+from runtime.attention_kernels import AttentionKernel, Segments
+from runtime.groups import Comm, Pending
+from runtime.layout import Slot
+from runtime.timing import PhaseClock
+
+
+@dataclass
+class ExecContext:
+    """What every backend needs: the communicator, the local kernel, the clock and a per-executor
+    memo for index arrays derived from the plan (reused across layers and passes)."""
+
+    comm: Comm
+    kernel: AttentionKernel
+    clock: PhaseClock
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    def cached(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` once per ``key`` for this executor."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+
+@dataclass
+class NodeTask:
+    """One node's attention work on this rank for one layer application (forward and backward)."""
+
+    slot: Slot
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    recompute: npt.NDArray[np.bool_]
+    pending: list[Pending] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    out: Tensor | None = None
+    dout: Tensor | None = None
+    grads: tuple[Tensor, Tensor, Tensor] | None = None
+
+    @property
+    def any_recompute(self) -> bool:
+        """Whether some samples of this node are recomputed in backward."""
+        return bool(self.recompute.any())
+
+    @property
+    def all_recompute(self) -> bool:
+        """Whether every sample of this node is recomputed in backward."""
+        return bool(self.recompute.all())
+
+    def wait_all(self, category: str | None = "sp_exposed_comm") -> None:
+        """Wait for every outstanding collective of this task."""
+        for p in self.pending:
+            p.wait(category)
+        self.pending.clear()
+
+
+class SPBackend(Protocol):
+    """Three phases per pass; ``*_finish`` returns the node's local result in sequence layout."""
+
+    name: str
+
+    def fwd_prologue(self, t: NodeTask, ctx: ExecContext) -> None: ...
+    def fwd_compute(self, t: NodeTask, ctx: ExecContext) -> None: ...
+    def fwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None: ...
+    def fwd_finish(self, t: NodeTask, ctx: ExecContext) -> Tensor: ...
+    def bwd_prologue(self, t: NodeTask, ctx: ExecContext) -> None: ...
+    def bwd_compute(self, t: NodeTask, ctx: ExecContext) -> None: ...
+    def bwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None: ...
+    def bwd_finish(self, t: NodeTask, ctx: ExecContext) -> tuple[Tensor, Tensor, Tensor]: ...
+
+
+def sample_segments(lengths: npt.NDArray[np.int64]) -> Segments:
+    """Causal self-attention segments of whole samples."""
+    return Segments.same(lengths.tolist())
+
+
+def select_rows(x: Tensor, rows: npt.NDArray[np.int64]) -> Tensor:
+    """``x[rows]`` with a numpy index."""
+    return x.index_select(0, torch.as_tensor(rows, device=x.device))
+
+
+def keep_rows(t: NodeTask, rows: npt.NDArray[np.int64], tensors: dict[str, Tensor]) -> None:
+    """Save the given forward tensors, restricted to ``rows`` (the kept samples), in ``t.state``."""
+    if t.all_recompute:
+        return
+    t.state["kept_rows"] = rows
+    for name, x in tensors.items():
+        t.state[name] = x if rows.size == x.shape[0] else select_rows(x, rows)
+
+
+def merge_kept(t: NodeTask, total: int, rows: npt.NDArray[np.int64],
+               recomputed: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Full tensors of ``total`` rows from the kept rows in ``t.state`` and the recomputed ``rows``."""
+    if t.all_recompute:
+        return recomputed
+    kept_idx = torch.as_tensor(t.state["kept_rows"])
+    new_idx = torch.as_tensor(rows)
+    out = {}
+    for name, x in recomputed.items():
+        full = x.new_empty((total, *x.shape[1:]))
+        full.index_copy_(0, kept_idx.to(x.device), t.state[name])
+        full.index_copy_(0, new_idx.to(x.device), x)
+        out[name] = full
+    return out
+
+
+def kept_state(t: NodeTask, names: tuple[str, ...]) -> dict[str, Tensor]:
+    """The saved tensors of a node with nothing to recompute."""
+    return {name: t.state[name] for name in names}
+
+
+class LocalBackend:
+    """Degree-1 nodes: whole samples on one rank, no communication. Recompute-marked samples keep
+    only the inputs (which the layer holds anyway) and rerun their forward kernel in backward."""
+
+    name = "local"
+
+    def fwd_prologue(self, t: NodeTask, ctx: ExecContext) -> None:
+        """No communication."""
+
+    def fwd_compute(self, t: NodeTask, ctx: ExecContext) -> None:
+        """Run the kernel over the node's whole samples."""
+        seg = sample_segments(t.slot.shards.lengths)
+        with ctx.clock.measure("attn_fwd"):
+            out, lse = ctx.kernel.forward(t.q, t.k, t.v, seg, causal=True)
+        t.out = out
+        keep_rows(t, t.slot.shards.local_rows_of(0, ~t.recompute), {"out": out, "lse": lse})
+
+    def fwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
+        """No communication."""
+
+    def fwd_finish(self, t: NodeTask, ctx: ExecContext) -> Tensor:
+        """The node's output rows."""
+        assert t.out is not None
+        return t.out
+
+    def bwd_prologue(self, t: NodeTask, ctx: ExecContext) -> None:
+        """No communication."""
+
+    def bwd_compute(self, t: NodeTask, ctx: ExecContext) -> None:
+        """Recompute the marked samples if needed, then run the backward kernel."""
+        seg = sample_segments(t.slot.shards.lengths)
+        out, lse = self._forward_state(t, ctx, seg)
+        assert t.dout is not None
+        with ctx.clock.measure("attn_bwd"):
+            t.grads = ctx.kernel.backward(t.dout, t.q, t.k, t.v, out, lse, seg, causal=True)
+
+    def _forward_state(self, t: NodeTask, ctx: ExecContext, seg: Segments) -> tuple[Tensor, Tensor]:
+        if not t.any_recompute:
+            return t.state["out"], t.state["lse"]
+        with ctx.clock.measure("attn_remat"):
+            rows = t.slot.shards.local_rows_of(0, t.recompute)
+            q, k, v = (select_rows(x, rows) for x in (t.q, t.k, t.v))
+            out_r, lse_r = ctx.kernel.forward(q, k, v, sample_segments(t.slot.shards.lengths[t.recompute]),
+                                              causal=True)
+        full = merge_kept(t, t.q.shape[0], rows, {"out": out_r, "lse": lse_r})
+        return full["out"], full["lse"]
+
+    def bwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
+        """No communication."""
+
+    def bwd_finish(self, t: NodeTask, ctx: ExecContext) -> tuple[Tensor, Tensor, Tensor]:
+        """Gradients of the node's q, k, v rows."""
+        assert t.grads is not None
+        return t.grads

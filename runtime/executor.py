@@ -1,0 +1,330 @@
+"""The nested SP executor: runs one training step of a Plan on this rank (SPEC section 5).
+
+Per step: (1) every rank all-gathers the plan's content hash on the control group and stops with
+:class:`PlanMismatchError` unless all agree, before any other collective; (2) the process groups of
+the plan's nodes are created (same order everywhere); (3) per micro-batch, one all-to-all moves token
+ids and positions from the input layout to the plan's execution layout, the model runs with its
+attention call replaced by :class:`NestedAttention`, and a second all-to-all (differentiable) returns
+the final hidden rows to the input layout, where the loss of that micro-batch is computed and
+back-propagated (the loss is normalised by the whole batch's token count, so micro-batches add up).
+
+:class:`NestedAttention` is one autograd Function per layer call. Its forward and backward run the
+phases of this rank's nodes in the global streamed order of :mod:`runtime.schedule` (prologues of the
+next node in flight while the current node computes), each phase delegated to the node's backend
+(Ulysses, Ring, or the local one for leaves). Tree-level recomputation: samples marked ``recompute``
+keep no attention state after forward and are recomputed (communication and kernel) in backward.
+
+Gradients are summed over all ranks: FSDP2 (``fully_shard`` per layer and at the root) reduce-scatters
+them during backward, or, with ``grad_sync="allreduce"``, one all-reduce of all gradients follows the
+last micro-batch. Trade-off: the layout changes cost two extra all-to-alls per micro-batch, in exchange
+for a data pipeline and loss that never see the plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from nspsim.memory import MemoryModel
+from nspsim.model_spec import ModelSpec
+from nspsim.plan import Plan
+from nspsim.sp_tree import Node
+from runtime.attention_kernels import select_kernel
+from runtime.backends.base import ExecContext, LocalBackend, NodeTask, SPBackend
+from runtime.backends.ring import RingBackend
+from runtime.backends.ulysses import UlyssesBackend
+from runtime.data import TokenStream
+from runtime.groups import Comm, GroupCache
+from runtime.layout import Exchange, NodeShards, RankLayout, exchanges, input_bounds, input_tokens, node_shards, rank_layout
+from runtime.schedule import rank_steps
+from runtime.timing import PhaseClock
+
+RECOMPUTE_MODES = ("plan", "all", "none")
+GRAD_SYNC_MODES = ("fsdp", "allreduce")
+
+
+class PlanMismatchError(RuntimeError):
+    """Ranks hold different plans for the same step."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecOptions:
+    """Executor settings: streaming lookahead (0 = serial phases), recomputation policy, kernel,
+    gradient synchronisation."""
+
+    lookahead: int = 1
+    recompute: str = "plan"
+    kernel: str = "auto"
+    grad_sync: str = "fsdp"
+
+    def __post_init__(self) -> None:
+        if self.lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
+        if self.grad_sync not in GRAD_SYNC_MODES:
+            raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC_MODES)}, got {self.grad_sync!r}")
+
+
+def attention_fits(plan: Plan, memory: MemoryModel) -> bool:
+    """Whether every GPU can keep the attention state of all its samples (no recomputation needed)."""
+    lengths, degrees, firsts, _ = plan.arrays
+    for mb in range(plan.num_micro_batches):
+        mask = plan.sample_mask(mb)
+        per_token = np.array([memory.attention_bytes_per_token(int(d)) for d in degrees[mask]])
+        extra = plan.tree.per_gpu_sum(lengths[mask] / degrees[mask] * per_token, degrees[mask], firsts[mask])
+        if not memory.fits(float(np.max(memory.base_bytes(plan.tokens_per_gpu(mb)) + extra))):
+            return False
+    return True
+
+
+def recompute_marks(plan: Plan, mode: str, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
+    """Per-sample recompute marks: the plan's, or all/none; a plan without marks recomputes all
+    attention only when keeping it would not fit (the paper's baseline)."""
+    n = plan.num_samples
+    if mode == "all":
+        return np.ones(n, dtype=bool)
+    if mode == "none":
+        return np.zeros(n, dtype=bool)
+    if plan.recompute is not None:
+        return np.asarray(plan.recompute, dtype=bool)
+    fits = memory is None or attention_fits(plan, memory)
+    return np.full(n, not fits, dtype=bool)
+
+
+# ---- layout change --------------------------------------------------------------------------------
+class _RowExchangeFn(torch.autograd.Function):
+    """Differentiable all-to-all of rows (forward: A -> B; backward: B -> A)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ex: Exchange, comm: Comm, label: str) -> Tensor:
+        ctx.ex, ctx.comm, ctx.label = ex, comm, label
+        return exchange_rows(comm, ex, x, label)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return exchange_rows(ctx.comm, ctx.ex.reverse(), grad.contiguous(), ctx.label + "-bwd"), None, None, None
+
+
+def exchange_rows(comm: Comm, ex: Exchange, x: Tensor, label: str) -> Tensor:
+    """Run one layout-change all-to-all over the world (blocking; charged to ``sp_exposed_comm``)."""
+    send = x.index_select(0, torch.as_tensor(ex.send_rows, device=x.device)).contiguous()
+    recv = x.new_empty(int(ex.recv_counts.sum()), *x.shape[1:])
+    comm.all_to_all(None, recv, send, ex.recv_counts.tolist(), ex.send_counts.tolist(), label).wait()
+    return recv.index_select(0, torch.as_tensor(ex.recv_perm, device=x.device))
+
+
+# ---- nested attention -----------------------------------------------------------------------------
+class _NestedAttentionFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, runner: NestedAttention) -> Tensor:
+        out, tasks = runner.run_forward(q, k, v)
+        ctx.runner, ctx.tasks = runner, tasks
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
+        dq, dk, dv = ctx.runner.run_backward(ctx.tasks, dout.contiguous())
+        ctx.tasks = None
+        return dq, dk, dv, None
+
+
+class NestedAttention:
+    """The attention call NSP plugs into the model for one micro-batch on one rank."""
+
+    def __init__(self, ctx: ExecContext, layout: RankLayout, backends: Mapping[Node, SPBackend],
+                 marks: npt.NDArray[np.bool_], order: tuple[Node, ...], lookahead: int) -> None:
+        self.ctx, self.layout, self.backends, self.marks = ctx, layout, backends, marks
+        self.steps = rank_steps(order, layout.rank, lookahead)
+        self.serial = lookahead == 0
+        self._empty: tuple[Tensor, Tensor] = (torch.zeros(0), torch.zeros(0))
+        self.slots = {slot.node: slot for slot in layout.slots}
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Attention output for this rank's execution rows."""
+        out: Tensor = _NestedAttentionFn.apply(q, k, v, self)
+        return out
+
+    def _tasks(self, q: Tensor, k: Tensor, v: Tensor) -> dict[Node, NodeTask]:
+        return {node: NodeTask(slot=s, q=q[s.start:s.stop], k=k[s.start:s.stop], v=v[s.start:s.stop],
+                               recompute=self.marks[s.shards.samples])
+                for node, s in self.slots.items()}
+
+    def _drive(self, tasks: dict[Node, NodeTask], prefix: str) -> dict[Node, Any]:
+        results: dict[Node, Any] = {}
+        for step in self.steps:
+            backend, task = self.backends[step.node], tasks[step.node]
+            getattr(backend, f"{prefix}_{step.phase}")(task, self.ctx)
+            if self.serial and step.phase == "epilogue":
+                results[step.node] = getattr(backend, f"{prefix}_finish")(task, self.ctx)
+        for node, task in tasks.items():
+            if node not in results:
+                results[node] = getattr(self.backends[node], f"{prefix}_finish")(task, self.ctx)
+        return results
+
+    def run_forward(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, dict[Node, NodeTask]]:
+        """Forward of every node on this rank; returns the output rows and the per-node state."""
+        self._empty = (q.new_zeros((0, *q.shape[1:])), k.new_zeros((0, *k.shape[1:])))
+        tasks = self._tasks(q, k, v)
+        outs = self._drive(tasks, "fwd")
+        for task in tasks.values():
+            task.out = None
+        return _cat([outs[s.node] for s in self.layout.slots], self._empty[0]), tasks
+
+    def run_backward(self, tasks: dict[Node, NodeTask], dout: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Backward of every node (recomputing marked samples); returns dQ, dK, dV rows."""
+        for task in tasks.values():
+            task.dout = dout[task.slot.start:task.slot.stop]
+        grads = self._drive(tasks, "bwd")
+        parts = [grads[s.node] for s in self.layout.slots]
+        q0, k0 = self._empty
+        return _cat([g[0] for g in parts], q0), _cat([g[1] for g in parts], k0), _cat([g[2] for g in parts], k0)
+
+
+def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
+    return torch.cat(parts, dim=0) if parts else empty
+
+
+# ---- the executor ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MicroBatchLayout:
+    """Everything this rank needs for one micro-batch, derived once per plan."""
+
+    shards: dict[Node, NodeShards]
+    layout: RankLayout
+    layout_in: Exchange
+    input_rows: npt.NDArray[np.int64]
+
+
+@dataclass
+class StepResult:
+    """What one executed step reports (per rank)."""
+
+    loss: float
+    num_tokens: int
+    fwd_bwd_s: float
+    seconds: dict[str, float]
+
+
+class NSPExecutor:
+    """Executes plans on this rank. Process groups are passed in or created through ``groups``."""
+
+    def __init__(self, *, model: nn.Module, spec: ModelSpec, rank: int, world: int, device: torch.device,
+                 groups: GroupCache, options: ExecOptions, control_group: Any = None,
+                 memory: MemoryModel | None = None) -> None:
+        self.model, self.rank, self.world, self.device = model, rank, world, device
+        self.groups, self.options, self.memory = groups, options, memory
+        self.control_group = control_group if control_group is not None else groups.world_group
+        sync = torch.cuda.synchronize if device.type == "cuda" else None
+        self.clock = PhaseClock(sync)
+        self.comm = Comm(rank=rank, world=world, groups=groups, clock=self.clock, device=device)
+        self.ctx = ExecContext(comm=self.comm, kernel=select_kernel(options.kernel, device), clock=self.clock)
+        heads = {"num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads}
+        self._sp: dict[str, SPBackend] = {"ulysses": UlyssesBackend(**heads), "ring": RingBackend(**heads)}
+        self._local = LocalBackend()
+        self._layouts: dict[str, list[MicroBatchLayout]] = {}
+
+    # ---- plan identity ----------------------------------------------------------------------------
+    def check_plan(self, plan: Plan) -> None:
+        """All ranks must hold the same plan (content hash); raises :class:`PlanMismatchError` on every
+        rank otherwise. This is the step's first collective."""
+        hashes: list[Any] = [None] * self.world
+        dist.all_gather_object(hashes, plan.content_hash, group=self.control_group)
+        self.comm.log.append((tuple(range(self.world)), "plan-hash"))
+        if len(set(hashes)) != 1:
+            groups: dict[str, list[int]] = {}
+            for r, h in enumerate(hashes):
+                groups.setdefault(str(h), []).append(r)
+            detail = "; ".join(f"ranks {rs} hold {h}" for h, rs in groups.items())
+            raise PlanMismatchError(f"rank {self.rank}: ranks hold different plans for this step ({detail}); "
+                                    "every rank must execute the same plan")
+
+    def layouts(self, plan: Plan) -> list[MicroBatchLayout]:
+        """Per-micro-batch layouts of this rank (cached for the last few plans)."""
+        key = plan.content_hash
+        if key not in self._layouts:
+            if len(self._layouts) >= 2:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = [self._micro_batch_layout(plan, mb) for mb in range(plan.num_micro_batches)]
+        return self._layouts[key]
+
+    def _micro_batch_layout(self, plan: Plan, mb: int) -> MicroBatchLayout:
+        shards = node_shards(plan, mb)
+        exec_tokens = [rank_layout(plan, mb, r, shards).tokens for r in range(self.world)]
+        in_tokens = [input_tokens(plan, mb, r, self.world) for r in range(self.world)]
+        total = int(plan.arrays[0].sum())
+        ex = exchanges(in_tokens, exec_tokens, total)[self.rank]
+        lo = int(input_bounds(total, self.world)[self.rank])
+        return MicroBatchLayout(shards=shards, layout=rank_layout(plan, mb, self.rank, shards), layout_in=ex,
+                                input_rows=in_tokens[self.rank] - lo)
+
+    def _backend(self, plan: Plan, node: Node) -> SPBackend:
+        return self._local if node.degree == 1 else self._sp[plan.backend]
+
+    # ---- one step -----------------------------------------------------------------------------------
+    def run(self, plan: Plan, data: TokenStream) -> StepResult:
+        """Forward and backward of every micro-batch of ``plan`` on this rank's input rows ``data``;
+        gradients are summed over all ranks. The caller steps the optimizer."""
+        self.clock.reset()
+        self.check_plan(plan)
+        self.groups.ensure(n for order in plan.issue_order for n in order)
+        marks = recompute_marks(plan, self.options.recompute, self.memory)
+        total = int(plan.arrays[0].sum())
+        start = time.perf_counter()
+        local_loss = 0.0
+        for mb, mbl in enumerate(self.layouts(plan)):
+            local_loss += self._micro_batch(plan, mb, mbl, data, marks, total)
+        self._sync_grads()
+        fwd_bwd = time.perf_counter() - start
+        loss = torch.tensor([local_loss], dtype=torch.float64)
+        dist.all_reduce(loss, group=self.control_group)
+        self.comm.log.append((tuple(range(self.world)), "loss-sum"))
+        return StepResult(loss=float(loss.item()) / total, num_tokens=total, fwd_bwd_s=fwd_bwd,
+                          seconds=dict(self.clock.seconds))
+
+    def _micro_batch(self, plan: Plan, mb: int, mbl: MicroBatchLayout, data: TokenStream,
+                     marks: npt.NDArray[np.bool_], total: int) -> float:
+        rows = torch.as_tensor(mbl.input_rows)
+        inputs = torch.stack([torch.as_tensor(data.ids), torch.as_tensor(data.positions)], dim=1)
+        moved = exchange_rows(self.comm, mbl.layout_in, inputs.index_select(0, rows), f"layout-in-{mb}")
+        if not torch.equal(moved[:, 1], torch.as_tensor(mbl.layout.positions)):
+            raise RuntimeError(f"rank {self.rank}: the layout change delivered tokens the plan did not assign here")
+        backends = {node: self._backend(plan, node) for node in mbl.shards}
+        attention = NestedAttention(self.ctx, mbl.layout, backends, marks, plan.issue_order[mb],
+                                    self.options.lookahead)
+        back = mbl.layout_in.reverse()
+        targets = torch.as_tensor(data.targets).index_select(0, rows).to(self.device)
+        loss_sum = self.model(moved[:, 0].to(self.device), moved[:, 1].to(self.device), targets,
+                              attention=attention,
+                              relayout=lambda h: _RowExchangeFn.apply(h, back, self.comm, f"layout-out-{mb}"))
+        # FSDP averages gradients over the world; the step needs their sum (the loss is a global mean).
+        scale = self.world if self.options.grad_sync == "fsdp" else 1
+        (loss_sum * (scale / total)).backward()
+        return float(loss_sum.detach().item())
+
+    def _sync_grads(self) -> None:
+        if self.options.grad_sync != "allreduce" or self.world == 1:
+            return
+        with self.clock.measure("fsdp_exposed_comm"):
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=self.groups.world_group)
+            self.comm.log.append((tuple(range(self.world)), "grad-allreduce"))
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+
+
+def default_timeout(seconds: float) -> timedelta:
+    """A ``timedelta`` for process-group timeouts."""
+    return timedelta(seconds=seconds)

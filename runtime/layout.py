@@ -1,0 +1,352 @@
+"""Which tokens each rank holds, before and during NSP execution (pure numpy; no torch).
+
+A batch is a *packed stream*: samples in plan order, concatenated; token ``g`` of the stream is
+position ``g - start[j]`` of its sample ``j``. Two layouts of that stream matter (SPEC section 5):
+
+* **Input layout** (the conventional one the data pipeline delivers and the loss is computed in):
+  rank ``r`` holds the contiguous slice ``[bounds[r], bounds[r+1])`` of the stream, sizes as even as
+  possible. It is the layout of one fixed SP group over all ranks, so no rank ever holds more than
+  ``ceil(N / P)`` tokens however long the longest sample is.
+* **Execution layout** (the plan's): for micro-batch ``m``, a sample on node ``u`` of degree ``k`` is
+  cut into chunks and group rank ``i`` of ``u`` holds its chunks. Ulysses: ``k`` contiguous shards,
+  sizes differing by at most one token (uneven lengths are split, never rejected). Ring: ``2k``
+  chunks, rank ``i`` holding chunks ``i`` and ``2k-1-i`` (zigzag), so every rank gets an equal share of
+  the causal triangle. A rank's execution buffer lists its nodes in the plan's issue order, and
+  inside a node each sample's chunks in plan order.
+
+:func:`exchange` turns any two layouts of the same tokens into the all-to-all that converts one into
+the other (split sizes, the rows each rank sends, the permutation each rank applies on receipt).
+Everything is computed from the plan alone, identically on every rank, with ``rank`` and ``world``
+as plain arguments. Trade-off: per-token index arrays (8 bytes per token per layout) keep the
+arithmetic vectorised and exact for any lengths; at 2M tokens per batch that is 16 MB per layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.plan import Plan
+from nspsim.sp_tree import Node
+
+IntArray = npt.NDArray[np.int64]
+
+
+def even_split(total: int, parts: int) -> IntArray:
+    """Sizes of ``parts`` contiguous pieces of ``total`` items, the first ``total % parts`` one larger."""
+    sizes = np.full(parts, total // parts, dtype=np.int64)
+    sizes[: total % parts] += 1
+    return sizes
+
+
+def input_bounds(total: int, world: int) -> IntArray:
+    """Stream offsets ``[0, ..., total]`` of the input layout: rank r owns ``[b[r], b[r+1])``."""
+    return np.concatenate([[0], np.cumsum(even_split(total, world))]).astype(np.int64)
+
+
+def chunk_owners(degree: int, backend: str) -> IntArray:
+    """Group rank owning each chunk of a sample: Ulysses ``[0..k)``, Ring zigzag ``[0..k, k..0)``."""
+    if degree == 1 or backend == "ulysses":
+        return np.arange(degree, dtype=np.int64)
+    first = np.arange(degree, dtype=np.int64)
+    return np.concatenate([first, first[::-1]])
+
+
+def rank_chunks(degree: int, backend: str, group_rank: int) -> tuple[int, ...]:
+    """Chunk ids a group rank holds of every sample, in local order."""
+    owners = chunk_owners(degree, backend)
+    return tuple(int(c) for c in np.flatnonzero(owners == group_rank))
+
+
+@dataclass(frozen=True)
+class NodeShards:
+    """How the samples of one node (in one micro-batch) are chunked over its group.
+
+    ``chunk_sizes[s, c]`` is the length of chunk ``c`` of the node's ``s``-th sample; chunk offsets are
+    cumulative within the sample.
+    """
+
+    node: Node
+    backend: str
+    samples: IntArray
+    lengths: IntArray
+
+    @cached_property
+    def owners(self) -> IntArray:
+        """Group rank of every chunk."""
+        return chunk_owners(self.node.degree, self.backend)
+
+    @cached_property
+    def chunk_sizes(self) -> IntArray:
+        """``[num_samples, num_chunks]`` chunk lengths (even split of every sample)."""
+        n = self.owners.size
+        base = self.lengths[:, None] // n
+        extra = (np.arange(n)[None, :] < (self.lengths[:, None] % n)).astype(np.int64)
+        return (base + extra).astype(np.int64)
+
+    @cached_property
+    def chunk_offsets(self) -> IntArray:
+        """``[num_samples, num_chunks]`` offset of every chunk inside its sample."""
+        sizes = self.chunk_sizes
+        return (np.cumsum(sizes, axis=1) - sizes).astype(np.int64)
+
+    @property
+    def degree(self) -> int:
+        """SP degree of the node."""
+        return self.node.degree
+
+    def local_sizes(self, group_rank: int) -> IntArray:
+        """Tokens of every sample held by ``group_rank``."""
+        cols = list(rank_chunks(self.degree, self.backend, group_rank))
+        return self.chunk_sizes[:, cols].sum(axis=1).astype(np.int64)
+
+    @cached_property
+    def rank_tokens(self) -> IntArray:
+        """Tokens held by every group rank (the Ulysses split sizes)."""
+        return np.array([int(self.local_sizes(i).sum()) for i in range(self.degree)], dtype=np.int64)
+
+    def local_positions(self, group_rank: int) -> IntArray:
+        """Position inside its sample of every local row of ``group_rank`` (local order)."""
+        parts = [np.arange(self.chunk_offsets[s, c], self.chunk_offsets[s, c] + self.chunk_sizes[s, c])
+                 for s in range(self.samples.size) for c in rank_chunks(self.degree, self.backend, group_rank)]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+    def local_sample_index(self, group_rank: int) -> IntArray:
+        """Node-local sample index (0..num_samples) of every local row of ``group_rank``."""
+        return np.repeat(np.arange(self.samples.size), self.local_sizes(group_rank)).astype(np.int64)
+
+    def subset(self, mask: npt.NDArray[np.bool_]) -> NodeShards:
+        """The same node restricted to the samples selected by ``mask`` (a recompute subset)."""
+        return NodeShards(node=self.node, backend=self.backend, samples=self.samples[mask], lengths=self.lengths[mask])
+
+    def local_rows_of(self, group_rank: int, mask: npt.NDArray[np.bool_]) -> IntArray:
+        """Local row indices of ``group_rank`` that belong to the samples selected by ``mask``."""
+        return np.flatnonzero(mask[self.local_sample_index(group_rank)]).astype(np.int64)
+
+
+def ulysses_gather_order(shards: NodeShards) -> IntArray:
+    """Permutation from received order to sequence order after the Ulysses all-to-all.
+
+    Received rows come grouped by source rank (each source's rows in its local order: sample by
+    sample); whole sequences need, per sample, the shards of ranks 0..k-1 one after another.
+    ``seq = received[perm]``.
+    """
+    sizes = np.stack([shards.local_sizes(r) for r in range(shards.degree)], axis=1)  # [samples, ranks]
+    recv_start = np.concatenate([[0], np.cumsum(sizes.T.reshape(-1))[:-1]]).reshape(shards.degree, -1).T
+    parts = [np.arange(recv_start[s, r], recv_start[s, r] + sizes[s, r])
+             for s in range(sizes.shape[0]) for r in range(shards.degree)]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One node a rank takes part in: its shards and the rank's rows ``[start, stop)`` in its
+    execution buffer."""
+
+    shards: NodeShards
+    group_rank: int
+    start: int
+    stop: int
+
+    @property
+    def node(self) -> Node:
+        """The SP-tree node."""
+        return self.shards.node
+
+    @property
+    def rows(self) -> int:
+        """Local rows of this slot."""
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """A rank's execution layout for one micro-batch: its slots and the stream index of every row."""
+
+    rank: int
+    slots: tuple[Slot, ...]
+    tokens: IntArray
+    positions: IntArray
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the execution buffer."""
+        return int(self.tokens.size)
+
+
+def node_shards(plan: Plan, micro_batch: int, backend: str | None = None) -> dict[Node, NodeShards]:
+    """Shards of every active node of ``micro_batch`` (samples in plan order)."""
+    backend = backend or plan.backend
+    lengths, degrees, firsts, mbs = plan.arrays
+    out: dict[Node, NodeShards] = {}
+    for node in plan.issue_order[micro_batch]:
+        ids = np.flatnonzero((mbs == micro_batch) & (degrees == node.degree) & (firsts == node.first_rank))
+        out[node] = NodeShards(node=node, backend=backend, samples=ids.astype(np.int64), lengths=lengths[ids])
+    return out
+
+
+def sample_starts(plan: Plan) -> IntArray:
+    """Stream offset of every sample."""
+    lengths = plan.arrays[0]
+    return (np.cumsum(lengths) - lengths).astype(np.int64)
+
+
+def rank_layout(plan: Plan, micro_batch: int, rank: int, shards: dict[Node, NodeShards] | None = None) -> RankLayout:
+    """Execution layout of ``rank`` for ``micro_batch`` (see the module docstring)."""
+    shards = shards if shards is not None else node_shards(plan, micro_batch)
+    starts = sample_starts(plan)
+    slots: list[Slot] = []
+    tokens: list[IntArray] = []
+    positions: list[IntArray] = []
+    row = 0
+    for node in plan.issue_order[micro_batch]:
+        if not node.contains_rank(rank):
+            continue
+        sh = shards[node]
+        gr = rank - node.first_rank
+        pos = sh.local_positions(gr)
+        tokens.append(starts[sh.samples][sh.local_sample_index(gr)] + pos)
+        positions.append(pos)
+        slots.append(Slot(shards=sh, group_rank=gr, start=row, stop=row + pos.size))
+        row += pos.size
+    cat = (lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, dtype=np.int64))
+    return RankLayout(rank=rank, slots=tuple(slots), tokens=cat(tokens), positions=cat(positions))
+
+
+def input_tokens(plan: Plan, micro_batch: int, rank: int, world: int) -> IntArray:
+    """Stream indices of ``micro_batch`` that ``rank`` holds in the input layout (increasing)."""
+    bounds = input_bounds(int(plan.arrays[0].sum()), world)
+    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+    sample = sample_of_token(plan)[lo:hi]
+    keep = plan.arrays[3][sample] == micro_batch
+    return (np.arange(lo, hi, dtype=np.int64)[keep]).astype(np.int64)
+
+
+def sample_of_token(plan: Plan) -> IntArray:
+    """Sample index of every stream token."""
+    lengths = plan.arrays[0]
+    return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One all-to-all that turns layout A into layout B (for one rank).
+
+    The rank sends ``send_rows`` of its A buffer (grouped by destination; ``send_counts[d]`` to rank
+    ``d``), receives ``recv_counts[s]`` rows from each source ``s`` in source order, and gets its B
+    buffer as ``received[recv_perm]``.
+    """
+
+    send_rows: IntArray
+    send_counts: IntArray
+    recv_counts: IntArray
+    recv_perm: IntArray
+
+    def reverse(self) -> Exchange:
+        """The all-to-all from B back to A (the backward of this exchange)."""
+        inverse = np.empty_like(self.recv_perm)
+        inverse[self.recv_perm] = np.arange(self.recv_perm.size, dtype=np.int64)
+        back = np.empty_like(self.send_rows)
+        back[self.send_rows] = np.arange(self.send_rows.size, dtype=np.int64)
+        return Exchange(send_rows=inverse, send_counts=self.recv_counts, recv_counts=self.send_counts, recv_perm=back)
+
+
+def exchanges(src: Sequence[IntArray], dst: Sequence[IntArray], total: int) -> list[Exchange]:
+    """Per-rank all-to-alls turning layout ``src`` into ``dst`` (lists of stream indices per rank).
+
+    Every token must appear exactly once in each layout; ``total`` bounds the stream indices.
+    """
+    world = len(src)
+    src_rank, src_pos = _owner_arrays(src, total)
+    dst_rank, dst_pos = _owner_arrays(dst, total)
+    present = src_rank >= 0
+    if not np.array_equal(present, dst_rank >= 0):
+        raise ValueError("the two layouts hold different tokens")
+    toks = np.flatnonzero(present)
+    counts = np.zeros((world, world), dtype=np.int64)
+    np.add.at(counts, (src_rank[toks], dst_rank[toks]), 1)
+    order = np.lexsort((dst_pos[toks], dst_rank[toks], src_rank[toks]))  # by source, destination, dst position
+    sent = toks[order]
+    recv_pos = _recv_positions(sent, src_rank, dst_rank, counts)
+    out = []
+    for r in range(world):
+        mine = sent[src_rank[sent] == r]
+        arrived = toks[dst_rank[toks] == r]
+        perm = np.empty(arrived.size, dtype=np.int64)
+        perm[dst_pos[arrived]] = recv_pos[arrived]
+        out.append(Exchange(send_rows=src_pos[mine], send_counts=counts[r], recv_counts=counts[:, r], recv_perm=perm))
+    return out
+
+
+def _owner_arrays(layout: Sequence[IntArray], total: int) -> tuple[IntArray, IntArray]:
+    rank = np.full(total, -1, dtype=np.int64)
+    pos = np.full(total, -1, dtype=np.int64)
+    for r, toks in enumerate(layout):
+        if np.any(rank[toks] >= 0):
+            raise ValueError(f"rank {r} holds a token that another rank (or itself) already holds")
+        rank[toks] = r
+        pos[toks] = np.arange(toks.size)
+    return rank, pos
+
+
+def _recv_positions(sent: IntArray, src_rank: IntArray, dst_rank: IntArray, counts: IntArray) -> IntArray:
+    """Row of every token in its receiver's buffer (sources in rank order, each in send order)."""
+    recv_pos = np.full(src_rank.size, -1, dtype=np.int64)
+    offsets = np.cumsum(counts, axis=0) - counts  # offsets[s, d]: where source s starts at receiver d
+    pair = src_rank[sent] * counts.shape[0] + dst_rank[sent]
+    first = np.searchsorted(pair, pair, side="left")  # sent is sorted by (src, dst)
+    recv_pos[sent] = offsets[src_rank[sent], dst_rank[sent]] + (np.arange(sent.size) - first)
+    return recv_pos
+
+
+@dataclass(frozen=True)
+class RingBlock:
+    """One varlen attention call of a Ring step: local query rows against rows of the key/value
+    buffer received at that step, segmented per sample."""
+
+    q_rows: IntArray
+    k_rows: IntArray
+    q_lengths: IntArray
+    k_lengths: IntArray
+    causal: bool
+
+
+def _ranges(starts: IntArray, lengths: IntArray) -> IntArray:
+    parts = [np.arange(s, s + n) for s, n in zip(starts.tolist(), lengths.tolist())]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _zigzag_halves(shards: NodeShards, group_rank: int) -> tuple[IntArray, IntArray, IntArray]:
+    """(start of each sample in the rank's local buffer, length of its early chunk, of its late chunk)."""
+    early, late = rank_chunks(shards.degree, "ring", group_rank)
+    first, second = shards.chunk_sizes[:, early], shards.chunk_sizes[:, late]
+    starts = (np.cumsum(first + second) - first - second).astype(np.int64)
+    return starts, first.astype(np.int64), second.astype(np.int64)
+
+
+def ring_blocks(shards: NodeShards, group_rank: int, step: int) -> tuple[RingBlock, ...]:
+    """Causal zigzag Ring attention work of ``group_rank`` at ``step`` (keys from rank ``i - step``).
+
+    Rank i holds chunks i (early) and 2k-1-i (late) of every sample. At step 0 both chunks attend to
+    themselves causally and the late chunk attends fully to the early one; from an earlier rank
+    (s < i) all local queries attend fully to its early chunk; from a later rank (s > i) only the late
+    local chunk attends, fully, to both of its chunks. Every step after the first costs every rank
+    the same, which is the point of the zigzag layout.
+    """
+    k = shards.degree
+    src = (group_rank - step) % k
+    q0, qa, qb = _zigzag_halves(shards, group_rank)
+    k0, ka, kb = _zigzag_halves(shards, src)
+    if step == 0:
+        starts = np.stack([q0, q0 + qa], axis=1).reshape(-1)
+        lens = np.stack([qa, qb], axis=1).reshape(-1)
+        diag = RingBlock(_ranges(starts, lens), _ranges(starts, lens), lens, lens, causal=True)
+        cross = RingBlock(_ranges(q0 + qa, qb), _ranges(q0, qa), qb, qa, causal=False)
+        return diag, cross
+    if src < group_rank:
+        return (RingBlock(_ranges(q0, qa + qb), _ranges(k0, ka), qa + qb, ka, causal=False),)
+    return (RingBlock(_ranges(q0 + qa, qb), _ranges(k0, ka + kb), qb, ka + kb, causal=False),)
