@@ -125,17 +125,26 @@ def h200(num_gpus: int = 64) -> ClusterSpec:
     return _preset("h200", H200, num_gpus, nvlink_bw=370e9, nic_bw=46e9, host_bw=45e9)
 
 
-CPU_GLOO = GpuSpec(name="cpu-gloo-1thread", peak_flops=60e9, matmul_flops=30e9, attn_fwd_flops=6e9,
-                   attn_bwd_flops=3e9, hbm_bytes=8 * GIB, hbm_bw=10e9)
+CPU_GLOO = GpuSpec(name="cpu-gloo-1thread", peak_flops=100e9, matmul_flops=33e9, attn_fwd_flops=11e9,
+                   attn_bwd_flops=8e9, hbm_bytes=8 * GIB, hbm_bw=10e9)
 
 
 def cpu(num_gpus: int = 4) -> ClusterSpec:
-    """One CPU host running the runtime under gloo, one process (one "GPU") per rank, one thread each.
+    """One CPU host running the runtime (``runtime.train``) under gloo: one process, one thread, one
+    "GPU" per rank, all ranks on one host (``gpus_per_node = num_gpus``).
 
-    Provisional figures (to be replaced by measured ones).
+    Figures measured on the development machine (2 cores, ``python -m runtime.calibrate``; fp32):
+    the tiny model's non-attention work runs at ~28 GFLOP/s (``matmul_flops`` 33e9 x the cost model's
+    0.85 dense efficiency; a bare GEMM of its shapes reaches ~58-70 GFLOP/s); the CPU flash-attention
+    kernel reaches ~8.6 / ~6 GFLOP/s forward / backward at 2048 tokens and follows the cost model's
+    ``L / (L + 512)`` saturation (peaks 11e9 / 8e9); gloo all-to-all over 2-4 local ranks costs
+    ~0.15-0.75 ms latency (0.4 ms here) and moves ~0.7 GB/s per rank. The runtime moves fp32
+    activations while the cost model counts 2-byte ones, so the link figure is half the measured
+    byte rate (0.35e9). ``hbm_bytes`` is one rank's share of host memory. Rerun the calibration on
+    another machine and override through a profile.
     """
-    return ClusterSpec(name="cpu", gpu=CPU_GLOO, num_gpus=num_gpus, gpus_per_node=num_gpus, nvlink_bw=1e9,
-                       nic_bw=1e9, host_bw=10e9, intra_latency_s=100e-6, inter_latency_s=100e-6)
+    return ClusterSpec(name="cpu", gpu=CPU_GLOO, num_gpus=num_gpus, gpus_per_node=num_gpus, nvlink_bw=0.35e9,
+                       nic_bw=0.35e9, host_bw=10e9, intra_latency_s=0.4e-3, inter_latency_s=0.4e-3)
 
 
 CLUSTER_PRESETS: Mapping[str, Callable[[int], ClusterSpec]] = {

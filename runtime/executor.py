@@ -218,7 +218,7 @@ class StepResult:
 class NSPExecutor:
     """Executes plans on this rank. Process groups are passed in or created through ``groups``."""
 
-    def __init__(self, *, model: nn.Module, spec: ModelSpec, rank: int, world: int, device: torch.device,
+    def __init__(self, *, model: nn.Module | None, spec: ModelSpec, rank: int, world: int, device: torch.device,
                  groups: GroupCache, options: ExecOptions, control_group: Any = None,
                  memory: MemoryModel | None = None) -> None:
         self.model, self.rank, self.world, self.device = model, rank, world, device
@@ -267,6 +267,18 @@ class NSPExecutor:
         return MicroBatchLayout(shards=shards, layout=rank_layout(plan, mb, self.rank, shards), layout_in=ex,
                                 input_rows=in_tokens[self.rank] - lo)
 
+    def nested_attention(self, plan: Plan, micro_batch: int, marks: npt.NDArray[np.bool_] | None = None
+                         ) -> NestedAttention:
+        """The attention call for ``micro_batch`` of ``plan`` on this rank (its inputs are the rank's
+        execution-layout rows). Every rank must call this for the same plan: it may create groups."""
+        self.groups.ensure(plan.issue_order[micro_batch])
+        mbl = self.layouts(plan)[micro_batch]
+        if marks is None:
+            marks = recompute_marks(plan, self.options.recompute, self.memory)
+        backends = {node: self._backend(plan, node) for node in mbl.shards}
+        return NestedAttention(self.ctx, mbl.layout, backends, marks, plan.issue_order[micro_batch],
+                               self.options.lookahead)
+
     def _backend(self, plan: Plan, node: Node) -> SPBackend:
         return self._local if node.degree == 1 else self._sp[plan.backend]
 
@@ -274,6 +286,8 @@ class NSPExecutor:
     def run(self, plan: Plan, data: TokenStream) -> StepResult:
         """Forward and backward of every micro-batch of ``plan`` on this rank's input rows ``data``;
         gradients are summed over all ranks. The caller steps the optimizer."""
+        if self.model is None:
+            raise ValueError("this executor was built without a model; it can only provide nested_attention()")
         self.clock.reset()
         self.check_plan(plan)
         self.groups.ensure(n for order in plan.issue_order for n in order)
@@ -298,9 +312,7 @@ class NSPExecutor:
         moved = exchange_rows(self.comm, mbl.layout_in, inputs.index_select(0, rows), f"layout-in-{mb}")
         if not torch.equal(moved[:, 1], torch.as_tensor(mbl.layout.positions)):
             raise RuntimeError(f"rank {self.rank}: the layout change delivered tokens the plan did not assign here")
-        backends = {node: self._backend(plan, node) for node in mbl.shards}
-        attention = NestedAttention(self.ctx, mbl.layout, backends, marks, plan.issue_order[mb],
-                                    self.options.lookahead)
+        attention = self.nested_attention(plan, mb, marks)
         back = mbl.layout_in.reverse()
         targets = torch.as_tensor(data.targets).index_select(0, rows).to(self.device)
         loss_sum = self.model(moved[:, 0].to(self.device), moved[:, 1].to(self.device), targets,

@@ -82,7 +82,8 @@ class UlyssesBackend:
         k = shards.degree
         rows, dim = xs[0].shape[0], xs[0].shape[-1]
         send = torch.cat([x.reshape(rows, k, x.shape[1] // k, dim) for x in xs], dim=2)
-        send = send.permute(1, 0, 2, 3).reshape(k * rows, -1, dim).contiguous()
+        width = send.shape[2]
+        send = send.permute(1, 0, 2, 3).reshape(k * rows, width, dim).contiguous()
         recv = send.new_empty(int(shards.rank_tokens.sum()), send.shape[1], dim)
         pending = ctx.comm.all_to_all(shards.node, recv, send, shards.rank_tokens.tolist(), [rows] * k,
                                       f"{shards.node}:{label}")
@@ -107,8 +108,8 @@ class UlyssesBackend:
     @staticmethod
     def _seq_heads(recv: Tensor, degree: int) -> Tensor:
         """``[k*rows, h, D]`` blocks from each source -> ``[rows, k*h, D]`` (source r = heads r*h..)."""
-        rows = recv.shape[0] // degree
-        return recv.view(degree, rows, recv.shape[1], recv.shape[2]).permute(1, 0, 2, 3).reshape(rows, -1, recv.shape[2])
+        rows, heads, dim = recv.shape[0] // degree, recv.shape[1], recv.shape[2]
+        return recv.view(degree, rows, heads, dim).permute(1, 0, 2, 3).reshape(rows, degree * heads, dim)
 
     def _kv(self, t: NodeTask, rows: npt.NDArray[np.int64] | None = None) -> list[Tensor]:
         q, k, v = (t.q, t.k, t.v) if rows is None else (select_rows(x, rows) for x in (t.q, t.k, t.v))
@@ -196,13 +197,14 @@ class UlyssesBackend:
         t.wait_all()
         k = t.slot.shards.degree
         rows = t.slot.rows
-        full = self._seq_heads(t.state.pop("recv"), k).view(rows, k, -1, t.q.shape[-1])
+        dim = t.q.shape[-1]
         hq, hkv, _ = self._widths(k)
-        dq = full[:, :, :hq].reshape(rows, self.num_heads, -1)
-        dk, dv = (full[:, :, s:s + hkv].reshape(rows, k * hkv, -1) for s in (hq, hq + hkv))
+        full = self._seq_heads(t.state.pop("recv"), k).view(rows, k, hq + 2 * hkv, dim)
+        dq = full[:, :, :hq].reshape(rows, self.num_heads, dim)
+        dk, dv = (full[:, :, s:s + hkv].reshape(rows, k * hkv, dim) for s in (hq, hq + hkv))
         rep = self._replicas(k)
         if rep > 1:
-            dk, dv = (x.view(rows, self.num_kv_heads, rep, -1).sum(dim=2) for x in (dk, dv))
+            dk, dv = (x.view(rows, self.num_kv_heads, rep, dim).sum(dim=2) for x in (dk, dv))
         return dq, dk, dv
 
 

@@ -69,3 +69,49 @@ def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
         reports.append({"loss": res.loss, "ref_loss": ref_loss, "max_grad_diff": max(diffs.values()),
                         "worst": max(diffs, key=diffs.get), "log": list(ex.comm.log), "seconds": res.seconds})
     return reports
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One backend check: a plan (JSON), per-sample recompute marks, streaming lookahead."""
+
+    plan_json: str
+    marks: tuple[bool, ...]
+    lookahead: int = 1
+    seed: int = 0
+
+
+def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str, Any]]:
+    """Run NestedAttention on this rank's rows of a random batch; compare with one-device attention."""
+    import numpy as np
+    from datetime import timedelta
+
+    from runtime.layout import rank_layout
+
+    spec = get_model("tiny")
+    groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
+    reports = []
+    for case in cases:
+        plan = Plan.from_json(case.plan_json)
+        ex = NSPExecutor(model=None, spec=spec, rank=env.rank, world=env.world, device=torch.device("cpu"),
+                         groups=groups, options=ExecOptions(lookahead=case.lookahead, kernel="cpu-flash"))
+        gen = torch.Generator().manual_seed(case.seed)
+        n = sum(plan.lengths)
+        q, k, v = (torch.randn(n, h, spec.head_dim, generator=gen, dtype=torch.float64).float()
+                   for h in (spec.num_heads, spec.num_kv_heads, spec.num_kv_heads))
+        dout = torch.randn(n, spec.num_heads, spec.head_dim, generator=gen)
+        ref = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref_out = LocalAttention(select_kernel("math", torch.device("cpu")), list(plan.lengths))(*ref)
+        ref_out.backward(dout)
+        rows = torch.as_tensor(rank_layout(plan, 0, env.rank).tokens)
+        mine = [t.index_select(0, rows).clone().requires_grad_() for t in (q, k, v)]
+        attention = ex.nested_attention(plan, 0, np.asarray(case.marks, dtype=bool))
+        out = attention(*mine)
+        out.backward(dout.index_select(0, rows))
+        diffs = {"out": (out - ref_out.detach().index_select(0, rows)).abs().max().item() if rows.numel() else 0.0}
+        for name, got, want in zip("qkv", mine, ref):
+            diffs["d" + name] = ((got.grad - want.grad.index_select(0, rows)).abs().max().item()
+                                 if rows.numel() else 0.0)
+        reports.append({"diffs": diffs, "log": list(ex.comm.log), "rows": int(rows.numel()),
+                        "seconds": dict(ex.clock.seconds)})
+    return reports

@@ -1,0 +1,1 @@
+"""SP backends: the three-phase interface, the leaf backend, Ulysses and Ring."""

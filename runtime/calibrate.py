@@ -1,0 +1,110 @@
+"""Measure the figures of the ``cpu`` cluster preset on this machine: ``python -m runtime.calibrate``.
+
+One process per rank, one thread each (as the runtime runs under torchrun on CPU):
+
+* GEMM throughput at the tiny model's projection shapes (``matmul_flops``);
+* CPU flash-attention forward and backward throughput on a causal 512-token sample with the tiny
+  model's heads (``attn_fwd_flops``, ``attn_bwd_flops``; FLOPs counted as the cost model does:
+  forward ``2 * L^2 * q_width``, backward 2.5x);
+* gloo ``all_to_all_single`` and ring ``batch_isend_irecv`` over 2 and 4 local ranks, fitted as
+  ``latency + bytes / bandwidth`` by least squares over 4 KiB .. 4 MiB per rank.
+
+Prints one JSON object. The figures are what the ``cpu`` preset in ``nspsim.cluster_spec`` records;
+rerun this on another machine and pass the numbers through a profile if they differ.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from runtime.attention_kernels import Segments, select_kernel
+from runtime.launch import RankEnv, run_ranks
+
+SIZES = [1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22]
+
+
+def _best(fn: Any, repeat: int = 20) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def gemm_flops(tokens: int = 2048, hidden: int = 64, out: int = 192) -> float:
+    """FLOP/s of a ``[tokens, hidden] @ [hidden, out]`` fp32 GEMM on one thread."""
+    a, b = torch.randn(tokens, hidden), torch.randn(hidden, out)
+    return 2.0 * tokens * hidden * out / _best(lambda: a @ b)
+
+
+def attention_flops(length: int = 512, heads: int = 8, kv_heads: int = 2, dim: int = 8) -> tuple[float, float]:
+    """(forward, backward) FLOP/s of the CPU flash kernel on one causal sample."""
+    kernel = select_kernel("auto", torch.device("cpu"))
+    q, k, v = torch.randn(length, heads, dim), torch.randn(length, kv_heads, dim), torch.randn(length, kv_heads, dim)
+    seg = Segments.same([length])
+    out, lse = kernel.forward(q, k, v, seg, causal=True)
+    dout = torch.randn_like(out)
+    flops = 2.0 * length**2 * heads * dim
+    fwd = _best(lambda: kernel.forward(q, k, v, seg, causal=True))
+    bwd = _best(lambda: kernel.backward(dout, q, k, v, out, lse, seg, causal=True))
+    return flops / fwd, 2.5 * flops / bwd
+
+
+def _fit(sizes: list[int], times: list[float]) -> tuple[float, float]:
+    """Least-squares ``t = latency + bytes / bw``; returns (latency s, bandwidth B/s)."""
+    slope, intercept = np.polyfit(np.asarray(sizes, dtype=float), np.asarray(times), 1)
+    return max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15)
+
+
+def _comm_rank(env: RankEnv, _: Any) -> dict[str, list[float]]:
+    torch.set_num_threads(1)
+    out: dict[str, list[float]] = {"a2a": [], "ring": []}
+    nxt, prv = (env.rank + 1) % env.world, (env.rank - 1) % env.world
+    for size in SIZES:
+        n = size // 4
+        send, recv = torch.randn(n), torch.empty(n)
+        a2a = _best(lambda: dist.all_to_all_single(recv, send))
+        out["a2a"].append(a2a)
+
+        def ring() -> None:
+            ops = [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+        out["ring"].append(_best(ring))
+    return out
+
+
+def comm_figures(world: int) -> dict[str, float]:
+    """Fitted all-to-all and ring-hop latency and bandwidth over ``world`` local gloo ranks."""
+    results = run_ranks(_comm_rank, world, None, timeout_s=300)
+    fig: dict[str, float] = {}
+    for name in ("a2a", "ring"):
+        times = [max(r[name][i] for r in results) for i in range(len(SIZES))]
+        # an all-to-all sends (world-1)/world of the buffer; a ring hop sends all of it
+        sent = [s * (world - 1) / world if name == "a2a" else s for s in SIZES]
+        lat, bw = _fit(sent, times)
+        fig[f"{name}_latency_s"], fig[f"{name}_bw"] = lat, bw
+    return fig
+
+
+def main() -> None:
+    """Print the measured figures as JSON."""
+    torch.set_num_threads(1)
+    fwd, bwd = attention_flops()
+    report: dict[str, Any] = {"threads": 1, "gemm_flops": gemm_flops(), "attn_fwd_flops": fwd, "attn_bwd_flops": bwd}
+    for world in (2, 4):
+        report[f"world{world}"] = comm_figures(world)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
