@@ -130,8 +130,8 @@ CPU_GLOO = GpuSpec(name="cpu-gloo-1thread", peak_flops=100e9, matmul_flops=33e9,
 
 
 def cpu(num_gpus: int = 4) -> ClusterSpec:
-    """One CPU host running the runtime (``runtime.train``) under gloo: one process, one thread, one
-    "GPU" per rank, all ranks on one host (``gpus_per_node = num_gpus``).
+    """CPU hosts running the runtime (``runtime.train``) under gloo: one process, one thread, one "GPU"
+    per rank, up to 8 ranks per host (runs of <= 8 ranks are one host).
 
     Figures measured on the development machine (2 cores, ``python -m runtime.calibrate``; fp32):
     the tiny model's non-attention work runs at ~28 GFLOP/s (``matmul_flops`` 33e9 x the cost model's
@@ -143,7 +143,7 @@ def cpu(num_gpus: int = 4) -> ClusterSpec:
     byte rate (0.35e9). ``hbm_bytes`` is one rank's share of host memory. Rerun the calibration on
     another machine and override through a profile.
     """
-    return ClusterSpec(name="cpu", gpu=CPU_GLOO, num_gpus=num_gpus, gpus_per_node=num_gpus, nvlink_bw=0.35e9,
+    return ClusterSpec(name="cpu", gpu=CPU_GLOO, num_gpus=num_gpus, gpus_per_node=min(8, num_gpus), nvlink_bw=0.35e9,
                        nic_bw=0.35e9, host_bw=10e9, intra_latency_s=0.4e-3, inter_latency_s=0.4e-3)
 
 
