@@ -129,6 +129,14 @@ class CostModel(Protocol):
         """One all-to-all in which every GPU of an aligned group sends ``bytes_per_gpu`` in total."""
         ...
 
+    def latency(self, group_size: int) -> float:
+        """Fixed per-collective latency of an aligned group of ``group_size`` ranks (0 for one rank).
+
+        Every collective time above is this latency plus a bandwidth term; the simulator slows only
+        the bandwidth term down when collectives share a link.
+        """
+        ...
+
     def head(self, tokens: float) -> tuple[float, float]:
         """(fwd, bwd) time of embedding and output head for ``tokens`` tokens on one GPU."""
         ...

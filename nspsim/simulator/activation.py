@@ -1,0 +1,91 @@
+"""Activation memory of a plan and the executor's save/recompute decision (SPEC sections 2 and 5).
+
+Per micro-batch and GPU, activations are ``base_bytes(Tok_p)`` (layer checkpoints and the one-layer
+working set, attention recomputed) plus the attention tensors of the samples whose attention is
+saved: L_j / |R(u_j)| tokens at ``attention_bytes_per_token(|R(u_j)|)`` each. Decision:
+
+* plan without recompute marks: keep every node's attention if that fits on every GPU; otherwise
+  full attention recomputation (the paper's baseline) for that micro-batch;
+* plan with marks (tree-level recomputation, :mod:`nspsim.recompute`): keep exactly the unmarked
+  samples' attention;
+* if the chosen policy still does not fit on some GPU the step is out of memory: it is reported,
+  never simulated.
+
+Peak memory per GPU = FSDP-sharded states + gathered-layer buffers + the largest micro-batch's
+activations (activations are freed after each micro-batch's backward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nspsim.memory import GIB, MemoryModel
+from nspsim.plan import Plan
+
+
+@dataclass(frozen=True)
+class ActivationPlan:
+    """Which samples rerun attention in backward, and the memory that results."""
+
+    policy: str
+    remat: np.ndarray
+    peak_bytes: np.ndarray
+    oom: str | None
+
+    @property
+    def remat_fraction(self) -> float:
+        """Share of samples whose attention is recomputed."""
+        return float(self.remat.mean()) if self.remat.size else 0.0
+
+
+def attention_bytes_per_gpu(plan: Plan, memory: MemoryModel, samples: np.ndarray) -> np.ndarray:
+    """Bytes per GPU of keeping the attention tensors of ``samples`` (a boolean mask)."""
+    lengths, degrees, firsts, _ = plan.arrays
+    per_sample = np.zeros(len(lengths))
+    for deg in np.unique(degrees[samples]):
+        sel = samples & (degrees == deg)
+        per_sample[sel] = lengths[sel] / deg * memory.attention_bytes_per_token(int(deg))
+    return plan.tree.per_gpu_sum(per_sample[samples], degrees[samples], firsts[samples])
+
+
+def base_bytes_per_gpu(plan: Plan, memory: MemoryModel, micro_batch: int) -> np.ndarray:
+    """Activation bytes per GPU of ``micro_batch`` with every node's attention recomputed."""
+    return memory.base_bytes(1.0) * plan.tokens_per_gpu(micro_batch)
+
+
+def plan_activations(plan: Plan, memory: MemoryModel) -> ActivationPlan:
+    """Apply the executor's save/recompute policy to every micro-batch of ``plan``."""
+    remat = np.zeros(plan.num_samples, dtype=bool) if plan.recompute is None else np.array(plan.recompute, bool)
+    policies, worst = set(), np.zeros(plan.cluster.num_gpus)
+    oom: str | None = None
+    for mb in range(plan.num_micro_batches):
+        policy, act = _micro_batch_policy(plan, memory, mb, remat)
+        policies.add(policy)
+        worst = np.maximum(worst, act)
+        if oom is None and not memory.fits(float(act.max())):
+            oom = _oom_message(plan, memory, mb, act, policy)
+    policy = "tree-marks" if plan.recompute is not None else "full-recompute" if "full-recompute" in policies else "keep-all"
+    return ActivationPlan(policy=policy, remat=remat, peak_bytes=memory.state_bytes + memory.buffer_bytes + worst,
+                          oom=oom)
+
+
+def _micro_batch_policy(plan: Plan, memory: MemoryModel, mb: int, remat: np.ndarray) -> tuple[str, np.ndarray]:
+    """(policy, activation bytes per GPU) of one micro-batch; updates ``remat`` for unmarked plans."""
+    mask = plan.sample_mask(mb)
+    base = base_bytes_per_gpu(plan, memory, mb)
+    if plan.recompute is not None:
+        return "tree-marks", base + attention_bytes_per_gpu(plan, memory, mask & ~remat)
+    keep = base + attention_bytes_per_gpu(plan, memory, mask)
+    if memory.fits(float(keep.max())):
+        return "keep-all", keep
+    remat[mask] = True
+    return "full-recompute", base
+
+
+def _oom_message(plan: Plan, memory: MemoryModel, mb: int, act: np.ndarray, policy: str) -> str:
+    g = int(np.argmax(act))
+    return (f"out of memory: GPU {g} needs {act[g] / GIB:.1f} GiB of activations in micro-batch {mb} "
+            f"({policy}, {plan.tokens_per_gpu(mb)[g]:.0f} sharded tokens) but only "
+            f"{memory.activation_capacity / GIB:.1f} GiB are free beside model states and buffers")

@@ -1,0 +1,162 @@
+"""Run a task :class:`~nspsim.simulator.program.Program` on a SimPy clock and account every second.
+
+Kernels never share anything, so a kernel's end is known the moment it starts: kernels are resolved
+eagerly, by timestamp, without events. Collectives are the only events: a collective is launched
+once its last member has issued it (at that member's issue time, possibly ahead of the clock), then
+the fabric (:mod:`nspsim.simulator.hardware`) schedules its latency and its transfer, re-timing the
+transfer whenever link sharing changes. A collective's completion event resolves whatever waited
+for it, which may in turn issue further kernels and collectives. Every fabric change happens at its
+own event time, so link sharing sees exactly the transfers that overlap. Dependencies are counters;
+a task is issued when it heads its queue and every task it waits for has a known end time.
+
+Accounting (the step-time breakdown). Each GPU's wall time is partitioned by its compute queue:
+busy time goes to the running kernel's category; an idle gap before a task is charged to what
+held that task back, walking back through the blocking chain: while the blocking collective ran
+its time is that collective's exposed communication (SP, FSDP, recompute or expert-parallel);
+while it had been issued by this GPU but not yet by every peer, it is ``comm_wait``; before this GPU
+could issue it, whatever delayed the issue (its queue predecessor or a dependency) is charged the
+same way. A blocking collective on the compute queue (expert all-to-all; everything in serial mode)
+charges its own wait and transfer. Gaps and kernels tile the GPU's time, so the breakdown of any GPU
+sums to the time at which its last task ends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator.hardware import Collective, Fabric
+from nspsim.simulator.program import COMM_WAIT, COMPUTE, OTHER, Program, Task
+
+_EPS = 1e-15
+TIE_S = 1e-12
+
+
+def _note_input(task: Task, done: Task) -> None:
+    """Record that input ``done`` of ``task`` has ended; keep the latest one as what held ``task`` back.
+
+    Inputs ending within ``TIE_S`` of each other tie, and a tie goes to the earlier-created input, so
+    the accounting does not depend on event order or rounding (repeated layers account identically).
+    """
+    end, blocker = done.end, task.ready_by
+    if blocker is None or end > task.ready_at + TIE_S or (end >= task.ready_at - TIE_S and done.order < blocker.order):
+        task.ready_by = done
+    if end > task.ready_at:
+        task.ready_at = end
+
+
+class Executor:
+    """Executes one program; ``acc[segment, gpu, category]`` holds the accounted seconds."""
+
+    def __init__(self, program: Program, *, record_blame: bool = False) -> None:
+        self.prog = program
+        self.env = simpy.Environment()
+        self.fabric = Fabric(self.env, program.num_gpus)
+        self.charges: list[tuple[int, int, int, float]] = []
+        self.free = [0.0] * program.num_gpus
+        self.members: dict[int, list[Task]] = {}
+        self.blame: list[tuple[int, int, int, float, float]] | None = [] if record_blame else None
+        self._ready: list[Task] = []
+
+    @property
+    def events(self) -> int:
+        """SimPy events scheduled (collective latencies and transfer timings)."""
+        return self.fabric.events
+
+    def run(self) -> None:
+        """Execute every task; ``RuntimeError`` if some never can (a program bug)."""
+        for task in self.prog.tasks:
+            if task.coll is not None:
+                self.members.setdefault(task.coll.cid, []).append(task)
+        for coll in self.prog.collectives:
+            coll.on_done = self._collective_done
+        for queues in self.prog.queues:
+            self._ready.extend(tasks[0] for tasks in queues if tasks and tasks[0].deps_left == 0)
+        self._drain()
+        self.env.run()
+        self._check_finished()
+
+    # ---- resolution ------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Issue every ready task; kernels finish at once (their end is known)."""
+        ready = self._ready
+        while ready:
+            task = ready.pop()
+            task.issue = task.ready_at
+            if task.queue == COMPUTE and task.issue > self.free[task.gpu] + _EPS:
+                self._charge_gap(task.gpu, task.seg, self.free[task.gpu], task.issue, task.ready_by)
+            if task.coll is None:
+                task.start = task.issue
+                task.end = task.issue + task.dur
+                self._finish(task)
+            else:
+                self._arrive(task.coll, task.issue)
+
+    def _arrive(self, coll: Collective, issue: float) -> None:
+        coll.arrived += 1
+        if issue > coll.start:
+            coll.start = issue
+        if coll.arrived == coll.end - coll.first:
+            self.fabric.launch(coll, coll.start)
+
+    def _collective_done(self, coll: Collective) -> None:
+        for task in self.members[coll.cid]:
+            task.start, task.end = coll.start, coll.finish
+            if task.queue == COMPUTE:
+                self._charge_blocking(task, coll)
+            self._finish(task)
+        self._drain()
+
+    def _finish(self, task: Task) -> None:
+        """``task``'s end is known: release its waiters and its queue successor."""
+        end, ready = task.end, self._ready
+        if task.queue == COMPUTE:
+            self.free[task.gpu] = end
+        for waiter in task.waiters:
+            waiter.deps_left -= 1
+            _note_input(waiter, task)
+            if waiter.deps_left == 0 and waiter.head:
+                ready.append(waiter)
+        nxt = task.next
+        if nxt is not None:
+            nxt.head = True
+            _note_input(nxt, task)
+            if nxt.deps_left == 0:
+                ready.append(nxt)
+
+    # ---- accounting ------------------------------------------------------------------------------
+    def _charge_blocking(self, task: Task, coll: Collective) -> None:
+        self._charge(task.gpu, task.seg, COMM_WAIT, task.issue, coll.start)
+        self._charge(task.gpu, task.seg, task.cat, coll.start, coll.finish)
+
+    def _charge_gap(self, gpu: int, seg: int, a: float, b: float, blocker: Task | None) -> None:
+        """Charge the idle interval [a, b] of ``gpu``'s compute queue along the blocking chain."""
+        while b > a + _EPS and blocker is not None and blocker.coll is not None:
+            for cat, lo in ((blocker.cat, max(a, blocker.coll.start)), (COMM_WAIT, max(a, blocker.issue))):
+                if b > lo:
+                    self._charge(gpu, seg, cat, lo, b)
+                    b = lo
+            blocker = blocker.ready_by
+        if b > a + _EPS:
+            self._charge(gpu, seg, OTHER, a, b)
+
+    def _charge(self, gpu: int, seg: int, cat: int, a: float, b: float) -> None:
+        if b > a:
+            self.charges.append((seg, gpu, cat, b - a))
+            if self.blame is not None:
+                self.blame.append((gpu, seg, cat, a, b))
+
+    def accounts(self) -> np.ndarray:
+        """Seconds per (segment, GPU, category): kernels plus charged gaps and blocking collectives."""
+        acc = self.prog.kernel_time(len(BREAKDOWN_CATEGORIES))
+        if self.charges:
+            seg, gpu, cat, amount = (np.array(col) for col in zip(*self.charges))
+            np.add.at(acc, (seg.astype(np.int64), gpu.astype(np.int64), cat.astype(np.int64)), amount)
+        return acc
+
+    def _check_finished(self) -> None:
+        for task in self.prog.tasks:
+            if task.end < 0:
+                raise RuntimeError(f"simulation deadlocked: GPU {task.gpu} never ran {task.name!r} "
+                                   "(a step-model bug; please report)")

@@ -1,0 +1,154 @@
+"""Links and collectives: per-GPU NVLink ports and NICs shared by processor sharing (SPEC section 3).
+
+Every GPU has two ports: its NVLink port into its host's switch and its own NIC to the fabric
+(:mod:`nspsim.comm_model`). A :class:`Collective` spans an aligned block of ranks and costs one event
+per change of its timing: it starts when every member has issued it (the executor launches it),
+waits its latency, then moves its bytes. Its stand-alone
+bandwidth time ``work`` comes from the cost model; :class:`~nspsim.comm_model.Traffic` tells which
+share of that time each port is busy (``u``: 1 on the bottleneck port, less on the other).
+
+Sharing (bottleneck processor sharing): the load of a port is the sum of ``u`` over the collectives
+moving bytes through it. A port with load L > 1 serves each of its collectives at 1/L of its
+stand-alone rate, and a collective progresses at the rate of its most loaded port. So two equal
+collectives on one NIC take twice as long, and nested groups on the same GPUs (SP all-to-all under
+an FSDP all-gather) slow each other down. Rates change only when a collective enters or leaves a
+port that is (or becomes) oversubscribed; then the affected collectives' remaining work is
+re-timed. Trade-off: unlike max-min fairness, bandwidth a collective cannot use because another
+port throttles it is not handed to the others; this keeps every update local to one block of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import simpy
+
+from nspsim.cluster_spec import ClusterSpec
+from nspsim.comm_model import Traffic
+
+NVLINK, NIC = 0, 1
+_EPS = 1e-12
+
+
+def port_shares(traffic: Traffic, cluster: ClusterSpec) -> tuple[float, float]:
+    """(u_nvlink, u_nic): the fraction of each port a collective with ``traffic`` keeps busy alone."""
+    t_nvl = traffic.nvlink_bytes / cluster.nvlink_bw
+    t_nic = traffic.nic_bytes / cluster.nic_bw
+    slowest = max(t_nvl, t_nic)
+    if slowest <= 0:
+        return 0.0, 0.0
+    return t_nvl / slowest, t_nic / slowest
+
+
+class Collective:
+    """One collective over ranks ``[first, end)``; ``work`` is its stand-alone bandwidth time (s)."""
+
+    __slots__ = ("cid", "name", "first", "end", "latency", "work", "shares", "arrived", "start", "finish",
+                 "rate", "stamp", "version", "on_done", "throttled")
+
+    def __init__(self, cid: int, name: str, first: int, end: int, latency: float, work: float,
+                 shares: tuple[float, float]) -> None:
+        self.cid, self.name, self.first, self.end = cid, name, first, end
+        self.latency, self.work, self.shares = latency, max(work, 0.0), shares
+        self.arrived = 0
+        self.start = self.finish = 0.0
+        self.rate, self.stamp, self.version = 1.0, 0.0, 0
+        self.throttled = False
+        self.on_done: Callable[[Collective], None] | None = None
+
+    @property
+    def size(self) -> int:
+        """Number of member ranks."""
+        return self.end - self.first
+
+    def overlaps(self, other: Collective) -> bool:
+        """Whether the two rank blocks share a GPU."""
+        return self.first < other.end and other.first < self.end
+
+
+class Fabric:
+    """The ports of ``num_gpus`` GPUs and the collectives currently moving bytes through them."""
+
+    def __init__(self, env: simpy.Environment, num_gpus: int) -> None:
+        self.env = env
+        self.load = (np.zeros(num_gpus), np.zeros(num_gpus))
+        self.active: tuple[set[Collective], set[Collective]] = (set(), set())
+        self.events = 0
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def launch(self, coll: Collective, start: float) -> None:
+        """Start ``coll`` at ``start`` (>= now): its latency, then its transfer, then ``on_done``."""
+        coll.start = start
+        self._after(max(start - self.env.now, 0.0) + coll.latency, self._begin_transfer, coll)
+
+    def _after(self, delay: float, callback: Callable[[Any], None], value: Any) -> None:
+        event = self.env.timeout(delay, value)
+        event.callbacks.append(lambda ev: callback(ev.value))
+        self.events += 1
+
+    def _begin_transfer(self, coll: Collective) -> None:
+        if coll.work <= 0:
+            self._complete(coll)
+            return
+        coll.stamp = self.env.now
+        changed = self._add_load(coll, +1.0)
+        self._retime(coll, changed)
+
+    def _finish_transfer(self, token: tuple[Collective, int]) -> None:
+        coll, version = token
+        if version != coll.version:
+            return  # superseded by a re-timing
+        coll.work = 0.0
+        changed = self._add_load(coll, -1.0)
+        self._retime(coll, changed, leaving=True)
+        self._complete(coll)
+
+    def _complete(self, coll: Collective) -> None:
+        coll.finish = self.env.now
+        if coll.on_done is not None:
+            coll.on_done(coll)
+
+    # ---- sharing ---------------------------------------------------------------------------------
+    def _add_load(self, coll: Collective, sign: float) -> list[int]:
+        """Add (or remove) ``coll``'s port shares; return the port kinds that are oversubscribed."""
+        changed = []
+        for kind, share in enumerate(coll.shares):
+            if share <= 0:
+                continue
+            block = self.load[kind][coll.first:coll.end]
+            before = float(block.max())
+            block += sign * share
+            if max(before, float(block.max())) > 1 + _EPS:
+                changed.append(kind)
+            if sign > 0:
+                self.active[kind].add(coll)
+            else:
+                self.active[kind].discard(coll)
+        return changed
+
+    def _retime(self, coll: Collective, changed: list[int], leaving: bool = False) -> None:
+        """Re-rate ``coll`` (unless leaving) and every active collective sharing an oversubscribed port."""
+        affected = set() if leaving else {coll}
+        for kind in changed:
+            affected.update(c for c in self.active[kind] if c.overlaps(coll))
+        for other in sorted(affected, key=lambda c: c.cid):
+            self._set_rate(other, self._rate(other))
+
+    def _rate(self, coll: Collective) -> float:
+        worst = 1.0
+        for kind, share in enumerate(coll.shares):
+            if share > 0:
+                worst = max(worst, float(self.load[kind][coll.first:coll.end].max()))
+        return 1.0 / worst
+
+    def _set_rate(self, coll: Collective, rate: float) -> None:
+        now = self.env.now
+        if coll.version and abs(rate - coll.rate) <= _EPS:
+            return
+        coll.work = max(coll.work - coll.rate * (now - coll.stamp), 0.0) if coll.version else coll.work
+        coll.rate, coll.stamp = rate, now
+        coll.throttled = coll.throttled or rate < 1.0 - _EPS
+        coll.version += 1
+        self._after(coll.work / rate, self._finish_transfer, (coll, coll.version))

@@ -1,0 +1,97 @@
+"""Repeated decoder layers: simulate a few, extrapolate the rest exactly.
+
+Decoder layers are identical, so after a short transient (the first exposed gather, the warm-up of
+prefetching) the step settles into a periodic regime: every task of layer l+1 happens exactly
+``shift`` seconds after the same task of layer l. The system is deterministic and time-invariant,
+so once the state repeats up to a shift, every further layer repeats too. The simulator therefore
+builds the step with ``n`` layers instead of L, finds per micro-batch and pass the earliest layer r
+such that in layers r-1, r, r+1, r+2 every task issues, starts and ends exactly ``shift`` after the
+same task of the layer before (the end of a pass disturbs the last few layers through transfers
+that overlap later layers, so the run must reach past r), and then treats the L-layer step as the n-layer step with layer r repeated
+L - n + 1 times: later tasks move by (L - n) * shift, and the time accounts of layer r count L - n
+more times. If no layer repeats (or noise is on), the simulator runs all L layers instead.
+
+Trade-off: exact (to ``TOLERANCE_S``) only when the regime is reached within ``n`` layers, which the
+check verifies on the simulated layers; tests compare extrapolated against full simulations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nspsim.simulator.program import Program
+
+TOLERANCE_S = 1e-9
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Layer segment ``segment`` is repeated ``copies`` extra times, each ``shift`` seconds later."""
+
+    segment: int
+    shift: float
+    copies: int
+
+
+def find_repeats(program: Program, total_layers: int, simulated_layers: int) -> list[Repeat] | None:
+    """One :class:`Repeat` per micro-batch and pass, or ``None`` if some pass has no periodic layer."""
+    if simulated_layers >= total_layers:
+        return []
+    times = _segment_times(program)
+    repeats = []
+    micro_batches = {s.micro_batch for s in program.segments if s.kind == "fwd"}
+    for mb in sorted(micro_batches):
+        for kind in ("fwd", "bwd"):
+            found = _periodic_layer(program.layer_segments(kind, mb), times)
+            if found is None:
+                return None
+            repeats.append(Repeat(segment=found[0], shift=found[1], copies=total_layers - simulated_layers))
+    return repeats
+
+
+def _segment_times(program: Program) -> dict[int, np.ndarray]:
+    """Per segment, the (issue, start, end) times of its tasks in creation order."""
+    rows: dict[int, list[tuple[float, float, float]]] = {}
+    for task in program.tasks:
+        rows.setdefault(task.seg, []).append((task.issue, task.start, task.end))
+    return {seg: np.array(r) for seg, r in rows.items()}
+
+
+def _periodic_layer(segments: list[int], times: dict[int, np.ndarray]) -> tuple[int, float] | None:
+    """The earliest layer r >= 2 such that layers r-1 .. r+2 follow each other by one constant shift."""
+    for r in range(2, len(segments) - 2):
+        found = _window_shift([times.get(segments[k]) for k in range(r - 1, r + 3)])
+        if found is not None:
+            return segments[r], found
+    return None
+
+
+def _window_shift(window: list[np.ndarray | None]) -> float | None:
+    """The shift shared by every consecutive pair of ``window``, if there is one."""
+    arrays = [w for w in window if w is not None]
+    if len(arrays) != len(window) or any(w.shape != arrays[0].shape for w in arrays):
+        return None
+    found = [_uniform_shift(x, y) for x, y in zip(arrays, arrays[1:])]
+    values = [d for d in found if d is not None]
+    if len(values) != len(found) or max(values) - min(values) > TOLERANCE_S:
+        return None
+    return values[0]
+
+
+def _uniform_shift(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The constant ``d`` with ``b == a + d`` everywhere (within tolerance), else ``None``."""
+    if a.size == 0:
+        return None
+    diff = b - a
+    d = float(diff.flat[0])
+    return d if bool(np.all(np.abs(diff - d) <= TOLERANCE_S)) else None
+
+
+def shifts(repeats: list[Repeat], num_segments: int) -> np.ndarray:
+    """Per segment: how far its tasks move in the full step (repeated segments: their first copy)."""
+    out = np.zeros(num_segments)
+    for rep in repeats:
+        out[rep.segment + 1:] += rep.copies * rep.shift
+    return out

@@ -1,0 +1,109 @@
+"""The executable form of one training step: per-GPU queues of tasks with cross-queue dependencies.
+
+Each GPU has four FIFO queues: ``COMPUTE`` (kernels; a blocking collective such as the expert-parallel
+all-to-all also sits here), ``SP`` (sequence-parallel collectives and the layout change), ``AG``
+(FSDP parameter all-gathers) and ``RS`` (FSDP gradient reduce-scatters). A task starts when it is at
+the head of its queue and every task it depends on has finished. A collective has one member task
+in the right queue of every member GPU. Every queue's order is the restriction of one global
+creation order, so no two GPUs can wait on each other's collectives in opposite orders (no deadlock).
+
+Tasks carry the breakdown category of their time (compute kinds, or the exposed-communication kind
+of a collective) and the *segment* (micro-batch stage or layer) they belong to, so the step's time
+partition can be summed per layer and repeated layers can be extrapolated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator.hardware import Collective
+
+COMPUTE, SP, AG, RS = 0, 1, 2, 3
+QUEUE_NAMES = ("compute", "sp-comm", "fsdp-allgather", "fsdp-reducescatter")
+
+CAT = {name: i for i, name in enumerate(BREAKDOWN_CATEGORIES)}
+ATTN_FWD, ATTN_REMAT, ATTN_BWD, NON_ATTN = CAT["attn_fwd"], CAT["attn_remat"], CAT["attn_bwd"], CAT["non_attn"]
+SP_COMM, FSDP_COMM, COMM_WAIT, OTHER = CAT["sp_exposed_comm"], CAT["fsdp_exposed_comm"], CAT["comm_wait"], CAT["other"]
+
+
+class Task:
+    """One unit on one GPU queue: a kernel of ``dur`` seconds, or this GPU's part of ``coll``.
+
+    It waits for every task in ``deps`` (``None`` entries are ignored) and for its queue predecessor.
+    """
+
+    __slots__ = ("order", "gpu", "queue", "cat", "dur", "coll", "seg", "name", "waiters", "deps_left",
+                 "issue", "start", "end", "ready_at", "ready_by", "next", "head")
+
+    def __init__(self, gpu: int, queue: int, cat: int, seg: int, name: str, dur: float,
+                 coll: Collective | None, deps: list[Task | None]) -> None:
+        self.order = 0  # creation index, set by Program.add
+        self.gpu, self.queue, self.cat, self.seg, self.name = gpu, queue, cat, seg, name
+        self.dur, self.coll = dur, coll
+        self.waiters: list[Task] = []
+        self.deps_left = 0
+        for dep in deps:
+            if dep is not None:
+                dep.waiters.append(self)
+                self.deps_left += 1
+        self.issue = self.start = self.end = -1.0
+        self.ready_at = 0.0
+        self.ready_by: Task | None = None
+        self.next: Task | None = None  # queue successor
+        self.head = False  # whether every earlier task of the queue has a known end
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stage of the step: ``kind`` in pre/fwd/head/bwd/post/opt, its micro-batch and layer."""
+
+    kind: str
+    micro_batch: int
+    layer: int = -1
+
+
+@dataclass
+class Program:
+    """Every task of one step, the queues that order them and the segments that label them."""
+
+    num_gpus: int
+    tasks: list[Task] = field(default_factory=list)
+    queues: list[list[list[Task]]] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.queues = [[[] for _ in QUEUE_NAMES] for _ in range(self.num_gpus)]
+
+    def segment(self, kind: str, micro_batch: int, layer: int = -1) -> int:
+        """Open a new segment and return its id."""
+        self.segments.append(Segment(kind, micro_batch, layer))
+        return len(self.segments) - 1
+
+    def add(self, task: Task) -> Task:
+        """Append ``task`` to its queue (creation order is queue order)."""
+        task.order = len(self.tasks)
+        self.tasks.append(task)
+        queue = self.queues[task.gpu][task.queue]
+        if queue:
+            queue[-1].next = task
+        else:
+            task.head = True
+        queue.append(task)
+        return task
+
+    def kernel_time(self, num_categories: int) -> np.ndarray:
+        """Seconds of kernels per (segment, GPU, category)."""
+        kernels = [t for t in self.tasks if t.coll is None]
+        index = np.array([(t.seg * self.num_gpus + t.gpu) * num_categories + t.cat for t in kernels], dtype=np.int64)
+        weights = np.array([t.dur for t in kernels])
+        size = len(self.segments) * self.num_gpus * num_categories
+        flat = np.bincount(index, weights=weights, minlength=size) if kernels else np.zeros(size)
+        return flat.reshape(len(self.segments), self.num_gpus, num_categories)
+
+    def layer_segments(self, kind: str, micro_batch: int) -> list[int]:
+        """Segment ids of the ``kind`` ("fwd" or "bwd") layers of ``micro_batch`` in execution order."""
+        return [i for i, s in enumerate(self.segments) if s.kind == kind and s.micro_batch == micro_batch]

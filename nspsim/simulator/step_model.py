@@ -1,0 +1,304 @@
+"""Step model: turn a plan's per-layer work into the task program of one training step.
+
+Per micro-batch: layout all-to-all in (nested plans), ``layers`` decoder layers forward, layout
+all-to-all out, output head forward and backward, layout in, the layers backward, layout out; after
+the last micro-batch the optimizer step. Per layer and GPU:
+
+* forward: attention stage over the GPU's active nodes, then non-attention (with expert-parallel
+  all-to-alls around the expert compute when EP > 1);
+* backward: recompute stage (recompute-marked nodes rerun their forward phases), non-attention
+  backward, attention backward stage in reverse issue order, then the FSDP gradient reduce-scatter;
+* FSDP: parameter all-gather of layer l+1 issued once layer l's gather is done and layer l-1's buffer
+  is free (prefetch one layer ahead, two gathered layers in memory); backward gathers likewise in
+  reverse. Gathers are not prefetched across micro-batches (FSDP reshards after each backward).
+
+Attention stage (inter-level phase streaming, SPEC section 5): for nodes in issue order the SP
+queue carries every prologue, then every epilogue; the compute queue every attention kernel. So
+prologues of later nodes run during earlier nodes' compute and epilogues overlap later compute,
+while every queue keeps one global order (no deadlock between nested groups). Modes:
+
+* ``stream`` - the above;
+* ``no-stream`` - streaming off: within an attention stage a GPU's kernels wait for all its
+  prologues and its epilogues for all its kernels (same order, no overlap); FSDP still overlaps;
+* ``serial`` - no overlap between queues at all: every task of a GPU runs alone in program order
+  and FSDP gathers are not prefetched.
+
+Each mode's dependencies contain the previous mode's, so (without link sharing) stream <= no-stream
+<= serial task by task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from nspsim.cluster_spec import ClusterSpec
+from nspsim.comm_model import Traffic, alltoall_traffic, ring_traffic
+from nspsim.cost_model import CostModel, Phases
+from nspsim.simulator.hardware import Collective, port_shares
+from nspsim.simulator.program import (
+    AG, ATTN_BWD, ATTN_FWD, ATTN_REMAT, COMPUTE, FSDP_COMM, NON_ATTN, OTHER, RS, SP, SP_COMM, Program, Task,
+)
+from nspsim.simulator.work import MicroBatchWork, NodeWork, StepWork
+
+MODES = ("stream", "no-stream", "serial")
+
+Deps = list[Task | None]
+PerGpu = list[Task | None]
+
+
+class CollectiveFactory:
+    """Collectives with latency from the cost model and port shares from the cluster topology."""
+
+    def __init__(self, cost: CostModel, cluster: ClusterSpec) -> None:
+        self.cost, self.cluster = cost, cluster
+        self._shares: dict[tuple[str, int], tuple[float, float]] = {}
+
+    def make(self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str) -> Collective:
+        """A collective over ranks ``[first, end)`` taking ``seconds`` uncontended."""
+        size = end - first
+        latency = min(self.cost.latency(size), seconds)
+        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
+
+    def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
+        key = (pattern, size)
+        if key not in self._shares:
+            gpn = self.cluster.gpus_per_node
+            traffic: Traffic = ring_traffic(1.0, size, gpn) if pattern == "ring" else alltoall_traffic(1.0, size, gpn)
+            self._shares[key] = port_shares(traffic, self.cluster)
+        return self._shares[key]
+
+
+class StepModel:
+    """Builds the :class:`Program` of one step with ``layers`` decoder layers per micro-batch."""
+
+    def __init__(self, work: StepWork, colls: CollectiveFactory, *, mode: str = "stream", layers: int | None = None,
+                 noise: Callable[[float], float] | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown simulation mode {mode!r} (known: {', '.join(MODES)})")
+        self.work, self.colls, self.mode = work, colls, mode
+        self.layers = work.num_layers if layers is None else min(layers, work.num_layers)
+        self.noise = noise
+        self.P = work.num_gpus
+        self.prog = Program(self.P)
+        self.last_compute: PerGpu = [None] * self.P
+
+    @property
+    def serial(self) -> bool:
+        """Whether every task of a GPU runs alone (one queue per GPU)."""
+        return self.mode == "serial"
+
+    def build(self) -> Program:
+        """The whole step's program."""
+        final: list[Deps] = [[] for _ in range(self.P)]
+        for m, mbw in enumerate(self.work.micro_batches):
+            final = MicroBatchModel(self, m, mbw).build()
+        seg = self.prog.segment("opt", len(self.work.micro_batches))
+        for g in range(self.P):
+            self.compute(g, self.work.optimizer_s, OTHER, seg, "optimizer", final[g])
+        return self.prog
+
+    # ---- task helpers ----------------------------------------------------------------------------
+    def queue(self, preferred: int) -> int:
+        """The queue a task goes to in this mode."""
+        return COMPUTE if self.serial else preferred
+
+    def compute(self, gpu: int, seconds: float, cat: int, seg: int, name: str, deps: Deps) -> Task:
+        """A kernel on ``gpu``'s compute queue."""
+        if self.noise is not None and seconds > 0:
+            seconds = self.noise(seconds)
+        task = self.prog.add(Task(gpu, COMPUTE, cat, seg, name, seconds, None, deps))
+        self.last_compute[gpu] = task
+        return task
+
+    def collective(self, name: str, first: int, end: int, seconds: float, pattern: str, queue: int, cat: int,
+                   seg: int, deps: Callable[[int], Deps]) -> dict[int, Task]:
+        """A collective over ranks ``[first, end)``; one member task per GPU with ``deps(gpu)``."""
+        coll = self.colls.make(len(self.prog.collectives), name, first, end, seconds, pattern)
+        self.prog.collectives.append(coll)
+        q = self.queue(queue)
+        members = {}
+        for g in range(first, end):
+            members[g] = self.prog.add(Task(g, q, cat, seg, name, 0.0, coll, deps(g)))
+            if q == COMPUTE:
+                self.last_compute[g] = members[g]
+        return members
+
+    def world(self, name: str, seconds: float, pattern: str, queue: int, cat: int, seg: int,
+              deps: Callable[[int], Deps]) -> PerGpu:
+        """A collective over every GPU; ``[None] * P`` when it takes no time."""
+        if seconds <= 0 or self.P <= 1:
+            return [None] * self.P
+        members = self.collective(name, 0, self.P, seconds, pattern, queue, cat, seg, deps)
+        return [members[g] for g in range(self.P)]
+
+    def gather(self, name: str, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
+        """An FSDP parameter all-gather of one layer."""
+        return self.world(name, self.work.fsdp.allgather, "ring", AG, FSDP_COMM, seg, deps)
+
+    def reduce_scatter(self, name: str, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
+        """An FSDP gradient reduce-scatter of one layer."""
+        return self.world(name, self.work.fsdp.reduce_scatter, "ring", RS, FSDP_COMM, seg, deps)
+
+
+class MicroBatchModel:
+    """Forward and backward of one micro-batch (see the module docstring)."""
+
+    def __init__(self, step: StepModel, m: int, mbw: MicroBatchWork) -> None:
+        self.s, self.m, self.mbw = step, m, mbw
+        self.P, self.n = step.P, step.layers
+        prog = step.prog
+        self.seg_pre = prog.segment("pre", m)
+        self.seg_fwd = [prog.segment("fwd", m, layer) for layer in range(self.n)]
+        self.seg_head = prog.segment("head", m)
+        self.seg_bwd = {layer: prog.segment("bwd", m, layer) for layer in reversed(range(self.n))}
+        self.seg_post = prog.segment("post", m)
+
+    def build(self) -> list[Deps]:
+        """Create every task of the micro-batch; return what the optimizer must wait for, per GPU."""
+        grad_in, ag_next = self.forward()
+        return self.backward(grad_in, ag_next)
+
+    # ---- forward ---------------------------------------------------------------------------------
+    def forward(self) -> tuple[PerGpu, PerGpu]:
+        s, prev_mb = self.s, list(self.s.last_compute)
+        x = s.world("layout-in", self.mbw.layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [])
+        ag = [] if s.serial else [s.gather("allgather", self.seg_fwd[0], lambda g: [prev_mb[g]])]
+        done: list[PerGpu] = []
+        for layer in range(self.n):
+            if s.serial:
+                ag.append(s.gather("allgather", self.seg_fwd[layer], lambda g: []))
+            elif layer + 1 < self.n:
+                free = done[layer - 1] if layer >= 1 else [None] * self.P
+                ag.append(s.gather("allgather", self.seg_fwd[layer + 1], lambda g: [free[g]]))
+            x = self.layer_forward(layer, x, ag[layer])
+            done.append(x)
+        return self.head(x), self.first_backward_gather(x)
+
+    def layer_forward(self, layer: int, x: PerGpu, ag: PerGpu) -> PerGpu:
+        seg = self.seg_fwd[layer]
+        epi = self.attention("fwd", layer, seg, lambda g: [x[g], ag[g]])
+        return self.non_attention(layer, seg, lambda g: [epi[g], ag[g]], backward=False)
+
+    def head(self, x: PerGpu) -> PerGpu:
+        s, seg = self.s, self.seg_head
+        out = s.world("layout-out", self.mbw.layout_s, "a2a", SP, SP_COMM, seg, lambda g: [x[g]])
+        heads = [s.compute(g, sum(self.mbw.head[g]), NON_ATTN, seg, "output head", [out[g]]) for g in range(self.P)]
+        grad = s.world("layout-in (grad)", self.mbw.layout_s, "a2a", SP, SP_COMM, seg, lambda g: [heads[g]])
+        return [grad[g] or heads[g] for g in range(self.P)]
+
+    def first_backward_gather(self, x: PerGpu) -> PerGpu:
+        if self.s.serial:
+            return [None] * self.P
+        return self.s.gather("allgather (bwd)", self.seg_bwd[self.n - 1], lambda g: [x[g]])
+
+    # ---- backward ----------------------------------------------------------------------------------
+    def backward(self, grad_in: PerGpu, ag: PerGpu) -> list[Deps]:
+        s = self.s
+        rs: PerGpu = [None] * self.P
+        done: dict[int, PerGpu] = {}
+        for layer in reversed(range(self.n)):
+            seg = self.seg_bwd[layer]
+            if s.serial:
+                ag = s.gather("allgather (bwd)", seg, lambda g: [])
+            prefetch = self.prefetch_backward(layer, done) if not s.serial and layer >= 1 else ag
+            grad_in = self.layer_backward(layer, seg, grad_in, ag)
+            done[layer] = list(s.last_compute)
+            rs = s.reduce_scatter("reduce-scatter", seg, lambda g: [grad_in[g], done[layer][g]])
+            ag = prefetch
+        out = s.world("layout-out (grad)", self.mbw.layout_s, "a2a", SP, SP_COMM, self.seg_post,
+                      lambda g: [grad_in[g]])
+        last = list(s.last_compute)
+        return [[rs[g], out[g], grad_in[g], last[g]] for g in range(self.P)]
+
+    def prefetch_backward(self, layer: int, done: dict[int, PerGpu]) -> PerGpu:
+        """Gather layer-1's parameters once layer+1's backward has freed its buffer."""
+        free = done.get(layer + 1, [None] * self.P)
+        return self.s.gather("allgather (bwd)", self.seg_bwd[layer - 1], lambda g: [free[g]])
+
+    def layer_backward(self, layer: int, seg: int, grad_in: PerGpu, ag: PerGpu) -> PerGpu:
+        redo = self.attention("remat", layer, seg, lambda g: [ag[g]])
+        na = self.non_attention(layer, seg, lambda g: [ag[g], redo[g], grad_in[g]], backward=True)
+        epi = self.attention("bwd", layer, seg, lambda g: [na[g]])
+        return [epi[g] or na[g] for g in range(self.P)]
+
+    # ---- attention stage -------------------------------------------------------------------------
+    def attention(self, phase: str, layer: int, seg: int, inputs: Callable[[int], Deps]) -> PerGpu:
+        """One attention stage; returns each GPU's last task of the stage (epilogue, else ``None``)."""
+        staged = self._staged_nodes(phase)
+        comm_cat = ATTN_REMAT if phase == "remat" else SP_COMM
+        pros = {i: self._node_comm(f"{phase} pro", layer, nw, ph.prologue, comm_cat, seg, inputs)
+                for i, nw, ph in staged}
+        stream = self.s.mode == "stream"
+        last_pro = self._last_per_gpu(pros.values()) if not stream else {}
+        comps: dict[int, dict[int, Task]] = {}
+        for i, nw, ph in staged:
+            comps[i] = self._node_compute(phase, layer, nw, ph.compute, seg, pros[i], inputs, last_pro)
+        last_comp = self._last_per_gpu(comps.values()) if not stream else {}
+        epis = [self._node_comm(f"{phase} epi", layer, nw, ph.epilogue, comm_cat, seg,
+                                self._after_compute(comps[i], last_comp)) for i, nw, ph in staged]
+        last_epi = self._last_per_gpu(epis)
+        return [last_epi.get(g) for g in range(self.P)]
+
+    def _staged_nodes(self, phase: str) -> list[tuple[int, NodeWork, Phases]]:
+        nodes = self.mbw.nodes
+        if phase == "fwd":
+            return [(i, nw, nw.fwd) for i, nw in enumerate(nodes)]
+        if phase == "remat":
+            return [(i, nw, nw.remat) for i, nw in enumerate(nodes) if nw.remat is not None]
+        return [(i, nw, nw.bwd) for i, nw in reversed(list(enumerate(nodes)))]
+
+    def _node_comm(self, what: str, layer: int, nw: NodeWork, seconds: float, cat: int, seg: int,
+                   deps: Callable[[int], Deps]) -> dict[int, Task]:
+        node = nw.node
+        if node.degree <= 1 or seconds <= 0:
+            return {}
+        return self.s.collective(f"{what} {node}", node.first_rank, node.end_rank, seconds, "a2a", SP,
+                                 cat, seg, deps)
+
+    def _node_compute(self, phase: str, layer: int, nw: NodeWork, seconds: float, seg: int, pro: dict[int, Task],
+                      inputs: Callable[[int], Deps], last_pro: dict[int, Task]) -> dict[int, Task]:
+        cat = {"fwd": ATTN_FWD, "remat": ATTN_REMAT, "bwd": ATTN_BWD}[phase]
+        name = f"attn {phase} {nw.node}"
+        out = {}
+        for g in nw.node.ranks:
+            deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]
+            out[g] = self.s.compute(g, seconds, cat, seg, name, deps)
+        return out
+
+    @staticmethod
+    def _after_compute(comps: dict[int, Task], last_comp: dict[int, Task]) -> Callable[[int], Deps]:
+        return lambda g: [comps[g], last_comp.get(g)]
+
+    @staticmethod
+    def _last_per_gpu(groups: Iterable[dict[int, Task]]) -> dict[int, Task]:
+        last: dict[int, Task] = {}
+        for tasks in groups:
+            last.update(tasks)
+        return last
+
+    # ---- non-attention ---------------------------------------------------------------------------
+    def non_attention(self, layer: int, seg: int, deps: Callable[[int], Deps], backward: bool) -> PerGpu:
+        """Projections and FFN/MoE; with EP > 1 an all-to-all before and after the expert compute."""
+        s, ep = self.s, self.s.work.expert_parallel
+        name = f"non-attn {'bwd' if backward else 'fwd'}"
+        costs = self.mbw.non_attn
+        comm = [c.bwd_comm if backward else c.fwd_comm for c in costs]
+        use_ep = ep > 1 and max(comm) > 0
+        before = self._expert_alltoall(f"ep a2a {name}", seg, comm, deps) if use_ep else {}
+        out: PerGpu = []
+        for g in range(self.P):
+            secs = costs[g].bwd_compute if backward else costs[g].fwd_compute
+            dep: Deps = [before[g]] if use_ep else deps(g)
+            out.append(s.compute(g, secs, NON_ATTN, seg, name, dep))
+        if use_ep:
+            after = self._expert_alltoall(f"ep a2a {name} (combine)", seg, comm, lambda g: [out[g]])
+            out = [after[g] for g in range(self.P)]
+        return out
+
+    def _expert_alltoall(self, name: str, seg: int, comm: list[float], deps: Callable[[int], Deps]) -> dict[int, Task]:
+        """Half of the layer's EP all-to-all time, per EP group (paced by its busiest member)."""
+        ep, out = self.s.work.expert_parallel, {}
+        for first in range(0, self.P, ep):
+            secs = max(comm[first:first + ep]) / 2
+            out.update(self.s.collective(name, first, first + ep, secs, "a2a", COMPUTE, OTHER, seg, deps))
+        return out

@@ -1,0 +1,153 @@
+"""Simulator: exact hand-computed cases (collectives alone and sharing a link, compute-only steps,
+comm wait from a late peer, the breakdown's accounting)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+from helpers import make_batch, toy_cluster, toy_cost, toy_model
+from sim_helpers import Setup, StubCost, roomy_memory
+
+from nspsim.analytic_cost import AnalyticCostModel
+from nspsim.plan import make_plan
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator import SimOptions, Simulator
+from nspsim.simulator.hardware import Collective, Fabric
+from nspsim.simulator.step_model import CollectiveFactory
+from nspsim.sp_tree import Node
+from nspsim.training_spec import TrainingSpec
+
+REL = 1e-12
+
+
+def _run_collectives(launches: list[tuple[Collective, float]], num_gpus: int = 8) -> dict[int, float]:
+    """Launch each collective at its time on a fresh fabric; return finish time by collective id."""
+    env = simpy.Environment()
+    fabric = Fabric(env, num_gpus)
+    done: dict[int, float] = {}
+    for coll, at in launches:
+        coll.on_done = lambda c: done.__setitem__(c.cid, c.finish)
+        env.timeout(at).callbacks.append(lambda _e, c=coll, t=at: fabric.launch(c, t))
+    env.run()
+    return done
+
+
+def _sp4(cid: int, first: int = 0) -> Collective:
+    """The toy Ulysses QKV all-to-all of one 1000-token sample at SP degree 4 (across two hosts)."""
+    seconds = toy_cost().attention(np.array([1000]), 4).fwd.prologue
+    return CollectiveFactory(toy_cost(), toy_cluster()).make(cid, "a2a", first, first + 4, seconds, "a2a")
+
+
+def test_one_alltoall_alone_takes_latency_plus_bytes_over_its_bottleneck() -> None:
+    # 250 tokens per GPU at (64 + 2*4*16) * 2 = 384 B/token, 3/4 of them sent: 72,000 B, 24,000 B per peer.
+    # One peer on the same host (NVLink 1 GB/s: 2.4e-5 s), two across hosts (NIC 0.1 GB/s: 4.8e-4 s):
+    # NIC-bound, the NVLink port is busy 5% of the time; plus 100 us inter-host latency.
+    coll = _sp4(0)
+    assert coll.shares == pytest.approx((0.05, 1.0))
+    assert _run_collectives([(coll, 0.0)])[0] == pytest.approx(1e-4 + 4.8e-4, rel=REL)
+
+
+def test_two_collectives_sharing_a_nic_take_twice_as_long() -> None:
+    done = _run_collectives([(_sp4(0), 0.0), (_sp4(1), 0.0)])
+    assert done[0] == pytest.approx(1e-4 + 2 * 4.8e-4, rel=REL)
+    assert done[1] == pytest.approx(1e-4 + 2 * 4.8e-4, rel=REL)
+
+
+def test_staggered_sharing_is_processor_sharing() -> None:
+    # The second transfer begins when the first is half done (3.4e-4): both run at half rate until the
+    # first ends (3.4e-4 + 2 * 2.4e-4 = 8.2e-4); the second then has half left alone (+2.4e-4).
+    done = _run_collectives([(_sp4(0), 0.0), (_sp4(1), 2.4e-4)])
+    assert done[0] == pytest.approx(8.2e-4, rel=REL)
+    assert done[1] == pytest.approx(1.06e-3, rel=REL)
+
+
+def test_collectives_on_disjoint_gpus_or_ports_do_not_interfere() -> None:
+    factory = CollectiveFactory(toy_cost(), toy_cluster())
+    done = _run_collectives([(_sp4(0, first=4), 0.0), (_sp4(1, first=0), 0.0)])
+    assert done[0] == done[1] == pytest.approx(5.8e-4, rel=REL)
+    nvlink_only = factory.make(2, "sp2", 0, 2, 1e-3, "a2a")  # inside host 0: NVLink only
+    fsdp_ring = factory.make(3, "ring", 0, 8, 2e-3, "ring")  # spans hosts: NIC only
+    done = _run_collectives([(nvlink_only, 0.0), (fsdp_ring, 0.0)])
+    assert done[2] == pytest.approx(1e-3, rel=REL) and done[3] == pytest.approx(2e-3, rel=REL)
+
+
+def test_a_port_oversubscribed_by_5_percent_slows_both_users_by_5_percent() -> None:
+    # SP2 on host 0 (NVLink-bound, 10 us latency, 9.9e-4 s transfer) and the SP4 all-to-all, which keeps
+    # GPU 0/1's NVLink 5% busy: from 1e-4 both run at 1/1.05. SP4's 4.8e-4 s take 5.04e-4 (ends 6.04e-4);
+    # SP2 had done 9e-5 + 4.8e-4 by then and finishes its last 4.2e-4 alone (1.024e-3).
+    sp2 = CollectiveFactory(toy_cost(), toy_cluster()).make(2, "sp2", 0, 2, 1e-3, "a2a")
+    done = _run_collectives([(_sp4(0), 0.0), (sp2, 0.0)])
+    assert done[0] == pytest.approx(6.04e-4, rel=REL)
+    assert done[2] == pytest.approx(1.024e-3, rel=REL)
+
+
+def test_nested_groups_on_the_same_gpus_slow_each_other_down() -> None:
+    # An SP4 all-to-all under a world ring (both NIC-bound on GPUs 0-3): the ring is paced by its
+    # most loaded NIC, so both share at half rate while they overlap.
+    factory = CollectiveFactory(toy_cost(), toy_cluster())
+    ring = factory.make(1, "ring", 0, 8, 1e-4 + 4.8e-4, "ring")
+    done = _run_collectives([(_sp4(0), 0.0), (ring, 0.0)])
+    assert done[0] == pytest.approx(1e-4 + 2 * 4.8e-4, rel=REL)
+    assert done[1] == pytest.approx(1e-4 + 2 * 4.8e-4, rel=REL)
+
+
+def test_compute_only_step_equals_the_sum_of_its_kernels() -> None:
+    cluster = toy_cluster(1, 1)
+    cost = AnalyticCostModel(model=toy_model(3), cluster=cluster, training=TrainingSpec(), attn_half_length=0.0,
+                             dense_gemm_efficiency=1.0)
+    lengths = [3000, 1000, 500]
+    plan = make_plan(planner="manual", cluster=cluster, model=toy_model(3), batch=make_batch(lengths), spmax=1,
+                     token_budget=10**9, nodes=[Node(1, 0)] * 3)
+    sim = Simulator(cost=cost, model=toy_model(3), cluster=cluster, training=TrainingSpec(), memory=roomy_memory(3))
+    result = sim.simulate(plan)
+    attn = cost.attention(np.array(lengths), 1)
+    na = cost.non_attention(4500.0)
+    head_f, head_b = cost.head(4500.0)
+    kernels = 3 * (attn.fwd.compute + attn.bwd.compute + na.fwd_compute + na.bwd_compute)
+    expected = kernels + head_f + head_b + cost.optimizer_time()
+    assert result.step_time_s == pytest.approx(expected, rel=REL)
+    assert result.breakdown_s["attn_fwd"] == pytest.approx(3 * attn.fwd.compute, rel=REL)
+    assert result.breakdown_s["attn_bwd"] == pytest.approx(3 * attn.bwd.compute, rel=REL)
+    assert result.breakdown_s["comm_wait"] == 0 and result.breakdown_s["sp_exposed_comm"] == 0
+
+
+def test_leaf_only_plan_on_many_gpus_is_its_busiest_gpu() -> None:
+    setup = Setup(StubCost(comp=1e-9, nonattn=1e-6))
+    plan = setup.plan([Node(1, g) for g in range(8)], [1000 * (g + 1) for g in range(8)])
+    result = setup.simulator().simulate(plan)
+    # GPU 7 holds 8000 tokens: 3 * 6.4e-2 attention (fwd 1x, bwd 2x) + 3 * 8e-3 non-attention.
+    assert result.critical_gpu == 7
+    assert result.step_time_s == pytest.approx(3 * 6.4e-2 + 3 * 8e-3, rel=REL)
+    own = 3 * 1e-9 * (1000.0 * np.arange(1, 9)) ** 2 + 3 * 1e-6 * 1000.0 * np.arange(1, 9)
+    waits = result.per_gpu_breakdown_s[:, BREAKDOWN_CATEGORIES.index("comm_wait")]
+    assert waits == pytest.approx(result.step_time_s - own, rel=1e-9, abs=1e-15)
+
+
+def test_comm_wait_appears_when_one_group_member_is_late() -> None:
+    # Sample A (1000) on sp2#0 = GPUs {0, 1}; sample B (2000) on GPU 0's leaf, issued first. GPU 0
+    # computes B (4e-3 s) before A, so GPU 1, done with A at 5.5e-4, waits for GPU 0's epilogue.
+    setup = Setup(StubCost(comp=1e-9, pro=1e-7, epi=1e-7, a2a_bw=float("inf")))
+    plan = setup.plan([Node(2, 0), Node(1, 0)], [1000, 2000], issue_order=[(Node(1, 0), Node(2, 0))])
+    result = setup.simulator(timeline=True).simulate(plan)
+    assert result.step_time_s == pytest.approx(13.65e-3, rel=REL)
+    assert result.critical_gpu == 0
+    expect0 = {"attn_fwd": 4.5e-3, "attn_bwd": 9e-3, "sp_exposed_comm": 1.5e-4}
+    assert result.breakdown_s == pytest.approx({k: expect0.get(k, 0.0) for k in BREAKDOWN_CATEGORIES}, abs=1e-15)
+    gpu1 = dict(zip(BREAKDOWN_CATEGORIES, result.per_gpu_breakdown_s[1]))
+    assert gpu1["comm_wait"] == pytest.approx(3.95e-3 + 7.9e-3, rel=1e-9)
+    assert gpu1["sp_exposed_comm"] == pytest.approx(3e-4, rel=1e-9)
+    waits = [(e.start, e.end) for e in result.timeline if e.gpu == 1 and e.track == "exposed"
+             and e.category == "comm_wait" and e.layer == 0]
+    assert waits == [pytest.approx((5.5e-4, 4.5e-3), rel=1e-9)]
+
+
+@pytest.mark.parametrize("mode", ["stream", "no-stream", "serial"])
+def test_breakdown_sums_to_the_step_time_on_every_gpu(mode: str) -> None:
+    setup = Setup(StubCost(layers=2, lat=1e-5, comp=1e-9, pro=2e-7, epi=1e-7, nonattn=1e-7, allgather=1e-3,
+                           reduce_scatter=1e-3, optimizer=1e-4))
+    plan = setup.plan([Node(4, 0), Node(2, 2), Node(1, 0), Node(1, 5), Node(4, 1)], [4000, 1500, 800, 300, 2500])
+    result = setup.simulator(mode=mode).simulate(plan)
+    assert result.per_gpu_breakdown_s.sum(axis=1) == pytest.approx(np.full(8, result.step_time_s), rel=1e-12)
+    assert sum(result.breakdown_s.values()) == pytest.approx(result.step_time_s, rel=1e-12)
+    assert result.breakdown_s["other"] >= 1e-4  # the optimizer step

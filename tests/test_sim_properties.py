@@ -1,0 +1,88 @@
+"""Simulator properties on random nested plans: overlap modes are ordered, extrapolated layers equal a
+full simulation, noise is deterministic for a seed, the accounting always tiles the step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from sim_helpers import Setup, StubCost
+
+from nspsim.plan import Plan
+from nspsim.sp_tree import Node
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def plans(draw: st.DrawFn, layers: int = 1) -> tuple[Setup, Plan]:
+    """A random plan on 8 GPUs (2 per host, spmax 8) with random round-number costs."""
+    cost = StubCost(
+        layers=layers, lat=draw(st.sampled_from([0.0, 1e-5])), comp=draw(st.sampled_from([1e-10, 1e-9])),
+        pro=draw(st.sampled_from([0.0, 1e-7, 1e-6])), epi=draw(st.sampled_from([0.0, 1e-7])),
+        nonattn=draw(st.sampled_from([0.0, 1e-7])), allgather=draw(st.sampled_from([0.0, 2e-4, 2e-3])),
+        reduce_scatter=draw(st.sampled_from([0.0, 2e-3])), optimizer=1e-4,
+    )
+    n = draw(st.integers(1, 12))
+    degrees = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=n, max_size=n))
+    nodes = [Node(d, draw(st.integers(0, 8 // d - 1))) for d in degrees]
+    lengths = draw(st.lists(st.integers(64, 6000), min_size=n, max_size=n))
+    mbs = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)) if draw(st.booleans()) else [0] * n
+    if set(mbs) == {1}:
+        mbs = [0] * n
+    setup = Setup(cost)
+    return setup, setup.plan(nodes, lengths, spmax=8, micro_batches=[sorted(set(mbs)).index(m) for m in mbs])
+
+
+@SETTINGS
+@given(plans())
+def test_streaming_is_never_slower_than_no_streaming_or_serial(case: tuple[Setup, Plan]) -> None:
+    setup, plan = case
+    times = [setup.simulator(mode=m).simulate(plan).step_time_s for m in ("stream", "no-stream", "serial")]
+    assert times[0] <= times[1] * (1 + 1e-9) + 1e-12  # type: ignore[operator]
+    assert times[1] <= times[2] * (1 + 1e-9) + 1e-12  # type: ignore[operator]
+
+
+@SETTINGS
+@given(plans())
+def test_every_gpu_breakdown_tiles_the_step(case: tuple[Setup, Plan]) -> None:
+    setup, plan = case
+    result = setup.simulator().simulate(plan)
+    assert result.per_gpu_breakdown_s.min() >= -1e-15
+    assert result.per_gpu_breakdown_s.sum(axis=1) == pytest.approx(np.full(8, result.step_time_s), rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans(layers=24))
+def test_extrapolated_layers_equal_a_full_simulation(case: tuple[Setup, Plan]) -> None:
+    setup, plan = case
+    fast = setup.simulator().simulate(plan)
+    full = setup.simulator(extrapolate=False).simulate(plan)
+    event(f"extrapolated={fast.extrapolated}")
+    assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert fast.per_gpu_breakdown_s == pytest.approx(full.per_gpu_breakdown_s, rel=1e-9, abs=1e-12)
+
+
+def test_extrapolation_happens_and_matches_on_a_typical_nested_plan() -> None:
+    setup = Setup(StubCost(layers=20, lat=1e-5, comp=1e-9, pro=1e-7, epi=1e-7, nonattn=1e-7, allgather=1e-3,
+                           reduce_scatter=1e-3, optimizer=1e-4))
+    plan = setup.plan([Node(8, 0), Node(4, 1), Node(2, 0), Node(1, 2), Node(1, 3), Node(2, 3)],
+                      [6000, 3000, 2000, 1500, 1400, 900], spmax=8)
+    fast = setup.simulator(timeline=True).simulate(plan)
+    full = setup.simulator(extrapolate=False, timeline=True).simulate(plan)
+    assert fast.extrapolated and fast.layers_simulated == 12 and not full.extrapolated
+    assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+    assert fast.per_gpu_breakdown_s == pytest.approx(full.per_gpu_breakdown_s, rel=1e-9, abs=1e-12)
+    key = lambda e: (e.gpu, e.track, e.layer, e.micro_batch, e.name, round(e.start, 12))  # noqa: E731
+    assert sorted(map(key, fast.timeline)) == sorted(map(key, full.timeline))
+
+
+def test_noise_is_deterministic_for_a_seed() -> None:
+    setup = Setup(StubCost(layers=3, comp=1e-9, pro=1e-7, epi=1e-7, nonattn=1e-7))
+    plan = setup.plan([Node(4, 0), Node(1, 5), Node(2, 3)], [4000, 1000, 2000])
+    a = setup.simulator(seed=7, jitter=0.1).simulate(plan)
+    b = setup.simulator(seed=7, jitter=0.1).simulate(plan)
+    assert a.step_time_s == b.step_time_s and np.array_equal(a.per_gpu_breakdown_s, b.per_gpu_breakdown_s)
+    assert setup.simulator(seed=8, jitter=0.1).simulate(plan).step_time_s != a.step_time_s
+    assert setup.simulator(seed=7).simulate(plan).step_time_s != a.step_time_s
