@@ -37,8 +37,8 @@ def build_timeline(program: Program, blame: Sequence[Blame], repeats: Sequence[R
         rep = copies.get(seg)
         segment = program.segments[seg]
         for k in range(1 + (rep.copies if rep else 0)):
-            dt = move[seg] + (k * rep.shift if rep else 0.0)
-            layer = segment.layer + layer_offset[seg] + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
+            dt = float(move[seg]) + (k * rep.shift if rep else 0.0)
+            layer = segment.layer + int(layer_offset[seg]) + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
             events.append(TimelineEvent(gpu=gpu, track=track, name=name, category=cat, start=a + dt, end=b + dt,
                                         layer=layer, micro_batch=segment.micro_batch))
     events.sort(key=lambda e: (e.gpu, e.start, TRACKS.index(e.track)))
