@@ -16,12 +16,16 @@ each of its GPUs (vectorised over permutations and GPUs), per pass::
 
 and keep the permutation minimising max_p (E_m + non-attention)_fwd + max_p (E_m + non-attention)_bwd;
 ties keep the planner's roots-first order. Trade-off: the score ignores waits between GPUs and link
-sharing (the simulator has them), in exchange for evaluating thousands of orders in milliseconds.
+sharing with FSDP traffic (the simulator has them), in exchange for scoring thousands of orders in
+milliseconds. So :func:`optimize_issue_order` optionally takes an ``evaluate`` function (``compare``
+passes the simulator's step time): it then scores the proxy's best few whole-plan candidates and the
+planner's own order with it and keeps the best, so the result is never worse than the input there.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -33,10 +37,21 @@ from nspsim.sp_tree import Node
 MAX_EXHAUSTIVE_LEVELS = 7
 
 
-def optimize_issue_order(plan: Plan, cost: CostModel) -> Plan:
-    """``plan`` with each micro-batch's issue order replaced by the best-scoring level order per tree."""
-    orders = tuple(_micro_batch_order(plan, cost, mb) for mb in range(plan.num_micro_batches))
-    return replace(plan, issue_order=orders)
+def optimize_issue_order(plan: Plan, cost: CostModel, evaluate: Callable[[Plan], float] | None = None,
+                         candidates: int = 3) -> Plan:
+    """``plan`` with each micro-batch's issue order replaced by the best-scoring level order per tree.
+
+    With ``evaluate`` (lower is better), the ``candidates`` best proxy orders and ``plan``'s own order
+    are scored by it and the best is returned.
+    """
+    ranked = [_micro_batch_orders(plan, cost, mb, candidates) for mb in range(plan.num_micro_batches)]
+    best = replace(plan, issue_order=tuple(r[0] for r in ranked))
+    if evaluate is None:
+        return best
+    options = [plan, best] + [replace(plan, issue_order=tuple(r[min(k, len(r) - 1)] for r in ranked))
+                              for k in range(1, candidates)]
+    unique = list({p.content_hash: p for p in options}.values())
+    return min(unique, key=evaluate)
 
 
 def stream_finish(phases: np.ndarray) -> np.ndarray:
@@ -52,25 +67,51 @@ def stream_finish(phases: np.ndarray) -> np.ndarray:
     return e
 
 
-def _micro_batch_order(plan: Plan, cost: CostModel, mb: int) -> tuple[Node, ...]:
+TreeScores = tuple[list[int], np.ndarray, np.ndarray]
+
+
+def _micro_batch_orders(plan: Plan, cost: CostModel, mb: int, count: int) -> list[tuple[Node, ...]]:
+    """Up to ``count`` distinct issue orders of micro-batch ``mb``, best proxy score first.
+
+    The first takes every tree's best level permutation; the others apply the next-best
+    permutations (by score summed over trees) to every tree.
+    """
     nodes = plan.active_nodes(mb)
     lengths = np.asarray(plan.lengths, dtype=np.int64)
-    mask = plan.sample_mask(mb)
     by_node: dict[Node, list[int]] = {n: [] for n in nodes}
-    for j in np.flatnonzero(mask):
+    for j in np.flatnonzero(plan.sample_mask(mb)):
         by_node[plan.nodes[j]].append(int(j))
     tokens = plan.tokens_per_gpu(mb)
-    position: dict[Node, int] = {}
-    for tree in range(plan.tree.num_trees):
-        members = [n for n in nodes if plan.tree.tree_of(n) == tree]
-        if members:
-            position.update(_tree_positions(plan, cost, members, lengths, by_node, tokens))
-    return tuple(sorted(nodes, key=lambda n: (position[n], n.first_rank)))
+    trees: dict[int, list[Node]] = {}
+    for n in nodes:
+        trees.setdefault(plan.tree.tree_of(n), []).append(n)
+    scored = {t: _tree_scores(plan, cost, members, lengths, by_node, tokens) for t, members in trees.items()}
+    orders = [_order(plan, nodes, scored, {t: int(np.argmin(sc[2])) for t, sc in scored.items()})]
+    for index in _shared_ranking(list(scored.values())):
+        orders.append(_order(plan, nodes, scored, {t: index for t in scored}))
+        if len(set(orders)) >= count:
+            break
+    return list(dict.fromkeys(orders))[:count]
 
 
-def _tree_positions(plan: Plan, cost: CostModel, nodes: list[Node], lengths: np.ndarray,
-                    by_node: dict[Node, list[int]], tokens: np.ndarray) -> dict[Node, int]:
-    """Position of each node's level in the best level permutation of one tree."""
+def _order(plan: Plan, nodes: tuple[Node, ...], scored: dict[int, TreeScores], choice: dict[int, int]) -> tuple[Node, ...]:
+    """Issue order with permutation ``choice[t]`` in tree t (trees never share a GPU: they interleave freely)."""
+    rank: dict[tuple[int, int], int] = {}
+    for t, (levels, perms, _) in scored.items():
+        rank.update({(t, levels[k]): pos for pos, k in enumerate(perms[choice[t]])})
+    return tuple(sorted(nodes, key=lambda n: (rank[(plan.tree.tree_of(n), n.degree)], n.first_rank)))
+
+
+def _shared_ranking(scored: list[TreeScores]) -> list[int]:
+    """Permutation indices by score summed over trees (trees must have equally many levels)."""
+    if any(len(levels) != len(scored[0][0]) for levels, _, _ in scored):
+        return []
+    return [int(i) for i in np.argsort(np.sum([score for _, _, score in scored], axis=0), kind="stable")]
+
+
+def _tree_scores(plan: Plan, cost: CostModel, nodes: list[Node], lengths: np.ndarray, by_node: dict[Node, list[int]],
+                 tokens: np.ndarray) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """(levels largest first, candidate permutations, proxy score per permutation) of one tree."""
     levels = sorted({n.degree for n in nodes}, reverse=True)
     first = min(n.first_rank for n in nodes) // plan.spmax * plan.spmax
     span = range(first, first + plan.spmax)
@@ -79,9 +120,7 @@ def _tree_positions(plan: Plan, cost: CostModel, nodes: list[Node], lengths: np.
     perms = _candidate_perms(len(levels))
     score = (stream_finish(fwd[:, perms].transpose(1, 0, 2, 3)) + extra_f).max(axis=1)
     score += (stream_finish(bwd[:, perms[:, ::-1]].transpose(1, 0, 2, 3)) + extra_b).max(axis=1)
-    best = perms[int(np.argmin(score))]
-    rank_of_level = {levels[k]: pos for pos, k in enumerate(best)}
-    return {n: rank_of_level[n.degree] for n in nodes}
+    return levels, perms, score
 
 
 def _phase_tables(cost: CostModel, nodes: list[Node], levels: list[int], lengths: np.ndarray,

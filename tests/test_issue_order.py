@@ -67,3 +67,15 @@ def test_optimised_order_is_a_valid_per_micro_batch_permutation(samples: list[tu
     for mb in range(plan.num_micro_batches):
         assert sorted(better.issue_order[mb]) == sorted(plan.issue_order[mb])
     assert better.lengths == plan.lengths and better.nodes == plan.nodes
+
+
+def test_evaluator_reranks_candidates_and_never_loses_to_the_input_order() -> None:
+    setup = Setup(StubCost(layers=2, comp=1e-9, pro=2e-6, allgather=3e-3, reduce_scatter=3e-3))
+    plan = setup.plan([Node(8, 0), Node(4, 1)] + [Node(1, g) for g in range(8)], [4000, 3000] + [1200] * 8, spmax=8)
+    sim = setup.simulator()
+    step = lambda p: sim.simulate(p).step_time_s  # noqa: E731
+    chosen = optimize_issue_order(plan, setup.cost, evaluate=step)  # type: ignore[arg-type]
+    assert step(chosen) <= step(plan)
+    proxy_only = optimize_issue_order(plan, setup.cost)
+    assert step(chosen) <= step(proxy_only)
+    assert optimize_issue_order(plan, setup.cost, evaluate=lambda p: 0.0 if p == plan else 1.0) == plan

@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nspsim.commands import info, inspect, trace
+from nspsim.commands import info, inspect, simulate, trace
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
-COMMANDS: Sequence[Register] = (trace.register, info.register, inspect.register)
+COMMANDS: Sequence[Register] = (trace.register, info.register, inspect.register, simulate.register)
