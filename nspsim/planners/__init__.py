@@ -16,11 +16,20 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from nspsim.planners.basp_planner import BASPPlanner
 from nspsim.planners.base import Planner
+from nspsim.planners.flexsp_planner import FlexSPPlanner
+from nspsim.planners.greedy_planner import GreedyPlanner
+from nspsim.planners.nsp_planner import NSP2LPlanner, NSPPlanner
 from nspsim.planners.static_planner import StaticPlanner
 
 _REGISTRY: dict[str, type[Any]] = {
     "static": StaticPlanner,
+    "flexsp": FlexSPPlanner,
+    "basp": BASPPlanner,
+    "nsp2l": NSP2LPlanner,
+    "nsp": NSPPlanner,
+    "greedy": GreedyPlanner,
 }
 
 PLANNER_NAMES: tuple[str, ...] = tuple(_REGISTRY)

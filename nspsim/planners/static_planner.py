@@ -83,6 +83,15 @@ def _pack(ctx: Context, degree: int, units: int, select: IntArray) -> IntArray |
     return result
 
 
+def pack_single_pass(ctx: Context, degree: int, select: IntArray) -> IntArray | None:
+    """First ranks of the selected sorted samples packed in one pass at ``degree``, or ``None``
+    if the degree cannot hold them in one pass."""
+    if int(ctx.table.lengths[select[0]]) > degree * ctx.budget:
+        return None
+    units = _pack(ctx, degree, ctx.num_gpus // degree, select)
+    return None if units is None else units * degree
+
+
 def pack_degree(ctx: Context, degree: int, select: IntArray | None = None) -> Placement:
     """Static placement at ``degree`` of the selected sorted samples (all by default)."""
     sel = np.arange(ctx.table.num_samples) if select is None else select

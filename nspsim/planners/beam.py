@@ -1,0 +1,219 @@
+"""The long-prefix tree search of NSP's Algorithm 1 (paper 4.1.3, SPEC 4), vectorised with numpy.
+
+A beam holds S <= w states, each (a, C, T, active): the partial assignment (back-pointers), the
+per-GPU proxy load C_p, the per-GPU token load T_p and which nodes already run (a node's collective
+latency is paid once). Expanding the beam by sample j scores every (state, node) pair at once, for
+all levels together (nodes laid out level by level, largest degree first):
+
+* block maxima of C and T over the aligned rank blocks of level d are a reshape ``(S, P/d, d)``
+  reduced on the last axis, built bottom-up (level 2d from level d);
+* placing j on node u adds delta = c_j(d) (+ latency if u is idle) to the block, so the new critical
+  load is ``max(max of C outside u, blockmax_u + delta)``; the outside maximum is the larger of a
+  prefix maximum before u's first rank and a suffix maximum after its last;
+* a candidate is feasible if ``blockmax(T)_u + L_j / d <= B_tok``, L_j fits the degree, and, with
+  the monotone-SP option, d is no larger than the degree of the state's previous (longer) sample.
+
+The w feasible candidates with the smallest *score* survive. The score is the critical load
+max_p C'_p, as in the paper; with ``lookahead`` it is max(max_p C'_p, (sum_p C'_p + R) / P), where R
+is the remaining samples' cost on single GPUs: the load every GPU must at least reach once the rest
+is placed. Without it, the first placements always raise the maximum (every GPU is still empty), so
+the myopic choice is the node with the smallest per-GPU cost - the root, which pays the most
+communication - even though the tail will later fill every GPU to a common level (measured in
+docs/planners.md). Ties, which are common, are broken by the total added work (least communication)
+and then by the new block maximum (least-loaded block); candidates equal in all three keys are
+symmetric copies (e.g. any empty subtree) and are kept once, so the beam holds w distinct states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.planners.packing import BUDGET_RTOL
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+_TIE_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """All nodes of the chosen levels, concatenated level by level (largest degree first)."""
+
+    levels: tuple[int, ...]
+    degree: IntArray
+    first: IntArray
+    offset: dict[int, int]
+
+    @property
+    def size(self) -> int:
+        """Number of nodes."""
+        return int(self.degree.size)
+
+
+@lru_cache(maxsize=64)
+def node_layout(num_gpus: int, levels: tuple[int, ...]) -> NodeLayout:
+    """Node arrays for ``levels`` (sorted largest first) over ``num_gpus`` ranks."""
+    ordered = tuple(sorted(levels, reverse=True))
+    degree = np.concatenate([np.full(num_gpus // d, d, dtype=np.int64) for d in ordered])
+    first = np.concatenate([np.arange(0, num_gpus, d, dtype=np.int64) for d in ordered])
+    sizes = [num_gpus // d for d in ordered]
+    offset = dict(zip(ordered, np.cumsum([0, *sizes[:-1]]).tolist()))
+    return NodeLayout(ordered, degree, first, offset)
+
+
+@dataclass
+class Beam:
+    """S states over P GPUs; ``active`` is (S, nodes); ``steps`` hold (parent, node) per sample."""
+
+    loads: FloatArray
+    tokens: FloatArray
+    active: BoolArray
+    last_degree: IntArray
+    steps: list[tuple[IntArray, IntArray]]
+
+    @staticmethod
+    def empty(num_gpus: int, layout: NodeLayout) -> Beam:
+        """The single empty state (nothing placed)."""
+        return Beam(np.zeros((1, num_gpus)), np.zeros((1, num_gpus)), np.zeros((1, layout.size), dtype=bool),
+                    np.full(1, max(layout.levels), dtype=np.int64), [])
+
+    @property
+    def size(self) -> int:
+        """Number of states S."""
+        return int(self.loads.shape[0])
+
+    def assignment(self, state: int, layout: NodeLayout) -> tuple[IntArray, IntArray]:
+        """(degrees, first ranks) of the prefix samples of ``state``, by back-pointers."""
+        nodes = np.empty(len(self.steps), dtype=np.int64)
+        for i in range(len(self.steps) - 1, -1, -1):
+            parent, node = self.steps[i]
+            nodes[i] = node[state]
+            state = int(parent[state])
+        return layout.degree[nodes], layout.first[nodes]
+
+
+@dataclass(frozen=True)
+class Placing:
+    """One prefix sample, per node of the layout: its per-GPU cost on an active node and on an idle
+    one (plus latency), the total work it adds either way (cost x degree), whether it fits in
+    memory; and the single-GPU cost of the samples after it (for the lookahead)."""
+
+    length: int
+    cost: FloatArray
+    cost_idle: FloatArray
+    work: FloatArray
+    work_idle: FloatArray
+    fits: BoolArray
+    rest: float
+
+    @staticmethod
+    def of(length: int, cost: FloatArray, latency: FloatArray, layout: NodeLayout, budget: float,
+           rest: float) -> Placing:
+        """Derived arrays of a sample with per-node ``cost`` and ``latency``."""
+        idle = cost + latency
+        return Placing(length, cost, idle, cost * layout.degree, idle * layout.degree,
+                       length <= layout.degree * budget, rest)
+
+
+def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
+    """(S, nodes): max of ``values`` over every node's ranks; level 2d is the pairwise max of level d."""
+    out = np.empty((values.shape[0], layout.size))
+    level, deg = values, 1
+    while True:
+        if deg in layout.offset:
+            start = layout.offset[deg]
+            out[:, start:start + level.shape[1]] = level
+        if deg == layout.levels[0]:
+            return out
+        level = np.maximum(level[:, 0::2], level[:, 1::2])
+        deg *= 2
+
+
+def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float) -> BoolArray | None:
+    """(S, nodes) token feasibility, or ``None`` when every node fits in every state."""
+    limit = budget * (1 + BUDGET_RTOL)
+    if float(beam.tokens.max()) + item.length <= limit:
+        return None
+    out: BoolArray = _block_max(beam.tokens, layout) + item.length / layout.degree <= limit
+    return out
+
+
+def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monotone: bool,
+            lookahead: bool) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]:
+    """Per (state, node): score, total work added, new block max, delta and feasibility.
+
+    The critical load after adding delta to node u is ``max(M, blockmax_u + delta)`` with M the
+    state's current maximum: if u holds the critical GPU its block max is M and the sum dominates
+    everything outside u; otherwise the outside maximum is M.
+    """
+    idle = ~beam.active
+    delta = np.where(idle, item.cost_idle, item.cost)
+    new_block = _block_max(beam.loads, layout) + delta
+    score = np.maximum(beam.loads.max(axis=1)[:, None], new_block)
+    added = np.where(idle, item.work_idle, item.work)
+    if lookahead:
+        base = (beam.loads.sum(axis=1) + item.rest) / beam.loads.shape[1]
+        score = np.maximum(score, base[:, None] + added / beam.loads.shape[1])
+    feasible = np.broadcast_to(item.fits, score.shape)
+    tokens = _token_feasible(beam, item, layout, budget)
+    if tokens is not None:
+        feasible = feasible & tokens
+    if monotone:
+        feasible = feasible & (layout.degree <= beam.last_degree[:, None])
+    return score, added, new_block, delta, feasible
+
+
+def _close(a: FloatArray, b: FloatArray) -> BoolArray:
+    out: BoolArray = np.abs(a - b) <= _TIE_RTOL * np.abs(a)
+    return out
+
+
+def _distinct_order(keys: tuple[FloatArray, FloatArray, FloatArray], pool: IntArray, width: int) -> IntArray:
+    """The ``width`` best of ``pool`` by the keys in order, candidates equal in every key kept once."""
+    ranked = pool[np.lexsort((keys[2][pool], keys[1][pool], keys[0][pool]))]
+    same = np.ones(ranked.size - 1, dtype=bool)
+    for key in keys:
+        k = key[ranked]
+        same &= _close(k[1:], k[:-1])
+    chosen: IntArray = ranked[np.concatenate([[True], ~same])][:width]
+    return chosen
+
+
+def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray,
+            width: int) -> tuple[IntArray, IntArray] | None:
+    """(state, node) of the ``width`` best distinct feasible candidates; ``None`` if none is feasible."""
+    masked = np.where(feasible, score, np.inf).ravel()
+    keys = (masked, total.ravel(), new_block.ravel())
+    count = int(np.count_nonzero(feasible))
+    if count == 0:
+        return None
+    if count > 4 * width:
+        cut = np.partition(masked, 4 * width - 1)[4 * width - 1]
+        chosen = _distinct_order(keys, np.flatnonzero(masked <= cut * (1 + _TIE_RTOL)), width)
+    if count <= 4 * width or chosen.size < width:
+        chosen = _distinct_order(keys, np.flatnonzero(feasible.ravel()), width)
+    return np.divmod(chosen, score.shape[1])
+
+
+def expand(beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: int, monotone: bool,
+           lookahead: bool) -> Beam | None:
+    """The beam after placing ``item`` every feasible way and keeping the ``width`` best distinct
+    states; ``None`` if no state can place it."""
+    score, total, new_block, delta, feasible = _scores(beam, item, layout, budget, monotone, lookahead)
+    picked = _select(score, total, new_block, feasible, width)
+    if picked is None:
+        return None
+    parent, node = picked
+    loads, tokens, active = beam.loads[parent], beam.tokens[parent], beam.active[parent]
+    added = delta[parent, node]
+    for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
+        d, f = int(layout.degree[u]), int(layout.first[u])
+        loads[i, f:f + d] += dl
+        tokens[i, f:f + d] += item.length / d
+        active[i, u] = True
+    return Beam(loads, tokens, active, layout.degree[node], [*beam.steps, (parent, node)])

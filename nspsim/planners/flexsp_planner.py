@@ -1,0 +1,193 @@
+"""FlexSP as published (ASPLOS'25; SPEC 6): sequence blaster, DP bucketing and a MILP per micro-batch.
+
+For each micro-batch count m from the memory minimum up to +4 (at most ``max_micro_batches``, 5 by
+default, the NSP paper's sweep), the sorted batch is cut into m contiguous chunks of even token count
+(:func:`~nspsim.planners.microbatch.blaster_split`). Each chunk is bucketed
+(:mod:`~nspsim.planners.bucketing`) and routed by the MILP of :mod:`~nspsim.planners.flexsp_milp`
+onto disjoint power-of-two groups of at least ``min_group`` GPUs (2, as in the artifact). The count
+with the smallest step estimate (per-micro-batch FSDP included, :mod:`nspsim.planners.base`) wins.
+
+Incumbent: HiGHS rarely closes this MILP's gap (the LP relaxation is weak and slots of one size are
+interchangeable), and within a short limit it may return nothing. Each MILP therefore gets, as an
+upper bound on M (``M <= U`` and ``time_k <= U m_k``), the best static packing of the same bucketed
+sequences over groups of one size; the MILP must beat it, and if the solver finds nothing better
+within ``time_limit`` that packing is used. The plan's metadata records the MILP solve time,
+solver, statuses and how many micro-batches fell back to the incumbent.
+
+Bucketed sequences count at their bucket's longest length, so the MILP's times and memory are
+conservative; the realised plan places the actual sequences of each bucket on the slots the MILP
+chose, and its proxy Load is evaluated on the actual lengths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from nspsim.batching import Batch
+from nspsim.config import Workload
+from nspsim.plan import Plan
+from nspsim.planners.base import Context, IntArray, Placement, finish, make_context, step_estimate
+from nspsim.planners.bucketing import Buckets, bucketize
+from nspsim.planners.flexsp_milp import SOLVERS, MilpProblem, MilpSolution, solve
+from nspsim.planners.microbatch import blaster_split, min_micro_batches
+from nspsim.planners.packing import BUDGET_RTOL, least_loaded_fill
+from nspsim.planners.proxy import CostTable
+
+DEFAULT_TIME_LIMIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class _Routed:
+    """One micro-batch: per sample (sorted-space index) its degree and first rank; solver facts."""
+
+    samples: IntArray
+    degrees: IntArray
+    firsts: IntArray
+    solution: MilpSolution
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlexSPPlanner:
+    """FlexSP: options ``time_limit`` (s per MILP solve), ``max_micro_batches``, ``buckets``,
+    ``min_group``, ``solver`` ("highs" or "scip"), ``mip_gap``."""
+
+    time_limit: float = DEFAULT_TIME_LIMIT_S
+    max_micro_batches: int = 5
+    buckets: int = 16
+    min_group: int = 2
+    solver: str = "highs"
+    mip_gap: float = 1e-4
+    name: ClassVar[str] = "flexsp"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) or self.time_limit <= 0:
+            raise ValueError(f"option time_limit must be a positive number of seconds, got {self.time_limit!r}")
+        for opt in ("max_micro_batches", "buckets", "min_group"):
+            value = getattr(self, opt)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"option {opt} must be a positive integer, got {value!r}")
+        if self.min_group & (self.min_group - 1):
+            raise ValueError(f"option min_group must be a power of two, got {self.min_group}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"option solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
+        if not isinstance(self.mip_gap, (int, float)) or not 0 <= self.mip_gap < 1:
+            raise ValueError(f"option mip_gap must be in [0, 1), got {self.mip_gap!r}")
+
+    def plan(self, batch: Batch, workload: Workload) -> Plan:
+        """Sweep micro-batch counts, solve a MILP per micro-batch, keep the best step estimate."""
+        started = time.perf_counter()
+        ctx = make_context(batch, workload)
+        first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
+        last = min(max(first, min(first + 4, self.max_micro_batches)), ctx.table.num_samples)
+        best: tuple[float, Placement] | None = None
+        for m in range(first, max(first, last) + 1):
+            placement = self._try_count(ctx, m)
+            if placement is not None:
+                step = step_estimate(ctx, placement)
+                if best is None or step < best[0]:
+                    best = (step, placement)
+        if best is None:
+            raise ValueError(f"FlexSP found no plan with {first}..{last} micro-batches under B_tok={ctx.budget}; "
+                             "raise max_micro_batches or the token budget")
+        return finish(self.name, ctx, best[1], started)
+
+    def sizes(self, ctx: Context) -> tuple[int, ...]:
+        """Allowed group sizes: powers of two from min_group (clamped to spmax) to spmax."""
+        spmax = ctx.workload.tree.spmax
+        low = min(self.min_group, spmax)
+        return tuple(d for d in ctx.levels if d >= low)
+
+    def _try_count(self, ctx: Context, m: int) -> Placement | None:
+        chunks = blaster_split(ctx.table.lengths, m)
+        if any(int(ctx.table.lengths[c].sum()) > ctx.num_gpus * ctx.budget for c in chunks):
+            return None
+        routed = []
+        for chunk in chunks:
+            r = self._route_chunk(ctx, chunk)
+            if r is None:
+                return None
+            routed.append(r)
+        return _placement(ctx, routed)
+
+    def _route_chunk(self, ctx: Context, chunk: IntArray) -> _Routed | None:
+        lengths = ctx.table.lengths[chunk]
+        buckets = bucketize(lengths, self.buckets)
+        problem = _problem(ctx, buckets, self.sizes(ctx))
+        incumbent = static_incumbent(problem)
+        if incumbent is None:
+            return None
+        bounded = MilpProblem(**{**problem.__dict__, "upper": incumbent.makespan * (1 + 1e-9)})
+        solved = solve(bounded, solver=self.solver, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap))
+        if solved is None or solved.makespan > incumbent.makespan:
+            status = solved.status if solved is not None else "no-solution"
+            solved = MilpSolution(incumbent.slot_sizes, incumbent.assignment, incumbent.makespan,
+                                  f"incumbent({status})", 0.0 if solved is None else solved.solve_time_s, self.solver)
+        degrees, firsts = realise(solved, buckets, chunk)
+        return _Routed(chunk, degrees, firsts, solved)
+
+
+def _problem(ctx: Context, buckets: Buckets, sizes: tuple[int, ...]) -> MilpProblem:
+    table = CostTable(ctx.workload.cost, ctx.workload.tree, buckets.maxima, ctx.budget)
+    back = np.empty_like(table.order)
+    back[table.order] = np.arange(table.order.size)  # table is sorted descending; buckets ascending
+    return MilpProblem(counts=buckets.counts, lengths=buckets.maxima,
+                       time={s: table.total(s)[back] for s in sizes},
+                       latency={s: table.overhead_total(s) for s in sizes}, sizes=sizes,
+                       num_gpus=ctx.num_gpus, token_budget=float(ctx.budget))
+
+
+def static_incumbent(p: MilpProblem) -> MilpSolution | None:
+    """Best single-size LPT packing of the bucketed sequences (a feasible MILP point), or ``None``."""
+    items = np.repeat(np.arange(p.counts.size), p.counts)[::-1]  # longest bucket first
+    best: MilpSolution | None = None
+    for s in p.sizes:
+        if p.lengths[-1] > s * p.token_budget:
+            continue
+        groups = p.num_gpus // s
+        slots, loads, tokens = least_loaded_fill(np.zeros(groups), np.zeros(groups), p.time[s][items],
+                                                 p.lengths[items] / s, p.token_budget, np.full(groups, p.latency[s]))
+        if tokens.max() > p.token_budget * (1 + BUDGET_RTOL):
+            continue
+        if best is None or loads.max() < best.makespan:
+            table = np.zeros((groups, p.counts.size), dtype=np.int64)
+            np.add.at(table, (slots, items), 1)
+            used = table.sum(axis=1) > 0
+            best = MilpSolution(np.full(int(used.sum()), s, dtype=np.int64), table[used], float(loads.max()),
+                                "incumbent", 0.0, "static")
+    return best
+
+
+def realise(sol: MilpSolution, buckets: Buckets, chunk: IntArray) -> tuple[IntArray, IntArray]:
+    """Degrees and first ranks of the chunk's samples: each bucket's samples (longest first) are dealt
+    to the slots the solution gives that bucket; slots get aligned rank blocks, largest first."""
+    order = np.argsort(-sol.slot_sizes, kind="stable")
+    sizes = sol.slot_sizes[order]
+    firsts_of_slot = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    degrees = np.empty(chunk.size, dtype=np.int64)
+    firsts = np.empty(chunk.size, dtype=np.int64)
+    for b in range(buckets.maxima.size):
+        members = np.flatnonzero(buckets.of_sample == b)
+        slots = np.repeat(np.arange(order.size), sol.assignment[order, b])
+        degrees[members], firsts[members] = sizes[slots], firsts_of_slot[slots]
+    return degrees, firsts
+
+
+def _placement(ctx: Context, routed: list[_Routed]) -> Placement:
+    n = ctx.table.num_samples
+    degrees, firsts, mbs = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    for mb, r in enumerate(routed):
+        degrees[r.samples], firsts[r.samples], mbs[r.samples] = r.degrees, r.firsts, mb
+    statuses = Counter(r.solution.status for r in routed)
+    solve_time = sum(r.solution.solve_time_s for r in routed)
+    meta: dict[str, float | int | str] = {
+        "milp_solve_time_s": solve_time, "solver": routed[0].solution.solver if routed else "none",
+        "milp_status": ",".join(f"{k}:{v}" for k, v in sorted(statuses.items())),
+        "milp_fallbacks": sum(v for k, v in statuses.items() if k.startswith("incumbent")),
+        "max_group": int(degrees.max()),
+    }
+    return Placement(degrees, firsts, mbs, meta)

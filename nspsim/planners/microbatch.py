@@ -1,0 +1,79 @@
+"""Splitting a batch into micro-batches (SPEC 6, FlexSP's "sequence blaster").
+
+* :func:`blaster_split` - FlexSP's split: sort the batch and cut it into m *contiguous* chunks of the
+  sorted order, minimising the largest chunk's token count. Chunks hold similar lengths (low variance
+  inside a micro-batch) and even token counts. FlexSP describes a dynamic program; the same optimum
+  of this min-max contiguous partition is found exactly by binary search on the largest chunk with a
+  greedy feasibility check (O(n log total) instead of O(m n^2)), which is what runs here.
+* :func:`snake_split` - used when a nested plan (NSP, greedy) cannot hold the whole batch in one pass:
+  deal the sorted samples to m micro-batches in boustrophedon order, so each holds a similar mix of
+  long and short samples and a similar token count. (The NSP paper runs one micro-batch; this is the
+  fallback for budgets that make one pass impossible.)
+* :func:`min_micro_batches` - the memory minimum ceil(sum L / (P * B_tok)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+
+def min_micro_batches(total_tokens: int, num_gpus: int, token_budget: int) -> int:
+    """Fewest micro-batches whose tokens fit the cluster's total budget."""
+    return max(1, math.ceil(total_tokens / (num_gpus * token_budget)))
+
+
+def _chunks_needed(tokens: IntArray, cap: int) -> int:
+    """Greedy count of contiguous chunks of at most ``cap`` tokens (``cap`` >= every item)."""
+    count, start, csum = 0, 0, np.cumsum(tokens)
+    base = 0
+    while start < tokens.size:
+        stop = int(np.searchsorted(csum, base + cap, side="right"))
+        count += 1
+        base = int(csum[stop - 1])
+        start = stop
+    return count
+
+
+def blaster_split(lengths: IntArray, m: int) -> list[IntArray]:
+    """Contiguous chunks (index arrays into ``lengths``, which is sorted) minimising the largest
+    chunk's tokens; at most ``m`` chunks, exactly ``min(m, n)`` when possible."""
+    n = lengths.size
+    m = max(1, min(m, n))
+    lo, hi = int(lengths.max()), int(lengths.sum())
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _chunks_needed(lengths, mid) <= m:
+            hi = mid
+        else:
+            lo = mid + 1
+    bounds = _cut(lengths, lo, m)
+    return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds, bounds[1:])]
+
+
+def _cut(lengths: IntArray, cap: int, m: int) -> list[int]:
+    """Chunk boundaries under ``cap``, splitting further so exactly min(m, n) chunks exist."""
+    csum = np.cumsum(lengths)
+    bounds, base, start = [0], 0, 0
+    while start < lengths.size:
+        stop = int(np.searchsorted(csum, base + cap, side="right"))
+        left_chunks = m - len(bounds)  # chunks still to open after this one
+        stop = min(stop, lengths.size - left_chunks)  # leave one item for every remaining chunk
+        stop = max(stop, start + 1)
+        bounds.append(stop)
+        base = int(csum[stop - 1])
+        start = stop
+    return bounds
+
+
+def snake_split(count: int, m: int) -> list[IntArray]:
+    """Positions 0..count-1 dealt to ``m`` parts in boustrophedon order (0,1,..,m-1,m-1,..,0,0,..)."""
+    pos = np.arange(count, dtype=np.int64)
+    lane = pos % m
+    rnd = pos // m
+    part = np.where(rnd % 2 == 0, lane, m - 1 - lane)
+    return [pos[part == k] for k in range(min(m, count))]

@@ -1,0 +1,209 @@
+"""NSP: prefix-completion SP-tree routing (paper Algorithm 1, SPEC 4) and its NSP-2L ablation.
+
+Samples sorted by non-increasing length; the first ``prefix_k`` are searched with a beam of
+``beam_width`` states over every feasible node of the SP tree (:mod:`nspsim.planners.beam`), the rest
+are completed greedily onto effective leaf units (:mod:`nspsim.planners.tail`). Among the completed,
+token-feasible states the one with the smallest proxy Load wins. (Algorithm 1 returns the smallest
+critical load max_p C_p; comparing the few completed states by the proxy Load itself - which C_p
+surrogates - costs one evaluation each and is what makes the static seed below a guarantee.)
+
+Static seed: with the full proxy, the best one-pass Static SP packing of the same samples (every
+degree that holds them, :mod:`nspsim.planners.static_planner`) also competes in that final choice,
+so NSP's Load is never worse than the best static Load on the batch. With ``proxy="attn-fwd"`` (the
+"w/o cost model" ablation) the planner scores everything with attention-forward time only, and the
+seed is skipped because choosing it needs the full cost model.
+
+Defaults (measured, docs/planners.md): ``prefix_k = 64`` and ``beam_width = 4``, monotone-SP on.
+NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
+one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
+micro-batches that work (snake order) and each is routed alone - an extension; the paper uses one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.batching import Batch
+from nspsim.config import Workload
+from nspsim.plan import Plan
+from nspsim.planners.base import Context, IntArray, Placement, finish, make_context
+from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
+from nspsim.planners.microbatch import min_micro_batches, snake_split
+from nspsim.planners.packing import BUDGET_RTOL
+from nspsim.planners.proxy import PROXIES, CostTable
+from nspsim.planners.static_planner import pack_single_pass
+from nspsim.planners.tail import TreeState, complete
+
+DEFAULT_BEAM_WIDTH = 4
+AUTO_PREFIX_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Route:
+    """Degrees and first ranks of the routed samples, its Load under the search proxy, its source."""
+
+    degrees: IntArray
+    firsts: IntArray
+    load: float
+    source: str
+
+
+def _check_positive(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"option {what} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NSPPlanner:
+    """Algorithm 1 with options ``prefix_k``, ``beam_width``, ``monotone``, ``proxy``, ``seed_static``."""
+
+    prefix_k: int | str = "auto"
+    beam_width: int = DEFAULT_BEAM_WIDTH
+    monotone: bool = True
+    lookahead: bool = True
+    proxy: str = "full"
+    seed_static: bool = True
+    name: ClassVar[str] = "nsp"
+
+    def __post_init__(self) -> None:
+        if self.prefix_k != "auto":
+            _check_positive(self.prefix_k, "prefix_k")
+        _check_positive(self.beam_width, "beam_width")
+        for flag in ("monotone", "lookahead", "seed_static"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"option {flag} must be true or false, got {getattr(self, flag)!r}")
+        if self.proxy not in PROXIES:
+            raise ValueError(f"option proxy must be one of {', '.join(PROXIES)}, got {self.proxy!r}")
+
+    def levels(self, workload: Workload) -> tuple[int, ...]:
+        """Tree levels the planner may use (all admissible degrees)."""
+        return workload.tree.degrees
+
+    def plan(self, batch: Batch, workload: Workload) -> Plan:
+        """Route the batch (see the module docstring)."""
+        started = time.perf_counter()
+        ctx = make_context(batch, workload)
+        search = ctx.table if self.proxy == "full" else CostTable(
+            workload.cost, workload.tree, batch.lengths, workload.token_budget, kind=self.proxy)
+        placement = self._route_batch(ctx, search)
+        extra: dict[str, float | int | str] = {"prefix_k": str(self.prefix_k), "beam_width": self.beam_width, "monotone": int(self.monotone),
+                 "lookahead": int(self.lookahead), "proxy": self.proxy}
+        return finish(self.name, ctx, placement, started, extra)
+
+    def _route_batch(self, ctx: Context, search: CostTable) -> Placement:
+        n = ctx.table.num_samples
+        m = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
+        while True:
+            parts = snake_split(n, m)
+            routes = [self.route(ctx, search, part) for part in parts]
+            if all(r is not None for r in routes):
+                return _assemble(n, parts, routes)
+            m += 1
+
+    def route(self, ctx: Context, search: CostTable, select: IntArray) -> Route | None:
+        """Route the selected sorted samples in one pass, or ``None`` if no state keeps B_tok."""
+        levels = self.levels(ctx.workload)
+        layout = node_layout(ctx.num_gpus, levels)
+        k = prefix_size(search, select, levels, self.prefix_k)
+        candidates = _beam_routes(search, select, layout, k, self)
+        if self.seed_static and self.proxy == "full":
+            candidates += _static_routes(ctx, select, levels)
+        return min(candidates, key=lambda r: r.load, default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NSP2LPlanner(NSPPlanner):
+    """NSP-2L: the same planner on the levels {spmax, 1} only."""
+
+    name: ClassVar[str] = "nsp2l"
+
+    def levels(self, workload: Workload) -> tuple[int, ...]:
+        """spmax and 1."""
+        spmax = workload.tree.spmax
+        return (spmax, 1) if spmax > 1 else (1,)
+
+
+def prefix_size(search: CostTable, select: IntArray, levels: tuple[int, ...], option: int | str) -> int:
+    """``option`` if an int; for ``"auto"`` the samples whose single-GPU cost is at least
+    ``AUTO_PREFIX_SHARE`` of the mean per-GPU work (the ones a leaf cannot absorb), at least 1."""
+    if isinstance(option, int):
+        return min(option, select.size)
+    leaf = search.total(min(levels))[select]
+    mean = float(leaf.sum()) / search.tree.num_gpus
+    return max(1, int(np.count_nonzero(leaf >= AUTO_PREFIX_SHARE * mean)))
+
+
+def _placings(search: CostTable, select: IntArray, layout: NodeLayout, k: int) -> list[Placing]:
+    """Per prefix sample: per-node cost and latency arrays and the remaining single-GPU work."""
+    counts = [search.tree.num_gpus // d for d in layout.levels]
+    prefix = select[:k]
+    per_level = np.stack([search.total(d)[prefix] for d in layout.levels], axis=1)
+    costs = np.repeat(per_level, counts, axis=1)
+    latency = np.repeat([search.overhead_total(d) for d in layout.levels], counts)
+    leaf = search.total(min(layout.levels))[select]
+    rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])
+    return [Placing.of(int(search.lengths[j]), costs[i], latency, layout, search.token_budget, float(rest[i + 1]))
+            for i, j in enumerate(prefix.tolist())]
+
+
+def _beam_routes(search: CostTable, select: IntArray, layout: NodeLayout, k: int, options: NSPPlanner) -> list[Route]:
+    """Prefix beam search then greedy tail for every surviving state; token-feasible results only."""
+    beam: Beam | None = Beam.empty(search.tree.num_gpus, layout)
+    for item in _placings(search, select, layout, k):
+        assert beam is not None
+        beam = expand(beam, item, layout, search.token_budget, options.beam_width, options.monotone,
+                      options.lookahead)
+        if beam is None:
+            return []
+    assert beam is not None
+    mask = np.zeros(search.num_samples, dtype=bool)
+    mask[select] = True
+    return [r for s in range(beam.size) if (r := _complete_state(search, beam, s, layout, select, k, mask))]
+
+
+def _complete_state(search: CostTable, beam: Beam, s: int, layout: NodeLayout, select: IntArray, k: int,
+                    mask: npt.NDArray[np.bool_]) -> Route | None:
+    state = TreeState(beam.loads[s].copy(), beam.tokens[s].copy(), beam.active[s].copy(), layout)
+    tail_deg, tail_first = complete(state, search, select[k:])
+    if state.tokens.max() > search.token_budget * (1 + BUDGET_RTOL):
+        return None
+    pre_deg, pre_first = beam.assignment(s, layout)
+    degrees = np.zeros(search.num_samples, dtype=np.int64)
+    firsts = np.zeros(search.num_samples, dtype=np.int64)
+    degrees[select] = np.concatenate([pre_deg, tail_deg])
+    firsts[select] = np.concatenate([pre_first, tail_first])
+    return Route(degrees[select], firsts[select], search.evaluate(degrees, firsts, mask).load, "beam")
+
+
+def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...]) -> list[Route]:
+    """One-pass static packings of the selected samples at every level that holds them."""
+    table = ctx.table
+    mask = np.zeros(table.num_samples, dtype=bool)
+    mask[select] = True
+    routes = []
+    for d in levels:
+        firsts_sel = pack_single_pass(ctx, d, select)
+        if firsts_sel is None:
+            continue
+        degrees = np.full(table.num_samples, d, dtype=np.int64)
+        firsts = np.zeros(table.num_samples, dtype=np.int64)
+        firsts[select] = firsts_sel
+        routes.append(Route(degrees[select], firsts_sel, table.evaluate(degrees, firsts, mask).load, f"static-{d}"))
+    return routes
+
+
+def _assemble(n: int, parts: list[IntArray], routes: list[Route | None]) -> Placement:
+    degrees = np.zeros(n, dtype=np.int64)
+    firsts = np.zeros(n, dtype=np.int64)
+    mbs = np.zeros(n, dtype=np.int64)
+    sources = []
+    for mb, (part, route) in enumerate(zip(parts, routes)):
+        assert route is not None
+        degrees[part], firsts[part], mbs[part] = route.degrees, route.firsts, mb
+        sources.append(route.source)
+    return Placement(degrees, firsts, mbs, {"route_source": ",".join(sources)})

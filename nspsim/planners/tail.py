@@ -1,0 +1,76 @@
+"""Greedy short-tail completion of NSP's Algorithm 1 (paper 4.1.3, SPEC 4).
+
+After the prefix search, each surviving state is completed by placing the tail samples, longest
+first, each on the least-loaded *effective leaf unit* that keeps B_tok, else on the unit with the
+smallest token load. Effective leaf units are the nodes of the smallest admissible level that can
+hold the sample: degree 1 normally (the smallest level of the planner, e.g. 1 for NSP-2L too), a
+larger degree for a tail sample longer than B_tok. A unit's load is the maximum C_p over its ranks;
+placing a sample adds the same cost to all of them, so the unit's load rises by exactly that cost.
+Tail samples come sorted, so their effective degree is non-increasing: the tail is processed in
+segments of equal degree with :func:`least_loaded_fill`, which is exact and vectorised by rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.planners.beam import NodeLayout
+from nspsim.planners.packing import least_loaded_fill
+from nspsim.planners.proxy import CostTable
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass
+class TreeState:
+    """One state's per-GPU loads and tokens and its active nodes (layout order), mutated in place."""
+
+    loads: FloatArray
+    tokens: FloatArray
+    active: npt.NDArray[np.bool_]
+    layout: NodeLayout
+
+
+def effective_degrees(lengths: IntArray, budget: int, levels: tuple[int, ...]) -> IntArray:
+    """Per sample, the smallest level whose shard fits B_tok (the largest level if none does)."""
+    out = np.full(lengths.size, max(levels), dtype=np.int64)
+    for d in sorted(levels, reverse=True):
+        out[lengths <= d * budget] = d
+    return out
+
+
+def complete(state: TreeState, table: CostTable, items: IntArray) -> tuple[IntArray, IntArray]:
+    """Place the sorted samples ``items`` greedily on ``state``; returns their (degrees, first ranks)."""
+    lengths = table.lengths[items]
+    eff = effective_degrees(lengths, table.token_budget, state.layout.levels)
+    degrees = np.empty(items.size, dtype=np.int64)
+    firsts = np.empty(items.size, dtype=np.int64)
+    start = 0
+    while start < items.size:
+        d = int(eff[start])
+        stop = start + int(np.searchsorted(-eff[start:], -d, side="right"))
+        degrees[start:stop] = d
+        firsts[start:stop] = _fill_level(state, table, items[start:stop], d) * d
+        start = stop
+    return degrees, firsts
+
+
+def _fill_level(state: TreeState, table: CostTable, items: IntArray, d: int) -> IntArray:
+    """Least-loaded fill of ``items`` onto the nodes of degree ``d``; returns their block indices."""
+    units = state.loads.size // d
+    unit_loads = state.loads.reshape(units, d).max(axis=1)
+    unit_tokens = state.tokens.reshape(units, d).max(axis=1)
+    cost = table.total(d)[items]
+    tokens = table.lengths[items] / d
+    nodes = slice(state.layout.offset[d], state.layout.offset[d] + units)
+    surcharge = table.overhead_total(d) * ~state.active[nodes]
+    blocks, new_loads, new_tokens = least_loaded_fill(unit_loads, unit_tokens, cost, tokens, table.token_budget,
+                                                      surcharge)
+    state.loads += np.repeat(new_loads - unit_loads, d)
+    state.tokens += np.repeat(new_tokens - unit_tokens, d)
+    state.active[state.layout.offset[d] + blocks] = True
+    return blocks
