@@ -6,8 +6,9 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nspsim.commands import info, inspect, simulate, trace
+from nspsim.commands import compare, info, inspect, plan, simulate, trace
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
-COMMANDS: Sequence[Register] = (trace.register, info.register, inspect.register, simulate.register)
+COMMANDS: Sequence[Register] = (trace.register, info.register, inspect.register, simulate.register, compare.register,
+                               plan.register)
