@@ -1,0 +1,111 @@
+"""``nspsim compare``: the main job. Plan and simulate several strategies on the same batches.
+
+Prints a table (mean step time, normalised to the Static SP baseline, speedup, breakdown shares,
+planning time, out-of-memory count) with a progress bar on stderr, ``--json`` prints the records,
+and ``-o report.html`` writes a self-contained plotly report plus ``report.config.json`` beside it.
+The report is built by ``studies.compare_report``, imported only when a report is requested (nspsim
+itself never imports plotly). With no arguments it runs the built-in default: Qwen3-30B-A3B on 64
+H100s, 2M tokens per batch, 192K max context, the ``wikipedia`` trace, ``DEFAULT_ITERS`` batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from nspsim.cli import add_workload_args, emit, positive_int, workload_config
+from nspsim.compare import ABLATIONS, CompareConfig, CompareResult, default_planners, run_compare
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator.step_model import MODES
+
+DEFAULT_ITERS = 3
+SHORT = {"attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_attn": "nonat",
+         "sp_exposed_comm": "sp", "fsdp_exposed_comm": "fsdp", "comm_wait": "wait", "other": "other"}
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal stream (plain lines when it is not a terminal)."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream, self.width = stream, width
+        self.started = time.perf_counter()
+        self.tty = stream.isatty()
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        filled = self.width * done // max(total, 1)
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label:<16s} "
+                f"{time.perf_counter() - self.started:6.1f}s")
+        if self.tty:
+            end = "\n" if done >= total else ""
+            print("\r" + line, end=end, file=self.stream, flush=True)
+        elif done == total or done % max(total // 10, 1) == 0:
+            print(line, file=self.stream, flush=True)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run the comparison, print the table or JSON, and write the report if asked."""
+    planners = tuple(p.strip() for p in args.planners.split(",") if p.strip()) if args.planners else default_planners()
+    config = CompareConfig(workload=workload_config(args), planners=planners, iters=args.iters,
+                           first_batch=args.first_batch, mode=args.mode,
+                           timeline_iteration=0 if args.output else None)
+    if args.output and Path(args.output).suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"report path {args.output} must end with .html")
+    report = _report_module() if args.output else None
+    result = run_compare(config, progress=None if args.quiet else ProgressBar(sys.stderr))
+    if args.output:
+        _write_report(Path(args.output), result, report)
+    emit(args, result.to_dict(), format_table(result))
+    return 0
+
+
+def _report_module() -> Any:
+    """``studies.compare_report``, imported lazily (plotly lives in the studies layer)."""
+    try:
+        return importlib.import_module("studies.compare_report")
+    except ImportError as exc:
+        raise ValueError(f"cannot build the HTML report ({exc}); install plotly or drop -o") from None
+
+
+def _write_report(path: Path, result: CompareResult, report: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report.render(result))
+    path.with_suffix(".config.json").write_text(json.dumps(result.config, indent=2))
+
+
+def format_table(result: CompareResult) -> str:
+    """The comparison as a text table, then how static-best was chosen."""
+    cats = " ".join(f"{SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
+    lines = [f"{'planner':<18s} {'step(s)':>8s} {'norm':>6s} {'speedup':>7s}  {cats}  {'plan(ms)':>8s} {'OOM':>4s}"]
+    for s in result.summaries:
+        step = f"{s.mean_step_time_s:8.4f}" if s.mean_step_time_s is not None else f"{'OOM':>8s}"
+        norm = f"{s.normalized_to_static:6.3f}" if s.normalized_to_static is not None else f"{'-':>6s}"
+        speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
+        shares = " ".join(f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" for k in BREAKDOWN_CATEGORIES)
+        lines.append(f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
+                     f"{s.oom_count:>2d}/{s.iterations}")
+    wl = result.config["workload"]
+    lines.append(f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
+                 f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step")
+    lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
+    return "\n".join(lines)
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``compare``."""
+    p = sub.add_parser("compare", help="plan and simulate strategies on the same batches (the main job)")
+    add_workload_args(p)
+    p.add_argument("--iters", type=positive_int, default=DEFAULT_ITERS, help="batches to compare on")
+    p.add_argument("--first-batch", type=int, default=0, help="index of the first batch")
+    p.add_argument("--planners", default=None,
+                   help="comma-separated planner specs (default: static-best and every registered main planner); "
+                        f"also static-<d> and the ablations {', '.join(ABLATIONS)}")
+    p.add_argument("--mode", choices=MODES, default="stream", help="executor overlap mode for every planner")
+    p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
+    p.add_argument("--json", action="store_true", help="print JSON (config and results)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,354 @@
+"""Compare parallel strategies on the same batches: plan, prepare, simulate, summarise (SPEC section 8).
+
+For each planner spec and each of K batches (``sampler.batch(first_batch + i)``, identical for every
+planner) the batch is planned, made executable and simulated. Specs:
+
+* a registered planner name (``static``, ``flexsp``, ``basp``, ``nsp2l``, ``nsp``, ``greedy``, ...);
+* ``static-<d>``: Static SP with the fixed degree d;
+* ``static-best``: the paper's Static SP baseline, the fastest *fixed* degree over the whole run:
+  every admissible degree is planned on the same K batches (a degree that cannot hold some sample
+  raises and is skipped) and the one with the least mean simulated step time is kept;
+* NSP ablations (paper section 6.4): ``nsp-no-recompute`` (no tree-level marks: full recomputation
+  when memory forces it), ``nsp-no-overlap`` (phase streaming off), ``nsp-greedy`` (the ``greedy``
+  planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model").
+
+Executors: NSP-family plans (nsp, nsp2l, greedy and the ablations) get tree-level recomputation marks
+(:mod:`nspsim.recompute`) and an optimised issue order (:mod:`nspsim.issue_order`, re-ranked with the
+simulator); baselines run as planned (no marks: full attention recomputation when memory forces it).
+
+Results are typed records; normalisation is to ``static-best`` when it is compared, else to ``static``
+(per-batch automatic degree), else to the first planner: ``normalized_to_static`` = mean step time /
+baseline mean step time (the paper's Figure 7 form), ``speedup_vs_static`` its inverse. Means are over
+the iterations that fit in memory; out-of-memory iterations are counted, never averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from nspsim.batching import Batch
+from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.issue_order import optimize_issue_order
+from nspsim.plan import Plan
+from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.recompute import mark_recompute
+from nspsim.simulator import SimOptions, Simulator, StepResult
+
+MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
+NSP_FAMILY = ("nsp", "nsp2l", "greedy")
+ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # label: (planner, planner options, executor overrides)
+    "nsp-no-recompute": ("nsp", {}, {"tree_recompute": False}),
+    "nsp-no-overlap": ("nsp", {}, {"mode": "no-stream"}),
+    "nsp-greedy": ("greedy", {}, {}),
+    "nsp-attn-fwd": ("nsp", {"proxy": "attn-fwd"}, {}),
+}
+LENGTH_BUCKETS = (("0-8K", 8 * 1024), ("8-32K", 32 * 1024), ("32-128K", 128 * 1024), ("128K+", None))
+
+Progress = Callable[[int, int, str], None]
+
+
+def default_planners() -> tuple[str, ...]:
+    """``static-best`` plus every main strategy whose planner is registered."""
+    return ("static-best", *(name for name in MAIN_PLANNERS if name in PLANNER_NAMES))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerSpec:
+    """How to plan and execute one compared strategy."""
+
+    label: str
+    planner: str
+    options: dict[str, Any] = field(default_factory=dict)
+    tree_recompute: bool = False
+    optimize_order: bool = False
+    mode: str = "stream"
+
+
+def parse_planner_spec(label: str, mode: str = "stream") -> PlannerSpec:
+    """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown."""
+    if label in ABLATIONS:
+        planner, options, overrides = ABLATIONS[label]
+        _check_registered(planner, label)
+        spec = PlannerSpec(label=label, planner=planner, options=options, tree_recompute=True, optimize_order=True,
+                           mode=mode)
+        return replace(spec, **overrides)
+    if label.startswith("static-") and label != "static-best":
+        degree = label.removeprefix("static-")
+        if not degree.isdigit():
+            raise ValueError(f"planner spec {label!r}: expected static-<degree>, e.g. static-8, or static-best")
+        return PlannerSpec(label=label, planner="static", options={"degree": int(degree)}, mode=mode)
+    if label == "static-best":
+        return PlannerSpec(label=label, planner="static", mode=mode)
+    _check_registered(label, label)
+    nested = label in NSP_FAMILY
+    return PlannerSpec(label=label, planner=label, tree_recompute=nested, optimize_order=nested, mode=mode)
+
+
+def _check_registered(planner: str, label: str) -> None:
+    if planner not in PLANNER_NAMES:
+        known = ", ".join([*PLANNER_NAMES, "static-best", "static-<d>", *ABLATIONS])
+        raise ValueError(f"planner {label!r} is not available (known: {known})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """Everything that identifies a comparison (plain values; what the CLI writes beside results)."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    planners: tuple[str, ...] = field(default_factory=default_planners)
+    iters: int = 3
+    first_batch: int = 0
+    mode: str = "stream"
+    timeline_iteration: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.iters <= 0 or self.first_batch < 0:
+            raise ValueError(f"iters must be positive and first_batch >= 0, got {self.iters} and {self.first_batch}")
+        if not self.planners or len(set(self.planners)) != len(self.planners):
+            raise ValueError(f"planners must be a non-empty list without repeats, got {', '.join(self.planners)}")
+        for label in self.planners:
+            parse_planner_spec(label, self.mode)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterationRecord:
+    """One planner on one batch."""
+
+    planner: str
+    iteration: int
+    batch_index: int
+    plan_hash: str
+    step_time_s: float | None
+    breakdown_s: dict[str, float]
+    oom: bool
+    oom_detail: str | None
+    planning_time_s: float
+    sim_wall_time_s: float
+    events: int
+    num_micro_batches: int
+    recompute_policy: str
+    routing: dict[str, dict[int, int]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerSummary:
+    """Means over the iterations of one planner (``None`` when every iteration ran out of memory)."""
+
+    planner: str
+    mean_step_time_s: float | None
+    normalized_to_static: float | None
+    speedup_vs_static: float | None
+    breakdown_share: dict[str, float]
+    mean_breakdown_s: dict[str, float]
+    mean_planning_time_s: float
+    oom_count: int
+    iterations: int
+    sim_wall_time_s: float
+    routing_share: dict[str, dict[int, float]]
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareResult:
+    """A whole comparison: the resolved config, one summary per planner, every iteration record and,
+    per planner, the simulated step (with timeline) of ``config.timeline_iteration``."""
+
+    config: dict[str, Any]
+    baseline: str
+    summaries: tuple[PlannerSummary, ...]
+    records: tuple[IterationRecord, ...]
+    timelines: dict[str, StepResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``config`` and ``results`` (one object per planner), plus every iteration."""
+        return {"config": self.config, "baseline": self.baseline,
+                "results": [asdict(s) for s in self.summaries], "iterations": [asdict(r) for r in self.records]}
+
+
+# ---- running -------------------------------------------------------------------------------------------
+def run_compare(config: CompareConfig, progress: Progress | None = None) -> CompareResult:
+    """Plan and simulate every planner on the same batches; see the module docstring."""
+    workload = build_workload(config.workload)
+    batches = [workload.sampler.batch(config.first_batch + i) for i in range(config.iters)]
+    runner = _Runner(workload, batches, config, progress)
+    records: list[IterationRecord] = []
+    notes: dict[str, str] = {}
+    for label in config.planners:
+        recs, note = runner.run(parse_planner_spec(label, config.mode))
+        records.extend(recs)
+        notes[label] = note
+    baseline = _baseline(config.planners)
+    summaries = _summaries(config.planners, records, notes, baseline)
+    resolved = {**config.to_dict(), "workload": config.workload.to_dict(), "baseline": baseline,
+                "static_best_degree": runner.best_degree, "token_budget": workload.token_budget,
+                "spmax": workload.tree.spmax}
+    return CompareResult(config=resolved, baseline=baseline, summaries=summaries, records=tuple(records),
+                         timelines=runner.timelines)
+
+
+class _Runner:
+    """Plans, prepares and simulates planner specs on a fixed list of batches."""
+
+    def __init__(self, workload: Workload, batches: list[Batch], config: CompareConfig,
+                 progress: Progress | None) -> None:
+        self.workload, self.batches, self.config = workload, batches, config
+        self.progress = progress
+        self.total = self._total_steps()
+        self.done = 0
+        self.timelines: dict[str, StepResult] = {}
+        self.best_degree: int | None = None
+        self.simulators: dict[tuple[str, bool], Simulator] = {}
+
+    def _total_steps(self) -> int:
+        sweeps = len(self.workload.tree.degrees) if "static-best" in self.config.planners else 0
+        others = len(self.config.planners) - (1 if sweeps else 0)
+        return (sweeps + others) * len(self.batches)
+
+    def _tick(self, label: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+
+    def simulator(self, mode: str, timeline: bool) -> Simulator:
+        """A simulator for ``mode`` (cached; one per mode and timeline setting)."""
+        key = (mode, timeline)
+        if key not in self.simulators:
+            self.simulators[key] = Simulator.for_workload(self.workload, SimOptions(mode=mode, timeline=timeline))
+        return self.simulators[key]
+
+    def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
+        """Records of ``spec`` on every batch, and a note (how static-best chose its degree)."""
+        if spec.label == "static-best":
+            records, kept, note = self._static_best(spec)
+        else:
+            (records, kept), note = self._run_fixed(spec), ""
+        if kept is not None:
+            self.timelines[spec.label] = kept
+        return records, note
+
+    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None]:
+        """Every batch planned and simulated, and the kept timeline iteration's result."""
+        planner = get_planner(spec.planner, **spec.options)
+        out, kept = [], None
+        for i, batch in enumerate(self.batches):
+            record, result = self._simulate(spec, i, batch, planner.plan(batch, self.workload))
+            out.append(record)
+            kept = result if self.config.timeline_iteration == i else kept
+            self._tick(spec.label)
+        return out, kept
+
+    def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None, str]:
+        runs: dict[int, tuple[list[IterationRecord], StepResult | None]] = {}
+        skipped = []
+        for degree in self.workload.tree.degrees:
+            ticks = self.done
+            try:
+                runs[degree] = self._run_fixed(replace(spec, options={"degree": degree}))
+            except ValueError as exc:
+                skipped.append(f"SP{degree}: {exc}")
+                while self.done < ticks + len(self.batches):
+                    self._tick(spec.label)
+        means = {d: m for d, (recs, _) in runs.items() if (m := _mean_step(recs)) is not None}
+        if not means:
+            raise ValueError("static-best: no fixed SP degree can run every batch; " + "; ".join(skipped))
+        best = self.best_degree = min(means, key=lambda d: means[d])
+        tried = ", ".join(f"SP{d} {m:.4f}s" for d, m in sorted(means.items()))
+        records, kept = runs[best]
+        return [replace(r, planner=spec.label) for r in records], kept, f"fastest fixed degree SP{best} ({tried})"
+
+    def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
+        planning = float(plan.metadata.get("planning_time_s", 0.0))
+        plan = self._prepare(spec, plan)
+        result = self.simulator(spec.mode, self.config.timeline_iteration == i).simulate(plan)
+        record = IterationRecord(
+            planner=spec.label, iteration=i, batch_index=batch.index, plan_hash=plan.content_hash,
+            step_time_s=result.step_time_s, breakdown_s=dict(result.breakdown_s), oom=result.oom,
+            oom_detail=result.oom_detail, planning_time_s=planning, sim_wall_time_s=result.sim_wall_time_s,
+            events=result.events, num_micro_batches=plan.num_micro_batches,
+            recompute_policy=result.recompute_policy, routing=routing_counts(plan),
+        )
+        return record, result
+
+    def _prepare(self, spec: PlannerSpec, plan: Plan) -> Plan:
+        """Executor preparation: tree-level recompute marks, then the issue order (simulator re-ranked)."""
+        wl = self.workload
+        if spec.tree_recompute:
+            plan = mark_recompute(plan, wl.memory, wl.cost)
+        if spec.optimize_order:
+            sim = self.simulator(spec.mode, False)
+            plan = optimize_issue_order(plan, wl.cost, evaluate=lambda p: _step_or_inf(sim.simulate(p)))
+        return plan
+
+
+def _step_or_inf(result: StepResult) -> float:
+    return float("inf") if result.step_time_s is None else result.step_time_s
+
+
+# ---- summaries -----------------------------------------------------------------------------------------
+def routing_counts(plan: Plan) -> dict[str, dict[int, int]]:
+    """Samples per SP degree in each length bucket (0-8K, 8-32K, 32-128K, 128K+)."""
+    lengths, degrees, _, _ = plan.arrays
+    out: dict[str, dict[int, int]] = {}
+    low = 0
+    for name, high in LENGTH_BUCKETS:
+        mask = (lengths > low) & (lengths <= high if high is not None else True)
+        values, counts = np.unique(degrees[mask], return_counts=True)
+        out[name] = {int(v): int(c) for v, c in zip(values, counts)}
+        low = high or 0
+    return out
+
+
+def _baseline(planners: Iterable[str]) -> str:
+    labels = list(planners)
+    return next((b for b in ("static-best", "static") if b in labels), labels[0])
+
+
+def _mean_step(records: list[IterationRecord]) -> float | None:
+    steps = [r.step_time_s for r in records if r.step_time_s is not None]
+    return float(np.mean(steps)) if steps else None
+
+
+def _summaries(planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str],
+               baseline: str) -> tuple[PlannerSummary, ...]:
+    by_planner = {p: [r for r in records if r.planner == p] for p in planners}
+    base = _mean_step(by_planner[baseline])
+    return tuple(_summary(p, by_planner[p], base, notes.get(p, "")) for p in planners)
+
+
+def _summary(label: str, records: list[IterationRecord], base: float | None, note: str) -> PlannerSummary:
+    ok = [r for r in records if r.step_time_s is not None]
+    mean = _mean_step(records)
+    breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
+    return PlannerSummary(
+        planner=label, mean_step_time_s=mean,
+        normalized_to_static=mean / base if mean is not None and base else None,
+        speedup_vs_static=base / mean if mean and base is not None else None,
+        breakdown_share={k: v / mean for k, v in breakdown.items()} if mean else {},
+        mean_breakdown_s=breakdown, mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
+        oom_count=sum(r.oom for r in records), iterations=len(records),
+        sim_wall_time_s=float(sum(r.sim_wall_time_s for r in records)), routing_share=_routing_share(records),
+        note=note,
+    )
+
+
+def _routing_share(records: list[IterationRecord]) -> dict[str, dict[int, float]]:
+    """Share of samples per SP degree within each length bucket, over all iterations."""
+    out: dict[str, dict[int, float]] = {}
+    for name, _ in LENGTH_BUCKETS:
+        totals: dict[int, int] = {}
+        for r in records:
+            for degree, count in r.routing.get(name, {}).items():
+                totals[degree] = totals.get(degree, 0) + count
+        n = sum(totals.values())
+        out[name] = {d: c / n for d, c in sorted(totals.items(), reverse=True)} if n else {}
+    return out

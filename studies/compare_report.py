@@ -1,0 +1,157 @@
+"""Self-contained plotly HTML report of a :class:`nspsim.compare.CompareResult` (``nspsim compare -o``).
+
+Sections: the resolved configuration and the results table; normalised step time per planner (the
+NSP paper's Figure 7 form); the step-time breakdown stacked per planner, normalised to the baseline
+(Figure 8); the routing distribution, share of samples per SP degree in each length bucket
+(Figure 9); and one iteration's timeline per planner on a few GPUs (the critical one first), drawn
+from the accounting track, so each bar is what the breakdown charges. plotly.js is inlined once, so
+the file opens offline.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from nspsim.compare import LENGTH_BUCKETS, CompareResult, PlannerSummary
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator import StepResult, TimelineEvent
+
+COLORS = {
+    "attn_fwd": "#4c78a8", "attn_remat": "#f58518", "attn_bwd": "#72b7b2", "non_attn": "#54a24b",
+    "sp_exposed_comm": "#e45756", "fsdp_exposed_comm": "#b279a2", "comm_wait": "#bab0ac", "other": "#9d755d",
+}
+TIMELINE_GPUS = 6
+
+
+def render(result: CompareResult) -> str:
+    """The whole report as one HTML document."""
+    figures = [normalized_figure(result), breakdown_figure(result), routing_figure(result)]
+    figures += [timeline_figure(label, step) for label, step in result.timelines.items() if not step.oom]
+    body = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figures)]
+    wl = result.config["workload"]
+    title = f"nspsim compare: {wl['model']} on {wl['gpus']}x {wl['cluster']}, {wl['trace']}"
+    return "\n".join([
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>", results_table(result), config_table(result.config), *body,
+        "</body></html>",
+    ])
+
+
+def results_table(result: CompareResult) -> str:
+    """The summary table as HTML."""
+    head = ["planner", "mean step (s)", f"normalised to {result.baseline}", "speedup", "planning (ms)", "OOM",
+            *BREAKDOWN_CATEGORIES, "note"]
+    rows = [_row(s) for s in result.summaries]
+    cells = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in row)}</tr>" for row in rows)
+    return f"<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
+
+
+def _row(s: PlannerSummary) -> list[str]:
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    shares = [f"{100 * s.breakdown_share.get(k, 0.0):.1f}%" for k in BREAKDOWN_CATEGORIES]
+    return [s.planner, fmt(s.mean_step_time_s, ".4f"), fmt(s.normalized_to_static, ".3f"),
+            fmt(s.speedup_vs_static, ".2f"), f"{1e3 * s.mean_planning_time_s:.1f}", f"{s.oom_count}/{s.iterations}",
+            *shares, s.note]
+
+
+def config_table(config: dict[str, Any]) -> str:
+    """The resolved configuration as HTML."""
+    flat = {**{f"workload.{k}": v for k, v in config["workload"].items()},
+            **{k: v for k, v in config.items() if k != "workload"}}
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in flat.items())
+    return f"<details><summary>Configuration</summary><table>{rows}</table></details>"
+
+
+def _ok(result: CompareResult) -> list[PlannerSummary]:
+    return [s for s in result.summaries if s.mean_step_time_s is not None]
+
+
+def normalized_figure(result: CompareResult) -> go.Figure:
+    """Mean step time per planner, normalised to the baseline; bars annotated with the speedup."""
+    ok = _ok(result)
+    fig = go.Figure(go.Bar(
+        x=[s.planner for s in ok], y=[s.normalized_to_static for s in ok],
+        text=[f"{s.speedup_vs_static:.2f}x" for s in ok], textposition="outside", marker_color="#4c78a8",
+    ))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
+    fig.update_layout(title=f"Normalised step time (lower is better; baseline {result.baseline})",
+                      yaxis_title="step time / baseline", height=420)
+    return fig
+
+
+def breakdown_figure(result: CompareResult) -> go.Figure:
+    """Critical-GPU breakdown per planner, stacked, normalised to the baseline's mean step time."""
+    ok = _ok(result)
+    base = next((s.mean_step_time_s for s in ok if s.planner == result.baseline), None) or 1.0
+    fig = go.Figure()
+    for cat in BREAKDOWN_CATEGORIES:
+        fig.add_trace(go.Bar(name=cat, y=[s.planner for s in ok], x=[s.mean_breakdown_s[cat] / base for s in ok],
+                             orientation="h", marker_color=COLORS[cat]))
+    fig.update_layout(barmode="stack", title="Step-time breakdown (critical GPU, relative to the baseline)",
+                      xaxis_title="relative step time", height=120 + 45 * len(ok), yaxis_autorange="reversed")
+    return fig
+
+
+def routing_figure(result: CompareResult) -> go.Figure:
+    """Share of samples per SP degree in each length bucket, one panel per planner."""
+    ok = _ok(result)
+    fig = make_subplots(rows=1, cols=max(len(ok), 1), subplot_titles=[s.planner for s in ok], shared_yaxes=True)
+    degrees = sorted({d for s in ok for shares in s.routing_share.values() for d in shares}, reverse=True)
+    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
+    for col, s in enumerate(ok, start=1):
+        for k, degree in enumerate(degrees):
+            fig.add_trace(go.Bar(
+                name=f"SP{degree}", legendgroup=f"SP{degree}", showlegend=col == 1,
+                x=[name for name, _ in LENGTH_BUCKETS],
+                y=[s.routing_share.get(name, {}).get(degree, 0.0) for name, _ in LENGTH_BUCKETS],
+                marker_color=palette[k % len(palette)]), row=1, col=col)
+    fig.update_layout(barmode="stack", title="Routing: share of samples per SP degree by length bucket",
+                      height=420, yaxis_title="share of samples in bucket")
+    return fig
+
+
+def timeline_figure(label: str, step: StepResult) -> go.Figure:
+    """One iteration's accounting on a few GPUs: kernels and what each idle interval waited for."""
+    gpus = _timeline_gpus(step)
+    events = [e for e in step.timeline if e.gpu in gpus and _tiles(e)]
+    fig = go.Figure()
+    for cat in BREAKDOWN_CATEGORIES:
+        spans = _merge([e for e in events if e.category == cat])
+        if spans:
+            fig.add_trace(go.Bar(name=cat, orientation="h", base=[a for _, a, _ in spans],
+                                 x=[b - a for _, a, b in spans], y=[f"GPU {g}" for g, _, _ in spans],
+                                 marker_color=COLORS[cat], marker_line_width=0))
+    fig.update_layout(barmode="overlay", bargap=0.2, height=150 + 40 * len(gpus),
+                      title=f"Timeline of one iteration: {label} (step {step.step_time_s:.3f} s, critical GPU "
+                            f"{step.critical_gpu})", xaxis_title="time (s)",
+                      yaxis={"categoryorder": "array", "categoryarray": [f"GPU {g}" for g in reversed(gpus)]})
+    return fig
+
+
+def _tiles(event: TimelineEvent) -> bool:
+    """Events that tile a GPU's time: kernels and the accounting of idle intervals."""
+    return event.track == "exposed" or (event.track == "compute" and not event.name.startswith("wait"))
+
+
+def _timeline_gpus(step: StepResult) -> list[int]:
+    crit = step.critical_gpu or 0
+    spread = [round(i * (step.num_gpus - 1) / (TIMELINE_GPUS - 2)) for i in range(TIMELINE_GPUS - 1)]
+    return list(dict.fromkeys([crit, *spread]))[:TIMELINE_GPUS]
+
+
+def _merge(events: list[TimelineEvent], gap: float = 1e-9) -> list[tuple[int, float, float]]:
+    """Merge touching intervals of one category per GPU (fewer bars, same picture)."""
+    out: list[tuple[int, float, float]] = []
+    for e in sorted(events, key=lambda e: (e.gpu, e.start)):
+        if out and out[-1][0] == e.gpu and e.start <= out[-1][2] + gap:
+            out[-1] = (e.gpu, out[-1][1], max(out[-1][2], e.end))
+        else:
+            out.append((e.gpu, e.start, e.end))
+    return out

@@ -1,0 +1,107 @@
+"""``compare``: planner specs, the static-best sweep, normalisation, routing records, the CLI and the
+HTML report (on a small workload: Qwen3-30B on 16 H100s, 512K-token batches)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nspsim.cli import main
+from nspsim.compare import (
+    CompareConfig, CompareResult, default_planners, parse_planner_spec, routing_counts, run_compare,
+)
+from nspsim.config import WorkloadConfig
+from nspsim.planners import PLANNER_NAMES
+
+SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
+SMALL_ARGS = ["--gpus", "16", "--tokens-per-batch", "512k", "--max-context", "96k", "--seed", "3"]
+
+
+@pytest.fixture(scope="module")
+def static_run() -> CompareResult:
+    return run_compare(CompareConfig(workload=SMALL, planners=("static-best", "static", "static-2", "static-8"),
+                                     iters=2))
+
+
+def test_planner_specs() -> None:
+    assert parse_planner_spec("static-8").options == {"degree": 8}
+    best = parse_planner_spec("static-best")
+    assert best.planner == "static" and not best.tree_recompute and not best.optimize_order
+    if "nsp" in PLANNER_NAMES:
+        nsp = parse_planner_spec("nsp")
+        assert nsp.tree_recompute and nsp.optimize_order
+        assert parse_planner_spec("nsp-no-overlap").mode == "no-stream"
+        assert not parse_planner_spec("nsp-no-recompute").tree_recompute
+        assert parse_planner_spec("nsp-attn-fwd").options == {"proxy": "attn-fwd"}
+    assert default_planners()[0] == "static-best"
+    with pytest.raises(ValueError, match="planner 'magic' is not available"):
+        parse_planner_spec("magic")
+    with pytest.raises(ValueError, match="expected static-<degree>"):
+        parse_planner_spec("static-x")
+    with pytest.raises(ValueError, match="without repeats"):
+        CompareConfig(workload=SMALL, planners=("static", "static"))
+
+
+def test_every_planner_sees_the_same_batches(static_run: CompareResult) -> None:
+    by_planner = {p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["planners"]}
+    assert all(v == [0, 1] for v in by_planner.values())
+
+
+def test_static_best_is_the_fastest_fixed_degree(static_run: CompareResult) -> None:
+    means = {s.planner: s.mean_step_time_s for s in static_run.summaries}
+    best = static_run.config["static_best_degree"]
+    assert means["static-best"] == pytest.approx(min(v for v in means.values() if v is not None))
+    assert means["static-best"] <= means["static-2"] and means["static-best"] <= means["static-8"]  # type: ignore[operator]
+    assert f"SP{best}" in next(s.note for s in static_run.summaries if s.planner == "static-best")
+
+
+def test_normalisation_and_shares(static_run: CompareResult) -> None:
+    assert static_run.baseline == "static-best"
+    for s in static_run.summaries:
+        assert s.normalized_to_static == pytest.approx(s.mean_step_time_s / static_run.summaries[0].mean_step_time_s)
+        assert s.speedup_vs_static == pytest.approx(1 / s.normalized_to_static)  # type: ignore[operator]
+        assert sum(s.breakdown_share.values()) == pytest.approx(1.0, rel=1e-9)
+        for shares in s.routing_share.values():
+            assert not shares or sum(shares.values()) == pytest.approx(1.0)
+    fixed8 = next(s for s in static_run.summaries if s.planner == "static-8")
+    assert set().union(*(set(v) for v in fixed8.routing_share.values())) == {8}
+
+
+def test_routing_counts_cover_every_sample(static_run: CompareResult) -> None:
+    from nspsim.config import build_workload
+    from nspsim.planners import get_planner
+
+    wl = build_workload(SMALL)
+    plan = get_planner("static", degree=4).plan(wl.sampler.batch(0), wl)
+    counts = routing_counts(plan)
+    assert list(counts) == ["0-8K", "8-32K", "32-128K", "128K+"]
+    assert sum(sum(c.values()) for c in counts.values()) == plan.num_samples
+
+
+def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r" / "report.html"
+    argv = ["compare", *SMALL_ARGS, "--iters", "1", "--json", "-o", str(out), "--quiet"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["workload"]["gpus"] == 16 and data["config"]["iters"] == 1
+    assert [r["planner"] for r in data["results"]] == list(default_planners())
+    for r in data["results"]:
+        for key in ("planner", "mean_step_time_s", "normalized_to_static", "speedup_vs_static", "breakdown_share",
+                    "mean_planning_time_s", "oom_count", "sim_wall_time_s"):
+            assert key in r
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "plotly" in page and "Routing" in page and "Timeline" in page
+    assert json.loads(out.with_suffix(".config.json").read_text())["workload"]["gpus"] == 16
+
+
+def test_compare_cli_table_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", *SMALL_ARGS, "--iters", "1", "--planners", "static-4,static", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "normalised to static" in text and "static-4" in text
+    assert main(["compare", "--planners", "static,wizard", "--quiet"]) == 2
+    assert "planner 'wizard' is not available" in capsys.readouterr().err
+    assert main(["compare", "--iters", "0"]) == 2
+    assert main(["compare", "--planners", "static", "-o", "report.txt", "--quiet"]) == 2
+    assert "must end with .html" in capsys.readouterr().err
