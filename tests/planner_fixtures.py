@@ -45,3 +45,24 @@ def check_valid(plan: Plan, workload: Workload, lengths: Sequence[int]) -> None:
     assert float(meta["lower_bound_s"]) <= float(meta["load_s"]) * (1 + 1e-9)
     assert float(meta["planning_time_s"]) >= 0
     assert int(meta["micro_batches"]) == plan.num_micro_batches
+
+
+def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: int = 64 * 1024,
+                   cluster: str = "h100") -> Workload:
+    """A real model's cost model on a few GPUs with an explicit token budget, memory check skipped
+    (tiny clusters cannot hold the model states; only the routing proxy matters here)."""
+    from dataclasses import replace
+
+    from nspsim.analytic_cost import AnalyticCostModel
+    from nspsim.cluster_spec import get_cluster
+    from nspsim.config import resolve_spmax
+    from nspsim.model_spec import get_model
+    from nspsim.sp_tree import SPTree
+
+    base = tiny_workload(gpus=gpus, token_budget=token_budget)
+    spec, hw = get_model(model), get_cluster(cluster, gpus)
+    cost = AnalyticCostModel(model=spec, cluster=hw, training=base.training)
+    spmax = resolve_spmax(spec, hw, "ulysses", None)
+    config = replace(base.config, model=model, cluster=cluster)
+    return replace(base, config=config, model=spec, cluster=hw, cost=cost,
+                   tree=SPTree(num_gpus=gpus, spmax=spmax, gpus_per_node=hw.gpus_per_node))
