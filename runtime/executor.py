@@ -296,16 +296,19 @@ class NSPExecutor:
         start = time.perf_counter()
         local_loss = 0.0
         for mb, mbl in enumerate(self.layouts(plan)):
-            local_loss += self._micro_batch(plan, mb, mbl, data, marks, total)
+            local_loss += self._micro_batch(self.model, plan, mb, mbl, data, marks, total)
+        fwd_bwd = self.clock.now() - start
+        with self.clock.measure("comm_wait"):  # waiting here is waiting for the slowest rank
+            dist.barrier(group=self.control_group)
+        self.comm.log.append((tuple(range(self.world)), "barrier"))
         self._sync_grads()
-        fwd_bwd = time.perf_counter() - start
         loss = torch.tensor([local_loss], dtype=torch.float64)
         dist.all_reduce(loss, group=self.control_group)
         self.comm.log.append((tuple(range(self.world)), "loss-sum"))
         return StepResult(loss=float(loss.item()) / total, num_tokens=total, fwd_bwd_s=fwd_bwd,
                           seconds=dict(self.clock.seconds))
 
-    def _micro_batch(self, plan: Plan, mb: int, mbl: MicroBatchLayout, data: TokenStream,
+    def _micro_batch(self, model: nn.Module, plan: Plan, mb: int, mbl: MicroBatchLayout, data: TokenStream,
                      marks: npt.NDArray[np.bool_], total: int) -> float:
         rows = torch.as_tensor(mbl.input_rows)
         inputs = torch.stack([torch.as_tensor(data.ids), torch.as_tensor(data.positions)], dim=1)
@@ -315,7 +318,7 @@ class NSPExecutor:
         attention = self.nested_attention(plan, mb, marks)
         back = mbl.layout_in.reverse()
         targets = torch.as_tensor(data.targets).index_select(0, rows).to(self.device)
-        loss_sum = self.model(moved[:, 0].to(self.device), moved[:, 1].to(self.device), targets,
+        loss_sum = model(moved[:, 0].to(self.device), moved[:, 1].to(self.device), targets,
                               attention=attention,
                               relayout=lambda h: _RowExchangeFn.apply(h, back, self.comm, f"layout-out-{mb}"))
         # FSDP averages gradients over the world; the step needs their sum (the loss is a global mean).
@@ -324,7 +327,7 @@ class NSPExecutor:
         return float(loss_sum.detach().item())
 
     def _sync_grads(self) -> None:
-        if self.options.grad_sync != "allreduce" or self.world == 1:
+        if self.options.grad_sync != "allreduce" or self.world == 1 or self.model is None:
             return
         with self.clock.measure("fsdp_exposed_comm"):
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import time
 import traceback
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-PRELOAD = ["torch", "torch.distributed", "runtime.executor"]
+PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "runtime.executor", "runtime.model", "runtime.data"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,9 @@ def _worker(fn: Callable[[RankEnv, Any], Any], env: RankEnv, port: int, arg: Any
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=env.timeout_s))
         dist.init_process_group("gloo", store=store, rank=env.rank, world_size=env.world,
                                 timeout=timedelta(seconds=env.timeout_s))
-        value = fn(env, arg)
+        # Plain pickle (not the multiprocessing one, which would pass tensors through shared memory
+        # that vanishes when this process exits).
+        value = pickle.dumps(fn(env, arg))
         out.put((env.rank, "ok", value, "", time.perf_counter() - start))
     except BaseException as exc:  # noqa: BLE001 (report everything, including SystemExit)
         msg = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
@@ -112,6 +115,7 @@ def _collect(procs: list[Any], results: Any, deadline: float, grace_s: float) ->
             break
         try:
             rank, status, value, error, elapsed = results.get(timeout=0.2)
+            value = pickle.loads(value) if value is not None else None
             outcomes[rank] = RankOutcome(rank=rank, status=status, value=value, error=error, elapsed_s=elapsed)
             if status != "ok" and first_failure is None:
                 first_failure = time.monotonic()

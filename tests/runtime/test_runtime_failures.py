@@ -1,0 +1,45 @@
+"""Failures end every rank with a clear error within a bounded time, never a hang."""
+
+from __future__ import annotations
+
+import pytest
+
+import rt_workers
+from helpers import make_batch
+from nspsim.cluster_spec import get_cluster
+from nspsim.model_spec import get_model
+from nspsim.plan import make_plan
+from nspsim.sp_tree import Node
+from runtime.launch import spawn_ranks
+
+pytestmark = pytest.mark.timeout(120)
+COMM_TIMEOUT_S = 20.0
+
+
+def _plan(lengths: list[int], nodes: list[Node], world: int):
+    return make_plan(planner="hand", cluster=get_cluster("cpu", world), model=get_model("tiny"),
+                     batch=make_batch(lengths), spmax=world, token_budget=10**6, nodes=nodes)
+
+
+def test_a_plan_hash_mismatch_stops_every_rank_before_any_sp_collective() -> None:
+    a = _plan([30, 7, 12, 5], [Node(4, 0), Node(1, 1), Node(2, 1), Node(1, 0)], 4)
+    b = _plan([30, 7, 12, 5], [Node(2, 0), Node(1, 1), Node(2, 1), Node(1, 0)], 4)
+    outcomes = spawn_ranks(rt_workers.mismatched_plans, 4, [a.to_json(), b.to_json(), a.to_json(), a.to_json()],
+                           timeout_s=90, comm_timeout_s=COMM_TIMEOUT_S)
+    for o in outcomes:
+        assert o.status == "error", o
+        first = o.error.splitlines()[0]
+        assert first.startswith("PlanMismatchError: rank") and "ranks [1] hold" in first, first
+        assert b.content_hash in first and a.content_hash in first
+        assert o.elapsed_s < COMM_TIMEOUT_S
+
+
+def test_a_rank_dying_mid_step_makes_every_other_rank_fail_fast() -> None:
+    plan = _plan([40, 9, 17, 6, 3], [Node(4, 0), Node(2, 0), Node(2, 1), Node(1, 1), Node(1, 3)], 4)
+    outcomes = spawn_ranks(rt_workers.dies_mid_step, 4, (plan.to_json(), 2), timeout_s=90,
+                           comm_timeout_s=COMM_TIMEOUT_S, grace_s=COMM_TIMEOUT_S + 15)
+    assert outcomes[2].status == "died" and outcomes[2].exitcode == 17
+    for o in outcomes[:2] + outcomes[3:]:
+        assert o.status == "error", o
+        assert o.elapsed_s < COMM_TIMEOUT_S + 10, o
+        assert any(w in o.error for w in ("Connection closed", "Connection reset", "timed out", "Timeout")), o.error
