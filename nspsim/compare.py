@@ -70,8 +70,42 @@ class PlannerSpec:
     mode: str = "stream"
 
 
-def parse_planner_spec(label: str, mode: str = "stream") -> PlannerSpec:
-    """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown."""
+def parse_planner_spec(label: str, mode: str = "stream", defaults: dict[str, dict[str, Any]] | None = None) -> PlannerSpec:
+    """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown.
+
+    ``name:key=value+key=value`` passes options to the planner (``flexsp:time_limit=10``); ``defaults``
+    gives per-planner options used when the label does not set them.
+    """
+    name, _, text = label.partition(":")
+    if name == "static-best" and text:
+        raise ValueError(f"planner spec {label!r}: static-best sweeps the degree and takes no options")
+    spec = _base_spec(name, mode)
+    options = {**(defaults or {}).get(spec.planner, {}), **spec.options, **_parse_options(label, text)}
+    return replace(spec, label=label, options=options)
+
+
+def _parse_options(label: str, text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in filter(None, text.split("+")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"planner spec {label!r}: options must look like name:key=value+key=value")
+        out[key] = _option_value(value)
+    return out
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _base_spec(label: str, mode: str) -> PlannerSpec:
     if label in ABLATIONS:
         planner, options, overrides = ABLATIONS[label]
         _check_registered(planner, label)
@@ -102,6 +136,7 @@ class CompareConfig:
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     planners: tuple[str, ...] = field(default_factory=default_planners)
+    planner_options: dict[str, dict[str, Any]] = field(default_factory=lambda: {"flexsp": {"time_limit": 0.5}})
     iters: int = 3
     first_batch: int = 0
     mode: str = "stream"
@@ -113,7 +148,7 @@ class CompareConfig:
         if not self.planners or len(set(self.planners)) != len(self.planners):
             raise ValueError(f"planners must be a non-empty list without repeats, got {', '.join(self.planners)}")
         for label in self.planners:
-            parse_planner_spec(label, self.mode)
+            parse_planner_spec(label, self.mode, self.planner_options)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -184,7 +219,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     records: list[IterationRecord] = []
     notes: dict[str, str] = {}
     for label in config.planners:
-        recs, note = runner.run(parse_planner_spec(label, config.mode))
+        recs, note = runner.run(parse_planner_spec(label, config.mode, config.planner_options))
         records.extend(recs)
         notes[label] = note
     baseline = _baseline(config.planners)

@@ -36,6 +36,14 @@ def test_planner_specs() -> None:
         assert not parse_planner_spec("nsp-no-recompute").tree_recompute
         assert parse_planner_spec("nsp-attn-fwd").options == {"proxy": "attn-fwd"}
     assert default_planners()[0] == "static-best"
+    flex = parse_planner_spec("flexsp:time_limit=2.5+max_micro_batches=3", defaults={"flexsp": {"time_limit": 0.5}})
+    assert flex.label == "flexsp:time_limit=2.5+max_micro_batches=3"
+    assert flex.options == {"time_limit": 2.5, "max_micro_batches": 3}
+    assert parse_planner_spec("flexsp", defaults={"flexsp": {"time_limit": 0.5}}).options == {"time_limit": 0.5}
+    with pytest.raises(ValueError, match="options must look like"):
+        parse_planner_spec("nsp:beam_width")
+    with pytest.raises(ValueError, match="takes no options"):
+        parse_planner_spec("static-best:degree=4")
     with pytest.raises(ValueError, match="planner 'magic' is not available"):
         parse_planner_spec("magic")
     with pytest.raises(ValueError, match="expected static-<degree>"):
@@ -82,7 +90,7 @@ def test_routing_counts_cover_every_sample(static_run: CompareResult) -> None:
 
 def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r" / "report.html"
-    argv = ["compare", *SMALL_ARGS, "--iters", "1", "--json", "-o", str(out), "--quiet"]
+    argv = ["compare", *SMALL_ARGS, "--iters", "1", "--json", "-o", str(out), "--quiet", "--flexsp-time-limit", "0.05"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["config"]["workload"]["gpus"] == 16 and data["config"]["iters"] == 1
@@ -105,3 +113,15 @@ def test_compare_cli_table_and_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["compare", "--iters", "0"]) == 2
     assert main(["compare", "--planners", "static", "-o", "report.txt", "--quiet"]) == 2
     assert "must end with .html" in capsys.readouterr().err
+
+
+def test_nsp_executor_and_ablations_run_on_the_same_batch() -> None:
+    result = run_compare(CompareConfig(workload=SMALL, iters=1, timeline_iteration=None, planners=(
+        "static-best", "nsp", "nsp-no-recompute", "nsp-no-overlap", "nsp-greedy", "nsp-attn-fwd")))
+    steps = {s.planner: s.mean_step_time_s for s in result.summaries}
+    assert all(v is not None and v > 0 for v in steps.values())
+    nsp = next(r for r in result.records if r.planner == "nsp")
+    assert nsp.recompute_policy == "tree-marks"
+    assert next(r for r in result.records if r.planner == "nsp-no-recompute").recompute_policy != "tree-marks"
+    assert steps["nsp-no-overlap"] >= steps["nsp"]  # type: ignore[operator]
+    assert result.timelines == {}
