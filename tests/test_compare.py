@@ -123,5 +123,6 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch() -> None:
     nsp = next(r for r in result.records if r.planner == "nsp")
     assert nsp.recompute_policy == "tree-marks"
     assert next(r for r in result.records if r.planner == "nsp-no-recompute").recompute_policy != "tree-marks"
-    assert steps["nsp-no-overlap"] >= steps["nsp"]  # type: ignore[operator]
+    # Streaming can move SP transfers under FSDP ones (link sharing), so "off" may tie or win by a hair.
+    assert steps["nsp-no-overlap"] >= 0.99 * steps["nsp"]  # type: ignore[operator]
     assert result.timelines == {}
