@@ -11,7 +11,8 @@ from nspsim.planners.beam import Beam, Placing, _block_max, _scores, expand, nod
 from nspsim.planners.lower_bound import lower_bound
 from nspsim.planners.nsp_planner import prefix_size
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.tail import TreeState, complete, effective_degrees
+from nspsim.planners.packing import least_loaded_fill, least_loaded_fill_many
+from nspsim.planners.tail import TreeStates, complete, effective_degrees
 from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
 
 LEVELS = (8, 4, 2, 1)
@@ -39,21 +40,22 @@ def test_scores_equal_the_critical_load_after_each_placement(lookahead: bool) ->
     layout = node_layout(16, LEVELS)
     for _ in range(20):
         beam = random_beam(rng, 3)
-        cost, latency = rng.uniform(0, 3, layout.size), rng.uniform(0, 0.5, layout.size)
+        level_cost, level_latency = rng.uniform(0, 3, len(LEVELS)), rng.uniform(0, 0.5, len(LEVELS))
+        cost, latency = level_cost[layout.level_of], level_latency[layout.level_of]
         length, budget, rest = int(rng.integers(1, 300)), 150.0, float(rng.uniform(0, 50))
-        item = Placing.of(length, cost, latency, layout, budget, rest)
+        item = Placing(length, level_cost, level_latency, rest)
         score, added, new_block, delta, feasible = _scores(beam, item, layout, budget, True, lookahead)
         for s in range(beam.size):
             for u in range(layout.size):
                 d, f = int(layout.degree[u]), int(layout.first[u])
-                dl = cost[u] + latency[u] * (not beam.active[s, u])
+                dl = cost[u] + latency[u] * beam.idle[s, u]
                 after = beam.loads[s].copy()
                 after[f:f + d] += dl
                 expect = after.max()
                 if lookahead:
                     expect = max(expect, (after.sum() + rest) / 16)
                 assert score[s, u] == pytest.approx(expect, rel=1e-12)
-                assert added[s, u] == pytest.approx(d * dl)
+                assert added[s, u] == pytest.approx(d * dl / 16)
                 tok_ok = (beam.tokens[s, f:f + d] + length / d).max() <= budget * (1 + 1e-9)
                 ok = tok_ok and length <= d * budget and d <= beam.last_degree[s]
                 assert bool(feasible[s, u]) == ok
@@ -62,8 +64,7 @@ def test_scores_equal_the_critical_load_after_each_placement(lookahead: bool) ->
 def test_expand_keeps_distinct_states_and_places_on_the_best_nodes() -> None:
     layout = node_layout(8, (8, 4, 2, 1))
     beam = Beam.empty(8, layout)
-    cost = np.repeat([1.0, 1.5, 2.5, 4.0], [1, 2, 4, 8])  # per-GPU cost at degree 8, 4, 2, 1
-    item = Placing.of(10, cost, np.zeros(layout.size), layout, 1e9, 0.0)
+    item = Placing(10, np.array([1.0, 1.5, 2.5, 4.0]), np.zeros(4), 0.0)  # per-GPU cost at degree 8, 4, 2, 1
     out = expand(beam, item, layout, 1e9, width=3, monotone=True, lookahead=False)
     assert out is not None and out.size == 3  # every node of one level is equivalent: one per level
     assert out.last_degree.tolist() == [8, 4, 2]
@@ -74,13 +75,30 @@ def test_tail_goes_to_the_least_loaded_leaf_that_fits() -> None:
     wl = tiny_workload(gpus=4, token_budget=100)
     table = CostTable(wl.cost, wl.tree, [60, 50, 40, 30], wl.token_budget)
     layout = node_layout(4, wl.tree.degrees)
-    state = TreeState(np.array([5.0, 0.0, 1.0, 2.0]), np.array([0.0, 60.0, 0.0, 0.0]),
-                      np.zeros(layout.size, dtype=bool), layout)
+    state = TreeStates(np.array([[5.0, 0.0, 1.0, 2.0]]), np.array([[0.0, 60.0, 0.0, 0.0]]),
+                       np.zeros((1, layout.size), dtype=bool), layout)
     degrees, firsts = complete(state, table, np.arange(4))
-    assert degrees.tolist() == [1, 1, 1, 1]
+    assert degrees.tolist() == [[1, 1, 1, 1]]
     # GPU 1 is least loaded but holds 60 tokens: sample 0 (60 tokens) must skip it.
-    assert firsts[0] == 2
+    assert firsts[0, 0] == 2
     assert np.all(state.tokens <= 100)
+
+
+def test_filling_many_states_at_once_equals_filling_each_alone() -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        states, units, n = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(1, 60))
+        tokens = np.sort(rng.integers(1, 40, n))[::-1].astype(float)
+        cost = tokens * 0.1 + tokens**2 * 0.002
+        loads = rng.uniform(0, 5, (states, units))
+        start_tok = rng.uniform(0, 50, (states, units))
+        surcharge = rng.uniform(0, 0.3, (states, units)) * (rng.random((states, units)) < 0.3)
+        budget = float(rng.uniform(60, 400))
+        many, many_loads, _ = least_loaded_fill_many(loads, start_tok, cost, tokens, budget, surcharge)
+        for s in range(states):
+            one, one_loads, _ = least_loaded_fill(loads[s], start_tok[s], cost, tokens, budget, surcharge[s])
+            assert many[s].tolist() == one.tolist()
+            assert np.allclose(many_loads[s], one_loads)
 
 
 def test_effective_degree_is_the_smallest_level_that_holds_the_sample() -> None:
@@ -103,7 +121,7 @@ def test_nsp2l_uses_only_spmax_and_leaves_and_nsp_is_no_worse() -> None:
 def test_monotone_option_orders_degrees_by_length() -> None:
     wl = model_workload(gpus=8, token_budget=32_768)
     lengths = [90_000, 40_000, 30_000, 12_000, 9_000, 5_000, 3_000, 2_000, 900, 700, 300]
-    plan = get_planner("nsp", seed_static=False, prefix_k=len(lengths)).plan(batch_of(lengths), wl)
+    plan = get_planner("nsp", seed_static=False, monotone=True, prefix_k=len(lengths)).plan(batch_of(lengths), wl)
     degrees = [n.degree for n in plan.nodes]
     assert all(a >= b for a, b in zip(degrees, degrees[1:]))
 

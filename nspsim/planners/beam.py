@@ -21,7 +21,12 @@ the myopic choice is the node with the smallest per-GPU cost - the root, which p
 communication - even though the tail will later fill every GPU to a common level (measured in
 docs/planners.md). Ties, which are common, are broken by the total added work (least communication)
 and then by the new block maximum (least-loaded block); candidates equal in all three keys are
-symmetric copies (e.g. any empty subtree) and are kept once, so the beam holds w distinct states.
+symmetric copies (e.g. any empty subtree; such copies are bitwise equal) and are kept once, so the
+beam holds w distinct states.
+
+Speed: numpy's per-call overhead dominates at these sizes, so an expansion is written as ~30 array
+calls regardless of w and of the level count: block maxima are written level by level into one
+preallocated (S, nodes) array, and the w chosen placements are applied with one masked add.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class NodeLayout:
     degree: IntArray
     first: IntArray
     offset: dict[int, int]
+    ranks: IntArray
+    level_of: IntArray
 
     @property
     def size(self) -> int:
@@ -63,23 +70,25 @@ def node_layout(num_gpus: int, levels: tuple[int, ...]) -> NodeLayout:
     first = np.concatenate([np.arange(0, num_gpus, d, dtype=np.int64) for d in ordered])
     sizes = [num_gpus // d for d in ordered]
     offset = dict(zip(ordered, np.cumsum([0, *sizes[:-1]]).tolist()))
-    return NodeLayout(ordered, degree, first, offset)
+    level_of = np.repeat(np.arange(len(ordered), dtype=np.int64), sizes)
+    return NodeLayout(ordered, degree, first, offset, np.arange(num_gpus, dtype=np.int64), level_of)
 
 
 @dataclass
 class Beam:
-    """S states over P GPUs; ``active`` is (S, nodes); ``steps`` hold (parent, node) per sample."""
+    """S states over P GPUs; ``idle`` is (S, nodes), True where a node has no sample yet;
+    ``steps`` hold (parent, node) per placed sample."""
 
     loads: FloatArray
     tokens: FloatArray
-    active: BoolArray
+    idle: BoolArray
     last_degree: IntArray
     steps: list[tuple[IntArray, IntArray]]
 
     @staticmethod
     def empty(num_gpus: int, layout: NodeLayout) -> Beam:
         """The single empty state (nothing placed)."""
-        return Beam(np.zeros((1, num_gpus)), np.zeros((1, num_gpus)), np.zeros((1, layout.size), dtype=bool),
+        return Beam(np.zeros((1, num_gpus)), np.zeros((1, num_gpus)), np.ones((1, layout.size), dtype=bool),
                     np.full(1, max(layout.levels), dtype=np.int64), [])
 
     @property
@@ -99,25 +108,21 @@ class Beam:
 
 @dataclass(frozen=True)
 class Placing:
-    """One prefix sample, per node of the layout: its per-GPU cost on an active node and on an idle
-    one (plus latency), the total work it adds either way (cost x degree), whether it fits in
-    memory; and the single-GPU cost of the samples after it (for the lookahead)."""
+    """One prefix sample: its length, per-GPU cost per level (layout order), latency per level,
+    and the single-GPU cost of the samples after it (for the lookahead)."""
 
     length: int
     cost: FloatArray
-    cost_idle: FloatArray
-    work: FloatArray
-    work_idle: FloatArray
-    fits: BoolArray
+    latency: FloatArray
     rest: float
 
-    @staticmethod
-    def of(length: int, cost: FloatArray, latency: FloatArray, layout: NodeLayout, budget: float,
-           rest: float) -> Placing:
-        """Derived arrays of a sample with per-node ``cost`` and ``latency``."""
-        idle = cost + latency
-        return Placing(length, cost, idle, cost * layout.degree, idle * layout.degree,
-                       length <= layout.degree * budget, rest)
+    def per_node(self, layout: NodeLayout, budget: float) -> tuple[FloatArray, FloatArray, FloatArray,
+                                                                     FloatArray, BoolArray]:
+        """Per node: cost if active, cost if idle, work / P either way, fits in memory."""
+        cost = self.cost[layout.level_of]
+        idle = cost + self.latency[layout.level_of]
+        share = layout.degree / float(layout.ranks.size)
+        return cost, idle, cost * share, idle * share, self.length <= layout.degree * budget
 
 
 def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
@@ -125,13 +130,14 @@ def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
     out = np.empty((values.shape[0], layout.size))
     level, deg = values, 1
     while True:
-        if deg in layout.offset:
-            start = layout.offset[deg]
-            out[:, start:start + level.shape[1]] = level
+        start = layout.offset.get(deg)
         if deg == layout.levels[0]:
+            out[:, start:start + level.shape[1]] = level
             return out
-        level = np.maximum(level[:, 0::2], level[:, 1::2])
-        deg *= 2
+        nxt = np.maximum(level[:, 0::2], level[:, 1::2])
+        if start is not None:
+            out[:, start:start + level.shape[1]] = level
+        level, deg = nxt, 2 * deg
 
 
 def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float) -> BoolArray | None:
@@ -145,58 +151,70 @@ def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float
 
 def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monotone: bool,
             lookahead: bool) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]:
-    """Per (state, node): score, total work added, new block max, delta and feasibility.
+    """Per (state, node): score, total work added / P, new block max, delta and feasibility (the
+    last possibly (nodes,) when it is the same for every state).
 
     The critical load after adding delta to node u is ``max(M, blockmax_u + delta)`` with M the
     state's current maximum: if u holds the critical GPU its block max is M and the sum dominates
     everything outside u; otherwise the outside maximum is M.
     """
-    idle = ~beam.active
-    delta = np.where(idle, item.cost_idle, item.cost)
-    new_block = _block_max(beam.loads, layout) + delta
+    cost, cost_idle, work, work_idle, fits = item.per_node(layout, budget)
+    delta = np.where(beam.idle, cost_idle, cost)
+    new_block = _block_max(beam.loads, layout)
+    new_block += delta
     score = np.maximum(beam.loads.max(axis=1)[:, None], new_block)
-    added = np.where(idle, item.work_idle, item.work)
+    added = np.where(beam.idle, work_idle, work)
     if lookahead:
         base = (beam.loads.sum(axis=1) + item.rest) / beam.loads.shape[1]
-        score = np.maximum(score, base[:, None] + added / beam.loads.shape[1])
-    feasible = np.broadcast_to(item.fits, score.shape)
+        np.maximum(score, added + base[:, None], out=score)
+    feasible = fits if not monotone else fits & (layout.degree <= beam.last_degree[:, None])
     tokens = _token_feasible(beam, item, layout, budget)
     if tokens is not None:
         feasible = feasible & tokens
-    if monotone:
-        feasible = feasible & (layout.degree <= beam.last_degree[:, None])
     return score, added, new_block, delta, feasible
-
-
-def _close(a: FloatArray, b: FloatArray) -> BoolArray:
-    out: BoolArray = np.abs(a - b) <= _TIE_RTOL * np.abs(a)
-    return out
 
 
 def _distinct_order(keys: tuple[FloatArray, FloatArray, FloatArray], pool: IntArray, width: int) -> IntArray:
     """The ``width`` best of ``pool`` by the keys in order, candidates equal in every key kept once."""
     ranked = pool[np.lexsort((keys[2][pool], keys[1][pool], keys[0][pool]))]
-    same = np.ones(ranked.size - 1, dtype=bool)
-    for key in keys:
-        k = key[ranked]
-        same &= _close(k[1:], k[:-1])
-    chosen: IntArray = ranked[np.concatenate([[True], ~same])][:width]
+    a, b, c = keys[0][ranked], keys[1][ranked], keys[2][ranked]
+    keep = np.ones(ranked.size, dtype=bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (c[1:] != c[:-1])
+    chosen: IntArray = ranked[keep][:width]
     return chosen
 
 
 def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray,
             width: int) -> tuple[IntArray, IntArray] | None:
-    """(state, node) of the ``width`` best distinct feasible candidates; ``None`` if none is feasible."""
+    """(state, node) of the ``width`` best distinct feasible candidates; ``None`` if none is feasible.
+
+    Ranks a pool of the best-scoring candidates, widening it while symmetric copies leave fewer than
+    ``width`` distinct ones."""
     masked = np.where(feasible, score, np.inf).ravel()
     keys = (masked, total.ravel(), new_block.ravel())
-    count = int(np.count_nonzero(feasible))
-    if count == 0:
-        return None
-    if count > 4 * width:
-        cut = np.partition(masked, 4 * width - 1)[4 * width - 1]
-        chosen = _distinct_order(keys, np.flatnonzero(masked <= cut * (1 + _TIE_RTOL)), width)
-    if count <= 4 * width or chosen.size < width:
-        chosen = _distinct_order(keys, np.flatnonzero(feasible.ravel()), width)
+    if width == 1:  # the best candidate: lowest score, then total, then new block max
+        low = masked.min()
+        if low == np.inf:
+            return None
+        ties = np.flatnonzero(masked == low)
+        best = ties[np.lexsort((keys[2][ties], keys[1][ties]))[:1]]
+        return np.divmod(best, score.shape[1])
+    pool_size = 16 * width
+    while True:
+        if pool_size >= masked.size:
+            pool = np.flatnonzero(masked < np.inf)
+            if pool.size == 0:
+                return None
+            chosen = _distinct_order(keys, pool, width)
+            break
+        cut = np.partition(masked, pool_size - 1)[pool_size - 1]
+        if cut == np.inf:
+            pool_size = masked.size
+            continue
+        chosen = _distinct_order(keys, np.flatnonzero(masked <= cut), width)
+        if chosen.size == width:
+            break
+        pool_size *= 8
     return np.divmod(chosen, score.shape[1])
 
 
@@ -209,11 +227,10 @@ def expand(beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: 
     if picked is None:
         return None
     parent, node = picked
-    loads, tokens, active = beam.loads[parent], beam.tokens[parent], beam.active[parent]
-    added = delta[parent, node]
-    for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
-        d, f = int(layout.degree[u]), int(layout.first[u])
-        loads[i, f:f + d] += dl
-        tokens[i, f:f + d] += item.length / d
-        active[i, u] = True
-    return Beam(loads, tokens, active, layout.degree[node], [*beam.steps, (parent, node)])
+    first, degree = layout.first[node][:, None], layout.degree[node][:, None]
+    inside = (layout.ranks >= first) & (layout.ranks < first + degree)
+    loads = beam.loads[parent] + inside * delta[parent, node][:, None]
+    tokens = beam.tokens[parent] + inside * (item.length / degree)
+    idle = beam.idle[parent]
+    idle[np.arange(node.size), node] = False
+    return Beam(loads, tokens, idle, layout.degree[node], [*beam.steps, (parent, node)])

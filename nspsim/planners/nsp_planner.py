@@ -9,11 +9,23 @@ surrogates - costs one evaluation each and is what makes the static seed below a
 
 Static seed: with the full proxy, the best one-pass Static SP packing of the same samples (every
 degree that holds them, :mod:`nspsim.planners.static_planner`) also competes in that final choice,
-so NSP's Load is never worse than the best static Load on the batch. With ``proxy="attn-fwd"`` (the
-"w/o cost model" ablation) the planner scores everything with attention-forward time only, and the
-seed is skipped because choosing it needs the full cost model.
+so NSP's Load is never worse than the best static Load on the batch. A degree whose work floor
+(its total work spread evenly) already reaches the beam's Load cannot win and is not packed. With
+``proxy="attn-fwd"`` (the "w/o cost model" ablation) the planner scores everything with
+attention-forward time only, and the seed is skipped because choosing it needs the full cost model.
 
-Defaults (measured, docs/planners.md): ``prefix_k = 64`` and ``beam_width = 4``, monotone-SP on.
+Defaults, each chosen by measurement (docs/planners.md):
+
+* ``lookahead=True`` scores a state by max(critical load, water level) instead of the paper's bare
+  critical load (a documented deviation; ``lookahead=False`` is the literal rule). Without it the
+  beam lands at about Static SP's Load; with it within 2-4% of the lower bound.
+* ``monotone=False``: with the lookahead, forcing longer samples onto degrees no smaller than shorter
+  ones cost up to 25% Load on a 1024-GPU code-trace batch and never helped.
+* ``prefix_k="auto"``: the samples whose single-GPU cost is at least a quarter of the mean per-GPU
+  work (a leaf cannot absorb them without imbalance); the rest are the greedy tail.
+* ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.5% better than 1 on the code
+  trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion).
+
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
 micro-batches that work (snake order) and each is routed alone - an extension; the paper uses one.
@@ -37,10 +49,10 @@ from nspsim.planners.microbatch import min_micro_batches, snake_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
 from nspsim.planners.static_planner import pack_single_pass
-from nspsim.planners.tail import TreeState, complete
+from nspsim.planners.tail import TreeStates, complete
 
-DEFAULT_BEAM_WIDTH = 4
 AUTO_PREFIX_SHARE = 0.25
+AUTO_WIDE_BEAM_MAX_GPUS = 256
 
 
 @dataclass(frozen=True)
@@ -60,11 +72,12 @@ def _check_positive(value: object, what: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class NSPPlanner:
-    """Algorithm 1 with options ``prefix_k``, ``beam_width``, ``monotone``, ``proxy``, ``seed_static``."""
+    """Algorithm 1 with options ``prefix_k``, ``beam_width``, ``monotone``, ``lookahead``, ``proxy``,
+    ``seed_static`` (see the module docstring for their defaults)."""
 
     prefix_k: int | str = "auto"
-    beam_width: int = DEFAULT_BEAM_WIDTH
-    monotone: bool = True
+    beam_width: int | str = "auto"
+    monotone: bool = False
     lookahead: bool = True
     proxy: str = "full"
     seed_static: bool = True
@@ -73,7 +86,8 @@ class NSPPlanner:
     def __post_init__(self) -> None:
         if self.prefix_k != "auto":
             _check_positive(self.prefix_k, "prefix_k")
-        _check_positive(self.beam_width, "beam_width")
+        if self.beam_width != "auto":
+            _check_positive(self.beam_width, "beam_width")
         for flag in ("monotone", "lookahead", "seed_static"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"option {flag} must be true or false, got {getattr(self, flag)!r}")
@@ -91,7 +105,9 @@ class NSPPlanner:
         search = ctx.table if self.proxy == "full" else CostTable(
             workload.cost, workload.tree, batch.lengths, workload.token_budget, kind=self.proxy)
         placement = self._route_batch(ctx, search)
-        extra: dict[str, float | int | str] = {"prefix_k": str(self.prefix_k), "beam_width": self.beam_width, "monotone": int(self.monotone),
+        extra: dict[str, float | int | str] = {
+            "prefix_k": str(self.prefix_k), "beam_width": beam_width(self.beam_width, ctx.num_gpus),
+            "monotone": int(self.monotone),
                  "lookahead": int(self.lookahead), "proxy": self.proxy}
         return finish(self.name, ctx, placement, started, extra)
 
@@ -112,7 +128,8 @@ class NSPPlanner:
         k = prefix_size(search, select, levels, self.prefix_k)
         candidates = _beam_routes(search, select, layout, k, self)
         if self.seed_static and self.proxy == "full":
-            candidates += _static_routes(ctx, select, levels)
+            beaten = min((r.load for r in candidates), default=np.inf)
+            candidates += _static_routes(ctx, select, levels, beaten)
         return min(candidates, key=lambda r: r.load, default=None)
 
 
@@ -128,6 +145,14 @@ class NSP2LPlanner(NSPPlanner):
         return (spmax, 1) if spmax > 1 else (1,)
 
 
+def beam_width(option: int | str, num_gpus: int) -> int:
+    """``option`` if an int; ``"auto"``: 2 up to ``AUTO_WIDE_BEAM_MAX_GPUS`` GPUs, else 1 (wider beams
+    gained < 0.1% Load there and cost time, docs/planners.md)."""
+    if isinstance(option, int):
+        return option
+    return 2 if num_gpus <= AUTO_WIDE_BEAM_MAX_GPUS else 1
+
+
 def prefix_size(search: CostTable, select: IntArray, levels: tuple[int, ...], option: int | str) -> int:
     """``option`` if an int; for ``"auto"`` the samples whose single-GPU cost is at least
     ``AUTO_PREFIX_SHARE`` of the mean per-GPU work (the ones a leaf cannot absorb), at least 1."""
@@ -139,54 +164,62 @@ def prefix_size(search: CostTable, select: IntArray, levels: tuple[int, ...], op
 
 
 def _placings(search: CostTable, select: IntArray, layout: NodeLayout, k: int) -> list[Placing]:
-    """Per prefix sample: per-node cost and latency arrays and the remaining single-GPU work."""
-    counts = [search.tree.num_gpus // d for d in layout.levels]
+    """Per prefix sample: per-level cost and latency, and the remaining single-GPU work after it."""
     prefix = select[:k]
     per_level = np.stack([search.total(d)[prefix] for d in layout.levels], axis=1)
-    costs = np.repeat(per_level, counts, axis=1)
-    latency = np.repeat([search.overhead_total(d) for d in layout.levels], counts)
+    latency = np.array([search.overhead_total(d) for d in layout.levels])
     leaf = search.total(min(layout.levels))[select]
-    rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])
-    return [Placing.of(int(search.lengths[j]), costs[i], latency, layout, search.token_budget, float(rest[i + 1]))
+    rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])[1:k + 1]
+    return [Placing(int(search.lengths[j]), per_level[i], latency, float(rest[i]))
             for i, j in enumerate(prefix.tolist())]
 
 
 def _beam_routes(search: CostTable, select: IntArray, layout: NodeLayout, k: int, options: NSPPlanner) -> list[Route]:
-    """Prefix beam search then greedy tail for every surviving state; token-feasible results only."""
+    """Prefix beam search, greedy tail completion of every surviving state (all at once), then the
+    completed token-feasible state with the smallest Load (evaluated in order of max_p C_p, which
+    bounds Load from below, until no later state can win)."""
     beam: Beam | None = Beam.empty(search.tree.num_gpus, layout)
+    width = beam_width(options.beam_width, search.tree.num_gpus)
     for item in _placings(search, select, layout, k):
         assert beam is not None
-        beam = expand(beam, item, layout, search.token_budget, options.beam_width, options.monotone,
+        beam = expand(beam, item, layout, search.token_budget, width, options.monotone,
                       options.lookahead)
         if beam is None:
             return []
     assert beam is not None
+    states = TreeStates(beam.loads.copy(), beam.tokens.copy(), ~beam.idle, layout)
+    tail_deg, tail_first = complete(states, search, select[k:])
     mask = np.zeros(search.num_samples, dtype=bool)
     mask[select] = True
-    return [r for s in range(beam.size) if (r := _complete_state(search, beam, s, layout, select, k, mask))]
+    feasible = states.tokens.max(axis=1) <= search.token_budget * (1 + BUDGET_RTOL)
+    critical = states.loads.max(axis=1)
+    best: Route | None = None
+    for s in np.argsort(critical, kind="stable").tolist():
+        if not feasible[s]:
+            continue
+        if best is not None and critical[s] >= best.load:
+            break  # Load >= max_p C_p: no later state can win
+        pre_deg, pre_first = beam.assignment(s, layout)
+        degrees = np.zeros(search.num_samples, dtype=np.int64)
+        firsts = np.zeros(search.num_samples, dtype=np.int64)
+        degrees[select] = np.concatenate([pre_deg, tail_deg[s]])
+        firsts[select] = np.concatenate([pre_first, tail_first[s]])
+        load = search.evaluate(degrees, firsts, mask).load
+        if best is None or load < best.load:
+            best = Route(degrees[select], firsts[select], load, "beam")
+    return [] if best is None else [best]
 
 
-def _complete_state(search: CostTable, beam: Beam, s: int, layout: NodeLayout, select: IntArray, k: int,
-                    mask: npt.NDArray[np.bool_]) -> Route | None:
-    state = TreeState(beam.loads[s].copy(), beam.tokens[s].copy(), beam.active[s].copy(), layout)
-    tail_deg, tail_first = complete(state, search, select[k:])
-    if state.tokens.max() > search.token_budget * (1 + BUDGET_RTOL):
-        return None
-    pre_deg, pre_first = beam.assignment(s, layout)
-    degrees = np.zeros(search.num_samples, dtype=np.int64)
-    firsts = np.zeros(search.num_samples, dtype=np.int64)
-    degrees[select] = np.concatenate([pre_deg, tail_deg])
-    firsts[select] = np.concatenate([pre_first, tail_first])
-    return Route(degrees[select], firsts[select], search.evaluate(degrees, firsts, mask).load, "beam")
-
-
-def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...]) -> list[Route]:
-    """One-pass static packings of the selected samples at every level that holds them."""
+def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beaten: float) -> list[Route]:
+    """One-pass static packings of the selected samples at every level that holds them, skipping a
+    level whose work floor (its total work spread evenly: sum_j d c_j(d) / P) already reaches ``beaten``."""
     table = ctx.table
     mask = np.zeros(table.num_samples, dtype=bool)
     mask[select] = True
     routes = []
     for d in levels:
+        if float(table.total(d)[select].sum()) * d / ctx.num_gpus >= beaten:
+            continue
         firsts_sel = pack_single_pass(ctx, d, select)
         if firsts_sel is None:
             continue

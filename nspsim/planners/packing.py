@@ -46,6 +46,19 @@ def _late_eligible_min(loads: FloatArray, room: FloatArray, others: IntArray, it
     return out
 
 
+def _free_round(loads: FloatArray, cost: FloatArray) -> tuple[IntArray, FloatArray]:
+    """A round when every unit can take every item of it and no unit pays a surcharge."""
+    units = np.argsort(loads, kind="stable")[: cost.size]
+    start = loads[units]
+    ends = start + cost[: units.size]
+    if units.size > 1:
+        ok = start[1:] < np.minimum.accumulate(ends)[:-1]
+        if not ok.all():
+            take = 1 + int(np.argmin(ok))
+            return units[:take], ends[:take]
+    return units, ends
+
+
 def _round(loads: FloatArray, room: FloatArray, surcharge: FloatArray, cost: FloatArray,
            item_tokens: FloatArray) -> tuple[IntArray, FloatArray]:
     """One round: the units the next items go to (a prefix of ``cost``) and their new loads."""
@@ -84,8 +97,14 @@ def least_loaded_fill(loads: npt.ArrayLike, tokens: npt.ArrayLike, cost: npt.Arr
     sur = np.zeros(load.size) if surcharge is None else np.array(surcharge, dtype=np.float64)
     out = np.empty(c.size, dtype=np.int64)
     pos = 0
+    free = not sur.any()
     while pos < c.size:
-        units, ends = _round(load, _room(tok, budget), sur, c[pos:pos + load.size], t[pos:pos + load.size])
+        room = _room(tok, budget)
+        free = free or not sur.any()
+        if free and room.min() >= t[pos:pos + load.size].max():  # every unit can take every item
+            units, ends = _free_round(load, c[pos:pos + load.size])
+        else:
+            units, ends = _round(load, room, sur, c[pos:pos + load.size], t[pos:pos + load.size])
         if units.size == 0:
             units = np.array([int(np.argmin(tok))], dtype=np.int64)
             ends = load[units] + c[pos] + sur[units]
@@ -95,6 +114,42 @@ def least_loaded_fill(loads: npt.ArrayLike, tokens: npt.ArrayLike, cost: npt.Arr
         tok[units] += t[pos:pos + take]
         sur[units] = 0.0
         pos += take
+    return out, load, tok
+
+
+def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArray, item_tokens: FloatArray,
+                           budget: float, surcharge: FloatArray) -> tuple[IntArray, FloatArray, FloatArray]:
+    """:func:`least_loaded_fill` for S independent states at once (arrays (S, units)), same result.
+
+    While no state pays a surcharge and every unit of every state can take every item of the round,
+    rounds run on all states together, each placing the shortest valid prefix over the states;
+    otherwise each state finishes alone."""
+    load, tok, sur = loads.copy(), tokens.copy(), surcharge.copy()
+    states, units = load.shape
+    out = np.empty((states, cost.size), dtype=np.int64)
+    rows = np.arange(states)[:, None]
+    pos = 0
+    while pos < cost.size:
+        c, t = cost[pos:pos + units], item_tokens[pos:pos + units]
+        if sur.any() or float(tok.max()) + float(t.max()) > budget * (1 + BUDGET_RTOL):
+            break
+        order = np.argsort(load, axis=1, kind="stable")[:, :c.size]
+        start = load[rows, order]
+        ends = start + c
+        take = c.size
+        if c.size > 1:
+            ok = start[:, 1:] < np.minimum.accumulate(ends, axis=1)[:, :-1]
+            bad = ~ok.all(axis=1)
+            if bad.any():
+                take = 1 + int(np.argmin(ok[bad], axis=1).min())
+        chosen = order[:, :take]
+        out[:, pos:pos + take] = chosen
+        load[rows, chosen] = ends[:, :take]
+        tok[rows, chosen] += t[:take]
+        pos += take
+    for i in range(states if pos < cost.size else 0):
+        out[i, pos:], load[i], tok[i] = least_loaded_fill(load[i], tok[i], cost[pos:], item_tokens[pos:], budget,
+                                                          sur[i])
     return out, load, tok
 
 

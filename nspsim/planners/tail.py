@@ -7,7 +7,8 @@ hold the sample: degree 1 normally (the smallest level of the planner, e.g. 1 fo
 larger degree for a tail sample longer than B_tok. A unit's load is the maximum C_p over its ranks;
 placing a sample adds the same cost to all of them, so the unit's load rises by exactly that cost.
 Tail samples come sorted, so their effective degree is non-increasing: the tail is processed in
-segments of equal degree with :func:`least_loaded_fill`, which is exact and vectorised by rounds.
+segments of equal degree with :func:`least_loaded_fill_many`, which is exact, vectorised by rounds
+and runs all of the beam's states together.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nspsim.planners.beam import NodeLayout
-from nspsim.planners.packing import least_loaded_fill
+from nspsim.planners.packing import least_loaded_fill_many
 from nspsim.planners.proxy import CostTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -26,8 +27,8 @@ IntArray = npt.NDArray[np.int64]
 
 
 @dataclass
-class TreeState:
-    """One state's per-GPU loads and tokens and its active nodes (layout order), mutated in place."""
+class TreeStates:
+    """S states' per-GPU loads and tokens (S, P) and active nodes (S, nodes), mutated in place."""
 
     loads: FloatArray
     tokens: FloatArray
@@ -43,34 +44,35 @@ def effective_degrees(lengths: IntArray, budget: int, levels: tuple[int, ...]) -
     return out
 
 
-def complete(state: TreeState, table: CostTable, items: IntArray) -> tuple[IntArray, IntArray]:
-    """Place the sorted samples ``items`` greedily on ``state``; returns their (degrees, first ranks)."""
+def complete(states: TreeStates, table: CostTable, items: IntArray) -> tuple[IntArray, IntArray]:
+    """Place the sorted samples ``items`` greedily in every state; returns (degrees, first ranks),
+    each (S, len(items))."""
     lengths = table.lengths[items]
-    eff = effective_degrees(lengths, table.token_budget, state.layout.levels)
-    degrees = np.empty(items.size, dtype=np.int64)
-    firsts = np.empty(items.size, dtype=np.int64)
+    eff = effective_degrees(lengths, table.token_budget, states.layout.levels)
+    shape = (states.loads.shape[0], items.size)
+    degrees = np.empty(shape, dtype=np.int64)
+    firsts = np.empty(shape, dtype=np.int64)
     start = 0
     while start < items.size:
         d = int(eff[start])
         stop = start + int(np.searchsorted(-eff[start:], -d, side="right"))
-        degrees[start:stop] = d
-        firsts[start:stop] = _fill_level(state, table, items[start:stop], d) * d
+        degrees[:, start:stop] = d
+        firsts[:, start:stop] = _fill_level(states, table, items[start:stop], d) * d
         start = stop
     return degrees, firsts
 
 
-def _fill_level(state: TreeState, table: CostTable, items: IntArray, d: int) -> IntArray:
-    """Least-loaded fill of ``items`` onto the nodes of degree ``d``; returns their block indices."""
-    units = state.loads.size // d
-    unit_loads = state.loads.reshape(units, d).max(axis=1)
-    unit_tokens = state.tokens.reshape(units, d).max(axis=1)
-    cost = table.total(d)[items]
-    tokens = table.lengths[items] / d
-    nodes = slice(state.layout.offset[d], state.layout.offset[d] + units)
-    surcharge = table.overhead_total(d) * ~state.active[nodes]
-    blocks, new_loads, new_tokens = least_loaded_fill(unit_loads, unit_tokens, cost, tokens, table.token_budget,
-                                                      surcharge)
-    state.loads += np.repeat(new_loads - unit_loads, d)
-    state.tokens += np.repeat(new_tokens - unit_tokens, d)
-    state.active[state.layout.offset[d] + blocks] = True
+def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -> IntArray:
+    """Least-loaded fill of ``items`` onto the nodes of degree ``d`` in every state; block indices."""
+    count, units = states.loads.shape[0], states.loads.shape[1] // d
+    unit_loads = states.loads.reshape(count, units, d).max(axis=2)
+    unit_tokens = states.tokens.reshape(count, units, d).max(axis=2)
+    nodes = slice(states.layout.offset[d], states.layout.offset[d] + units)
+    surcharge = np.where(states.active[:, nodes], 0.0, table.overhead_total(d))
+    blocks, new_loads, new_tokens = least_loaded_fill_many(
+        unit_loads, unit_tokens, table.total(d)[items], table.lengths[items] / d, table.token_budget, surcharge)
+    states.loads += np.repeat(new_loads - unit_loads, d, axis=1)
+    states.tokens += np.repeat(new_tokens - unit_tokens, d, axis=1)
+    rows = np.arange(count)[:, None]
+    states.active[rows, states.layout.offset[d] + blocks] = True
     return blocks
