@@ -86,3 +86,22 @@ def test_noise_is_deterministic_for_a_seed() -> None:
     assert a.step_time_s == b.step_time_s and np.array_equal(a.per_gpu_breakdown_s, b.per_gpu_breakdown_s)
     assert setup.simulator(seed=8, jitter=0.1).simulate(plan).step_time_s != a.step_time_s
     assert setup.simulator(seed=7).simulate(plan).step_time_s != a.step_time_s
+
+
+@SETTINGS
+@given(plans(layers=3))
+def test_symmetry_reduction_is_exact(case: tuple[Setup, Plan]) -> None:
+    setup, plan = case
+    reduced = setup.simulator(timeline=True).simulate(plan)
+    every_gpu = setup.simulator(symmetry=False, timeline=True).simulate(plan)
+    assert reduced.step_time_s == pytest.approx(every_gpu.step_time_s, rel=1e-12)
+    assert reduced.per_gpu_breakdown_s == pytest.approx(every_gpu.per_gpu_breakdown_s, rel=1e-9, abs=1e-15)
+    assert reduced.critical_gpu == every_gpu.critical_gpu and every_gpu.units == 8
+    key = lambda e: (e.gpu, e.track, e.layer, e.micro_batch, e.name, round(e.start, 12))  # noqa: E731
+    assert sorted(map(key, reduced.timeline)) == sorted(map(key, every_gpu.timeline))
+
+
+def test_disjoint_plans_simulate_one_unit_per_group() -> None:
+    setup = Setup(StubCost(comp=1e-9, pro=1e-7, epi=1e-7, allgather=1e-3))
+    plan = setup.plan([Node(4, 0), Node(4, 1), Node(4, 0)], [3000, 2000, 1000])
+    assert setup.simulator().simulate(plan).units == 2

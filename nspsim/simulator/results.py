@@ -63,6 +63,8 @@ class StepResult:
     layers_simulated: int = 0
     extrapolated: bool = False
     events: int = 0
+    tasks: int = 0
+    units: int = 0
     sim_wall_time_s: float = 0.0
     timeline: tuple[TimelineEvent, ...] = ()
 
@@ -98,6 +100,11 @@ class StepResult:
         """Simulation speed: SimPy events per second of wall time."""
         return self.events / self.sim_wall_time_s if self.sim_wall_time_s > 0 else 0.0
 
+    @property
+    def tasks_per_s(self) -> float:
+        """Simulation speed: tasks (kernels and per-unit collective parts) per second of wall time."""
+        return self.tasks / self.sim_wall_time_s if self.sim_wall_time_s > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the timeline is exported separately, see :mod:`nspsim.simulator.timeline`)."""
         return {
@@ -110,5 +117,6 @@ class StepResult:
             "recompute_policy": self.recompute_policy, "remat_share": self.remat_share,
             "num_micro_batches": self.num_micro_batches, "num_layers": self.num_layers,
             "layers_simulated": self.layers_simulated, "extrapolated": self.extrapolated, "events": self.events,
-            "events_per_s": self.events_per_s, "sim_wall_time_s": self.sim_wall_time_s,
+            "events_per_s": self.events_per_s, "tasks": self.tasks, "tasks_per_s": self.tasks_per_s,
+            "simulated_units": self.units, "sim_wall_time_s": self.sim_wall_time_s,
         }

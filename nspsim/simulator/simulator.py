@@ -3,9 +3,11 @@
 Pipeline per :meth:`Simulator.simulate` call: check the plan belongs to this cluster and model;
 decide save/recompute and peak memory (:mod:`~nspsim.simulator.activation`; out of memory ends
 here); price the plan's work with the cost model (:mod:`~nspsim.simulator.work`); build the task
-program (:mod:`~nspsim.simulator.step_model`) with a few decoder layers; run it on a fresh SimPy
-clock (:mod:`~nspsim.simulator.executor`); extrapolate the repeated layers exactly
-(:mod:`~nspsim.simulator.periodic`) or, if they do not repeat, rerun with every layer.
+program (:mod:`~nspsim.simulator.step_model`) with a few decoder layers, GPUs with identical
+programs merged into one unit (:func:`~nspsim.simulator.work.reduce_to_units`); run it on a fresh
+SimPy clock (:mod:`~nspsim.simulator.executor`); extrapolate the repeated layers exactly
+(:mod:`~nspsim.simulator.periodic`) or, if no layer repeats yet, rerun with twice the layers and
+finally with every layer.
 
 The simulator owns its options and its random seed; every call builds its own clock, ids and
 generator (seeded by the simulator's seed and the plan's content hash), so results are
@@ -37,7 +39,7 @@ from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
 from nspsim.simulator.step_model import MODES, CollectiveFactory, StepModel
 from nspsim.simulator.timeline import build_timeline
-from nspsim.simulator.work import StepWork, step_work
+from nspsim.simulator.work import StepWork, reduce_to_units, step_work
 from nspsim.training_spec import TrainingSpec
 
 MIN_SIM_LAYERS = 6
@@ -51,7 +53,8 @@ class SimOptions:
     do not overlap each other), ``serial`` (nothing overlaps). ``sim_layers``: layers simulated
     before extrapolating (``extrapolate``). ``jitter``: coefficient of variation of a lognormal
     factor on every kernel (0 = deterministic durations; > 0 disables extrapolation).
-    ``timeline``: keep per-GPU events in the result.
+    ``timeline``: keep per-GPU events in the result. ``symmetry``: simulate GPUs with identical
+    programs once (exact; off when ``jitter`` > 0, since noise differs per GPU).
     """
 
     mode: str = "stream"
@@ -59,6 +62,7 @@ class SimOptions:
     sim_layers: int = 12
     jitter: float = 0.0
     timeline: bool = False
+    symmetry: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -115,14 +119,14 @@ class Simulator:
         if act.oom is not None:
             return self._oom_result(plan, act, started)
         work = step_work(plan, self.cost, self.model, self.training, act.remat)
-        layers = self._sim_layers()
-        program, ex = self._run(work, layers, plan)
-        repeats = find_repeats(program, self.model.num_layers, layers)
-        if repeats is None:
-            layers = self.model.num_layers
+        if self.options.symmetry and self.options.jitter == 0:
+            work = reduce_to_units(work)
+        for layers in self._layer_schedule():
             program, ex = self._run(work, layers, plan)
-            repeats = []
-        return self._result(plan, act, program, ex, repeats, layers, started)
+            repeats = find_repeats(program, self.model.num_layers, layers)
+            if repeats is not None:
+                break
+        return self._result(plan, act, work, program, ex, repeats or [], layers, started)
 
     # ---- steps -----------------------------------------------------------------------------------
     def _check(self, plan: Plan) -> None:
@@ -130,11 +134,12 @@ class Simulator:
         if plan.backend != self.training.backend:
             raise ValueError(f"plan uses the {plan.backend} SP backend but the simulator models {self.training.backend}")
 
-    def _sim_layers(self) -> int:
-        opts = self.options
+    def _layer_schedule(self) -> list[int]:
+        """Layer counts to try: ``sim_layers``, twice that (a longer transient), then every layer."""
+        total, opts = self.model.num_layers, self.options
         if not opts.extrapolate or opts.jitter > 0:
-            return self.model.num_layers
-        return min(opts.sim_layers, self.model.num_layers)
+            return [total]
+        return sorted({min(opts.sim_layers, total), min(2 * opts.sim_layers, total), total})
 
     def _run(self, work: StepWork, layers: int, plan: Plan) -> tuple[Program, Executor]:
         rng = np.random.default_rng([self.seed, int(plan.content_hash, 16) % (1 << 63)])
@@ -146,18 +151,20 @@ class Simulator:
         return program, ex
 
     # ---- results ---------------------------------------------------------------------------------
-    def _result(self, plan: Plan, act: ActivationPlan, program: Program, ex: Executor, repeats: list[Repeat],
-                layers: int, started: float) -> StepResult:
-        ends = np.array(ex.free)
+    def _result(self, plan: Plan, act: ActivationPlan, work: StepWork, program: Program, ex: Executor,
+                repeats: list[Repeat], layers: int, started: float) -> StepResult:
+        unit = np.array(work.gpu_unit)
+        ends = np.array(ex.free)[unit]
         extra = sum(rep.copies * rep.shift for rep in repeats)
         acc = ex.accounts()
-        per_gpu = acc.sum(axis=0)
+        per_unit = acc.sum(axis=0)
         for rep in repeats:
-            per_gpu += rep.copies * acc[rep.segment]
+            per_unit += rep.copies * acc[rep.segment]
+        per_gpu = per_unit[unit]
         per_gpu[:, COMM_WAIT] += ends.max() - ends
         critical = int(np.argmax(ends))
         step = float(ends.max() + extra)
-        timeline = build_timeline(program, ex.blame or [], repeats) if self.options.timeline else ()
+        timeline = build_timeline(program, ex.blame or [], repeats, work.unit_members()) if self.options.timeline else ()
         return StepResult(
             planner=plan.planner, plan_hash=plan.content_hash, num_gpus=plan.cluster.num_gpus,
             mode=self.options.mode, oom=False, step_time_s=step,
@@ -166,7 +173,8 @@ class Simulator:
             peak_memory_bytes=tuple(float(x) for x in act.peak_bytes), recompute_policy=act.policy,
             remat_share=act.remat_fraction, num_micro_batches=plan.num_micro_batches,
             num_layers=self.model.num_layers, layers_simulated=layers, extrapolated=bool(repeats),
-            events=ex.events, sim_wall_time_s=time.perf_counter() - started, timeline=timeline,
+            events=ex.events, tasks=len(program.tasks), units=work.num_units,
+            sim_wall_time_s=time.perf_counter() - started, timeline=timeline,
         )
 
     def _oom_result(self, plan: Plan, act: ActivationPlan, started: float) -> StepResult:

@@ -53,9 +53,11 @@ class CollectiveFactory:
         self.cost, self.cluster = cost, cluster
         self._shares: dict[tuple[str, int], tuple[float, float]] = {}
 
-    def make(self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str) -> Collective:
-        """A collective over ranks ``[first, end)`` taking ``seconds`` uncontended."""
-        size = end - first
+    def make(self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str,
+             size: int | None = None) -> Collective:
+        """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
+        unit) taking ``seconds`` uncontended."""
+        size = end - first if size is None else size
         latency = min(self.cost.latency(size), seconds)
         return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
 
@@ -78,9 +80,9 @@ class StepModel:
         self.work, self.colls, self.mode = work, colls, mode
         self.layers = work.num_layers if layers is None else min(layers, work.num_layers)
         self.noise = noise
-        self.P = work.num_gpus
-        self.prog = Program(self.P)
-        self.last_compute: PerGpu = [None] * self.P
+        self.U = work.num_units
+        self.prog = Program(self.U)
+        self.last_compute: PerGpu = [None] * self.U
 
     @property
     def serial(self) -> bool:
@@ -89,11 +91,11 @@ class StepModel:
 
     def build(self) -> Program:
         """The whole step's program."""
-        final: list[Deps] = [[] for _ in range(self.P)]
+        final: list[Deps] = [[] for _ in range(self.U)]
         for m, mbw in enumerate(self.work.micro_batches):
             final = MicroBatchModel(self, m, mbw).build()
         seg = self.prog.segment("opt", len(self.work.micro_batches))
-        for g in range(self.P):
+        for g in range(self.U):
             self.compute(g, self.work.optimizer_s, OTHER, seg, "optimizer", final[g])
         return self.prog
 
@@ -110,10 +112,11 @@ class StepModel:
         self.last_compute[gpu] = task
         return task
 
-    def collective(self, name: str, first: int, end: int, seconds: float, pattern: str, queue: int, cat: int,
-                   seg: int, deps: Callable[[int], Deps]) -> dict[int, Task]:
-        """A collective over ranks ``[first, end)``; one member task per GPU with ``deps(gpu)``."""
-        coll = self.colls.make(len(self.prog.collectives), name, first, end, seconds, pattern)
+    def collective(self, name: str, units: tuple[int, int], size: int, seconds: float, pattern: str, queue: int,
+                   cat: int, seg: int, deps: Callable[[int], Deps]) -> dict[int, Task]:
+        """A collective of ``size`` ranks over units ``range(*units)``; one member task per unit."""
+        first, end = units
+        coll = self.colls.make(len(self.prog.collectives), name, first, end, seconds, pattern, size)
         self.prog.collectives.append(coll)
         q = self.queue(queue)
         members = {}
@@ -126,10 +129,10 @@ class StepModel:
     def world(self, name: str, seconds: float, pattern: str, queue: int, cat: int, seg: int,
               deps: Callable[[int], Deps]) -> PerGpu:
         """A collective over every GPU; ``[None] * P`` when it takes no time."""
-        if seconds <= 0 or self.P <= 1:
-            return [None] * self.P
-        members = self.collective(name, 0, self.P, seconds, pattern, queue, cat, seg, deps)
-        return [members[g] for g in range(self.P)]
+        if seconds <= 0 or self.work.num_gpus <= 1:
+            return [None] * self.U
+        members = self.collective(name, (0, self.U), self.work.num_gpus, seconds, pattern, queue, cat, seg, deps)
+        return [members[g] for g in range(self.U)]
 
     def gather(self, name: str, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
         """An FSDP parameter all-gather of one layer."""
@@ -145,7 +148,7 @@ class MicroBatchModel:
 
     def __init__(self, step: StepModel, m: int, mbw: MicroBatchWork) -> None:
         self.s, self.m, self.mbw = step, m, mbw
-        self.P, self.n = step.P, step.layers
+        self.U, self.n = step.U, step.layers
         prog = step.prog
         self.seg_pre = prog.segment("pre", m)
         self.seg_fwd = [prog.segment("fwd", m, layer) for layer in range(self.n)]
@@ -168,7 +171,7 @@ class MicroBatchModel:
             if s.serial:
                 ag.append(s.gather("allgather", self.seg_fwd[layer], lambda g: []))
             elif layer + 1 < self.n:
-                free = done[layer - 1] if layer >= 1 else [None] * self.P
+                free = done[layer - 1] if layer >= 1 else [None] * self.U
                 ag.append(s.gather("allgather", self.seg_fwd[layer + 1], lambda g: [free[g]]))
             x = self.layer_forward(layer, x, ag[layer])
             done.append(x)
@@ -176,25 +179,25 @@ class MicroBatchModel:
 
     def layer_forward(self, layer: int, x: PerGpu, ag: PerGpu) -> PerGpu:
         seg = self.seg_fwd[layer]
-        epi = self.attention("fwd", layer, seg, lambda g: [x[g], ag[g]])
-        return self.non_attention(layer, seg, lambda g: [epi[g], ag[g]], backward=False)
+        epi = self.attention("fwd", seg, lambda g: [x[g], ag[g]])
+        return self.non_attention(seg, lambda g: [epi[g], ag[g]], backward=False)
 
     def head(self, x: PerGpu) -> PerGpu:
         s, seg = self.s, self.seg_head
         out = s.world("layout-out", self.mbw.layout_s, "a2a", SP, SP_COMM, seg, lambda g: [x[g]])
-        heads = [s.compute(g, sum(self.mbw.head[g]), NON_ATTN, seg, "output head", [out[g]]) for g in range(self.P)]
+        heads = [s.compute(g, sum(self.mbw.head[g]), NON_ATTN, seg, "output head", [out[g]]) for g in range(self.U)]
         grad = s.world("layout-in (grad)", self.mbw.layout_s, "a2a", SP, SP_COMM, seg, lambda g: [heads[g]])
-        return [grad[g] or heads[g] for g in range(self.P)]
+        return [grad[g] or heads[g] for g in range(self.U)]
 
     def first_backward_gather(self, x: PerGpu) -> PerGpu:
         if self.s.serial:
-            return [None] * self.P
+            return [None] * self.U
         return self.s.gather("allgather (bwd)", self.seg_bwd[self.n - 1], lambda g: [x[g]])
 
     # ---- backward ----------------------------------------------------------------------------------
     def backward(self, grad_in: PerGpu, ag: PerGpu) -> list[Deps]:
         s = self.s
-        rs: PerGpu = [None] * self.P
+        rs: PerGpu = [None] * self.U
         done: dict[int, PerGpu] = {}
         for layer in reversed(range(self.n)):
             seg = self.seg_bwd[layer]
@@ -208,36 +211,35 @@ class MicroBatchModel:
         out = s.world("layout-out (grad)", self.mbw.layout_s, "a2a", SP, SP_COMM, self.seg_post,
                       lambda g: [grad_in[g]])
         last = list(s.last_compute)
-        return [[rs[g], out[g], grad_in[g], last[g]] for g in range(self.P)]
+        return [[rs[g], out[g], grad_in[g], last[g]] for g in range(self.U)]
 
     def prefetch_backward(self, layer: int, done: dict[int, PerGpu]) -> PerGpu:
         """Gather layer-1's parameters once layer+1's backward has freed its buffer."""
-        free = done.get(layer + 1, [None] * self.P)
+        free = done.get(layer + 1, [None] * self.U)
         return self.s.gather("allgather (bwd)", self.seg_bwd[layer - 1], lambda g: [free[g]])
 
     def layer_backward(self, layer: int, seg: int, grad_in: PerGpu, ag: PerGpu) -> PerGpu:
-        redo = self.attention("remat", layer, seg, lambda g: [ag[g]])
-        na = self.non_attention(layer, seg, lambda g: [ag[g], redo[g], grad_in[g]], backward=True)
-        epi = self.attention("bwd", layer, seg, lambda g: [na[g]])
-        return [epi[g] or na[g] for g in range(self.P)]
+        redo = self.attention("remat", seg, lambda g: [ag[g]])
+        na = self.non_attention(seg, lambda g: [ag[g], redo[g], grad_in[g]], backward=True)
+        epi = self.attention("bwd", seg, lambda g: [na[g]])
+        return [epi[g] or na[g] for g in range(self.U)]
 
     # ---- attention stage -------------------------------------------------------------------------
-    def attention(self, phase: str, layer: int, seg: int, inputs: Callable[[int], Deps]) -> PerGpu:
+    def attention(self, phase: str, seg: int, inputs: Callable[[int], Deps]) -> PerGpu:
         """One attention stage; returns each GPU's last task of the stage (epilogue, else ``None``)."""
         staged = self._staged_nodes(phase)
         comm_cat = ATTN_REMAT if phase == "remat" else SP_COMM
-        pros = {i: self._node_comm(f"{phase} pro", layer, nw, ph.prologue, comm_cat, seg, inputs)
-                for i, nw, ph in staged}
+        pros = {i: self._node_comm(f"{phase} pro", i, nw, ph.prologue, comm_cat, seg, inputs) for i, nw, ph in staged}
         stream = self.s.mode == "stream"
         last_pro = self._last_per_gpu(pros.values()) if not stream else {}
         comps: dict[int, dict[int, Task]] = {}
         for i, nw, ph in staged:
-            comps[i] = self._node_compute(phase, layer, nw, ph.compute, seg, pros[i], inputs, last_pro)
+            comps[i] = self._node_compute(phase, i, nw, ph.compute, seg, pros[i], inputs, last_pro)
         last_comp = self._last_per_gpu(comps.values()) if not stream else {}
-        epis = [self._node_comm(f"{phase} epi", layer, nw, ph.epilogue, comm_cat, seg,
+        epis = [self._node_comm(f"{phase} epi", i, nw, ph.epilogue, comm_cat, seg,
                                 self._after_compute(comps[i], last_comp)) for i, nw, ph in staged]
         last_epi = self._last_per_gpu(epis)
-        return [last_epi.get(g) for g in range(self.P)]
+        return [last_epi.get(g) for g in range(self.U)]
 
     def _staged_nodes(self, phase: str) -> list[tuple[int, NodeWork, Phases]]:
         nodes = self.mbw.nodes
@@ -247,20 +249,20 @@ class MicroBatchModel:
             return [(i, nw, nw.remat) for i, nw in enumerate(nodes) if nw.remat is not None]
         return [(i, nw, nw.bwd) for i, nw in reversed(list(enumerate(nodes)))]
 
-    def _node_comm(self, what: str, layer: int, nw: NodeWork, seconds: float, cat: int, seg: int,
+    def _node_comm(self, what: str, i: int, nw: NodeWork, seconds: float, cat: int, seg: int,
                    deps: Callable[[int], Deps]) -> dict[int, Task]:
         node = nw.node
         if node.degree <= 1 or seconds <= 0:
             return {}
-        return self.s.collective(f"{what} {node}", node.first_rank, node.end_rank, seconds, "a2a", SP,
-                                 cat, seg, deps)
+        return self.s.collective(f"{what} {node}", self.mbw.node_units[i], node.degree, seconds, "a2a", SP, cat, seg,
+                                 deps)
 
-    def _node_compute(self, phase: str, layer: int, nw: NodeWork, seconds: float, seg: int, pro: dict[int, Task],
+    def _node_compute(self, phase: str, i: int, nw: NodeWork, seconds: float, seg: int, pro: dict[int, Task],
                       inputs: Callable[[int], Deps], last_pro: dict[int, Task]) -> dict[int, Task]:
         cat = {"fwd": ATTN_FWD, "remat": ATTN_REMAT, "bwd": ATTN_BWD}[phase]
         name = f"attn {phase} {nw.node}"
         out = {}
-        for g in nw.node.ranks:
+        for g in range(*self.mbw.node_units[i]):
             deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]
             out[g] = self.s.compute(g, seconds, cat, seg, name, deps)
         return out
@@ -277,7 +279,7 @@ class MicroBatchModel:
         return last
 
     # ---- non-attention ---------------------------------------------------------------------------
-    def non_attention(self, layer: int, seg: int, deps: Callable[[int], Deps], backward: bool) -> PerGpu:
+    def non_attention(self, seg: int, deps: Callable[[int], Deps], backward: bool) -> PerGpu:
         """Projections and FFN/MoE; with EP > 1 an all-to-all before and after the expert compute."""
         s, ep = self.s, self.s.work.expert_parallel
         name = f"non-attn {'bwd' if backward else 'fwd'}"
@@ -286,19 +288,19 @@ class MicroBatchModel:
         use_ep = ep > 1 and max(comm) > 0
         before = self._expert_alltoall(f"ep a2a {name}", seg, comm, deps) if use_ep else {}
         out: PerGpu = []
-        for g in range(self.P):
+        for g in range(self.U):
             secs = costs[g].bwd_compute if backward else costs[g].fwd_compute
             dep: Deps = [before[g]] if use_ep else deps(g)
             out.append(s.compute(g, secs, NON_ATTN, seg, name, dep))
         if use_ep:
             after = self._expert_alltoall(f"ep a2a {name} (combine)", seg, comm, lambda g: [out[g]])
-            out = [after[g] for g in range(self.P)]
+            out = [after[g] for g in range(self.U)]
         return out
 
     def _expert_alltoall(self, name: str, seg: int, comm: list[float], deps: Callable[[int], Deps]) -> dict[int, Task]:
         """Half of the layer's EP all-to-all time, per EP group (paced by its busiest member)."""
         ep, out = self.s.work.expert_parallel, {}
-        for first in range(0, self.P, ep):
-            secs = max(comm[first:first + ep]) / 2
-            out.update(self.s.collective(name, first, first + ep, secs, "a2a", COMPUTE, OTHER, seg, deps))
+        for first, end in self.s.work.ep_units:
+            secs = max(comm[first:end]) / 2
+            out.update(self.s.collective(name, (first, end), ep, secs, "a2a", COMPUTE, OTHER, seg, deps))
         return out

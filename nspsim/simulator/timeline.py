@@ -27,20 +27,23 @@ TRACKS = (*QUEUE_NAMES, "exposed")
 Blame = tuple[int, int, int, float, float]  # gpu, segment, category, start, end
 
 
-def build_timeline(program: Program, blame: Sequence[Blame], repeats: Sequence[Repeat]) -> tuple[TimelineEvent, ...]:
-    """Every task and accounting interval as events, with repeated layers materialised."""
+def build_timeline(program: Program, blame: Sequence[Blame], repeats: Sequence[Repeat],
+                   members: Sequence[Sequence[int]] | None = None) -> tuple[TimelineEvent, ...]:
+    """Every task and accounting interval as events, with repeated layers materialised and each
+    simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU)."""
     move = shifts(list(repeats), len(program.segments))
     copies = {rep.segment: rep for rep in repeats}
     layer_offset = _layer_offsets(program, repeats)
     events: list[TimelineEvent] = []
-    for seg, gpu, track, name, cat, a, b in _raw_events(program, blame):
+    for seg, unit, track, name, cat, a, b in _raw_events(program, blame):
         rep = copies.get(seg)
         segment = program.segments[seg]
         for k in range(1 + (rep.copies if rep else 0)):
             dt = float(move[seg]) + (k * rep.shift if rep else 0.0)
             layer = segment.layer + int(layer_offset[seg]) + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
-            events.append(TimelineEvent(gpu=gpu, track=track, name=name, category=cat, start=a + dt, end=b + dt,
-                                        layer=layer, micro_batch=segment.micro_batch))
+            for gpu in (members[unit] if members is not None else (unit,)):
+                events.append(TimelineEvent(gpu=gpu, track=track, name=name, category=cat, start=a + dt,
+                                            end=b + dt, layer=layer, micro_batch=segment.micro_batch))
     events.sort(key=lambda e: (e.gpu, e.start, TRACKS.index(e.track)))
     return tuple(events)
 

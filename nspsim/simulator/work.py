@@ -16,7 +16,7 @@ states. Static SP plans are already in the conventional layout and pay nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -42,18 +42,22 @@ class NodeWork:
 
 @dataclass(frozen=True)
 class MicroBatchWork:
-    """Per-layer work of one micro-batch. ``chains[g]`` indexes ``nodes`` (issue order) for GPU g."""
+    """Per-layer work of one micro-batch, per *unit* (a GPU, or GPUs with identical programs, see
+    :func:`reduce_to_units`). ``chains[u]`` indexes ``nodes`` (issue order) for unit u, and the units of
+    node i are ``range(*node_units[i])``."""
 
     nodes: tuple[NodeWork, ...]
     chains: tuple[tuple[int, ...], ...]
     non_attn: tuple[NonAttentionCost, ...]
     head: tuple[tuple[float, float], ...]
     layout_s: float
+    node_units: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
 class StepWork:
-    """Everything the step model needs, in seconds (uncontended)."""
+    """Everything the step model needs, in seconds (uncontended). ``gpu_unit[g]`` is GPU g's unit,
+    ``ep_units`` the unit range of each expert-parallel group."""
 
     num_gpus: int
     num_layers: int
@@ -61,6 +65,20 @@ class StepWork:
     micro_batches: tuple[MicroBatchWork, ...]
     fsdp: FsdpCost
     optimizer_s: float
+    gpu_unit: tuple[int, ...]
+    ep_units: tuple[tuple[int, int], ...]
+
+    @property
+    def num_units(self) -> int:
+        """Number of distinct simulated units."""
+        return max(self.gpu_unit) + 1
+
+    def unit_members(self) -> list[list[int]]:
+        """The GPUs of every unit."""
+        out: list[list[int]] = [[] for _ in range(self.num_units)]
+        for g, u in enumerate(self.gpu_unit):
+            out[u].append(g)
+        return out
 
 
 def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingSpec,
@@ -69,9 +87,45 @@ def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingS
     layout = not _uniform_degree(plan)
     mbs = tuple(_micro_batch_work(plan, cost, model, training, mb, remat, layout)
                 for mb in range(plan.num_micro_batches))
-    return StepWork(num_gpus=plan.cluster.num_gpus, num_layers=cost.num_layers,
-                    expert_parallel=training.expert_parallel, micro_batches=mbs, fsdp=cost.fsdp(),
-                    optimizer_s=cost.optimizer_time())
+    p, ep = plan.cluster.num_gpus, training.expert_parallel
+    return StepWork(num_gpus=p, num_layers=cost.num_layers, expert_parallel=ep, micro_batches=mbs,
+                    fsdp=cost.fsdp(), optimizer_s=cost.optimizer_time(), gpu_unit=tuple(range(p)),
+                    ep_units=tuple((b, b + ep) for b in range(0, p, ep)) if ep > 1 else ())
+
+
+def reduce_to_units(work: StepWork) -> StepWork:
+    """Merge GPUs whose programs are identical into one simulated unit each (exact).
+
+    Two GPUs merge when, in every micro-batch, they take part in the same nodes and hold the same
+    non-attention and head work, and (with EP > 1) sit in the same expert-parallel group. Such GPUs
+    issue, wait and finish identically, and every node, EP group or the world contains all or none
+    of a unit, so the units of any such group are a contiguous range of unit ids. Disjoint plans
+    (Static SP, FlexSP, BASP) shrink from P GPUs to about one unit per group; nested plans barely.
+    """
+    ep = work.expert_parallel
+    signature = [tuple((mb.chains[g], mb.non_attn[g], mb.head[g]) for mb in work.micro_batches)
+                 + ((g // ep,) if ep > 1 else ()) for g in range(work.num_gpus)]
+    ids: dict[tuple[object, ...], int] = {}
+    unit = tuple(ids.setdefault(sig, len(ids)) for sig in signature)
+    first = [unit.index(u) for u in range(len(ids))]
+    mbs = tuple(_reduce_micro_batch(mb, unit, first) for mb in work.micro_batches)
+    ep_units = tuple(_unit_range(unit, b, b + ep) for b, _ in work.ep_units)
+    return replace(work, micro_batches=mbs, gpu_unit=unit, ep_units=ep_units)
+
+
+def _reduce_micro_batch(mb: MicroBatchWork, unit: tuple[int, ...], first: list[int]) -> MicroBatchWork:
+    return replace(mb, chains=tuple(mb.chains[g] for g in first), non_attn=tuple(mb.non_attn[g] for g in first),
+                   head=tuple(mb.head[g] for g in first),
+                   node_units=tuple(_unit_range(unit, a, b) for a, b in mb.node_units))
+
+
+def _unit_range(unit: tuple[int, ...], first_gpu: int, end_gpu: int) -> tuple[int, int]:
+    """Units of GPUs [first_gpu, end_gpu): a contiguous range (see :func:`reduce_to_units`)."""
+    inside = unit[first_gpu:end_gpu]
+    lo, hi = min(inside), max(inside) + 1
+    if hi - lo != len(set(inside)):
+        raise RuntimeError("units of a group are not contiguous (a symmetry-reduction bug; please report)")
+    return lo, hi
 
 
 def _uniform_degree(plan: Plan) -> bool:
@@ -96,7 +150,8 @@ def _micro_batch_work(plan: Plan, cost: CostModel, model: ModelSpec, training: T
     head_tokens = np.full_like(tokens, float(lengths[mask].sum()) / plan.cluster.num_gpus) if layout else tokens
     layout_s = _layout_time(cost, model, training, tokens) if layout else 0.0
     return MicroBatchWork(nodes=nodes, chains=tuple(tuple(c) for c in chains), non_attn=non_attn,
-                          head=_per_value(cost.head, head_tokens), layout_s=layout_s)
+                          head=_per_value(cost.head, head_tokens), layout_s=layout_s,
+                          node_units=tuple((n.first_rank, n.end_rank) for n in order))
 
 
 def _node_work(cost: CostModel, node: Node, lengths: np.ndarray, remat: np.ndarray) -> NodeWork:
