@@ -56,6 +56,13 @@ class PlanMismatchError(RuntimeError):
     """Ranks hold different plans for the same step."""
 
 
+class PeerFailure(RuntimeError):
+    """A collective failed because a peer rank died or stalled past the process-group timeout."""
+
+
+_TRANSPORT_ERRORS = ("Connection closed", "Connection reset", "Timed out", "timed out", "NCCL", "Broken pipe")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecOptions:
     """Executor settings: streaming lookahead (0 = serial phases), recomputation policy, kernel,
@@ -288,6 +295,18 @@ class NSPExecutor:
         gradients are summed over all ranks. The caller steps the optimizer."""
         if self.model is None:
             raise ValueError("this executor was built without a model; it can only provide nested_attention()")
+        try:
+            return self._run(plan, data)
+        except RuntimeError as exc:
+            text = str(exc)
+            if isinstance(exc, PlanMismatchError) or not any(m in text for m in _TRANSPORT_ERRORS):
+                raise
+            last = self.comm.log[-1][1] if self.comm.log else "the first collective"
+            raise PeerFailure(f"rank {self.rank}: the step failed at or after collective '{last}': a peer rank died "
+                              f"or stalled past the process-group timeout ({text.splitlines()[0]})") from exc
+
+    def _run(self, plan: Plan, data: TokenStream) -> StepResult:
+        assert self.model is not None
         self.clock.reset()
         self.check_plan(plan)
         self.groups.ensure(n for order in plan.issue_order for n in order)

@@ -136,6 +136,9 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
+    from nspsim.planners import get_planner
+
+    get_planner(args.planner, **args.planner_options)  # unknown names and options fail before any set-up
     return args
 
 

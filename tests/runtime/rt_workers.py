@@ -188,3 +188,34 @@ def train_runs(env: RankEnv, argvs: list[list[str]]) -> list[list[str]]:
     from runtime.train import parse_args, run
 
     return [run(parse_args(argv)) for argv in argvs]
+
+
+def stalls_mid_step(env: RankEnv, payload: tuple[str, int, float]) -> None:
+    """Rank ``victim`` hangs inside its second attention kernel call (outside any collective) under
+    a watchdog of ``watchdog_s``; its peers block in a collective until the group timeout."""
+    import time as _time
+    from datetime import timedelta
+
+    from runtime.watchdog import Watchdog
+
+    plan_json, victim, watchdog_s = payload
+    plan = Plan.from_json(plan_json)
+    spec = get_model("tiny")
+    groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
+    ex = NSPExecutor(model=DecoderLM(spec, seed=0), spec=spec, rank=env.rank, world=env.world,
+                     device=torch.device("cpu"), groups=groups, options=ExecOptions(grad_sync="allreduce"))
+    if env.rank == victim:
+        kernel, calls = ex.ctx.kernel, [0]
+        original = kernel.forward
+
+        def stuck_forward(*args: Any, **kw: Any) -> Any:
+            calls[0] += 1
+            if calls[0] == 2:
+                _time.sleep(3600)
+            return original(*args, **kw)
+
+        kernel.forward = stuck_forward  # type: ignore[method-assign]
+    watchdog = Watchdog(rank=env.rank)
+    watchdog.arm("step 0", watchdog_s)
+    stream = synthetic_stream(plan.lengths, seed=0, index=0, vocab=spec.vocab)
+    ex.run(plan, rank_input(stream, env.rank, env.world))

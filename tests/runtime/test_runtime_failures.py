@@ -42,4 +42,21 @@ def test_a_rank_dying_mid_step_makes_every_other_rank_fail_fast() -> None:
     for o in outcomes[:2] + outcomes[3:]:
         assert o.status == "error", o
         assert o.elapsed_s < COMM_TIMEOUT_S + 10, o
-        assert any(w in o.error for w in ("Connection closed", "Connection reset", "timed out", "Timeout")), o.error
+        first = o.error.splitlines()[0]
+        assert first.startswith("PeerFailure: rank") and "a peer rank died or stalled" in first, first
+        assert any(w in first for w in ("Connection closed", "Connection reset")), first
+
+
+def test_a_stuck_rank_is_ended_by_its_watchdog_and_its_peers_by_the_group_timeout() -> None:
+    plan = _plan([40, 9, 17, 6, 3], [Node(4, 0), Node(2, 0), Node(2, 1), Node(1, 1), Node(1, 3)], 4)
+    comm_timeout, watchdog = 4.0, 8.0
+    outcomes = spawn_ranks(rt_workers.stalls_mid_step, 4, (plan.to_json(), 1, watchdog), timeout_s=90,
+                           comm_timeout_s=comm_timeout, grace_s=watchdog + 10)
+    assert outcomes[1].status == "died" and outcomes[1].exitcode == 3  # runtime.watchdog.EXIT_CODE
+    for o in outcomes[:1] + outcomes[2:]:
+        assert o.status == "error", o
+        assert comm_timeout * 0.5 < o.elapsed_s < comm_timeout + 10, o
+        first = o.error.splitlines()[0]
+        # A peer that reaches the collective late may see the stuck rank's exit before its own timeout.
+        assert first.startswith("PeerFailure: rank") and any(
+            w in first for w in ("Timed out", "Connection closed", "Connection reset")), first

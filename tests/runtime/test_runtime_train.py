@@ -1,0 +1,110 @@
+"""The training entry point: same loss curve for every planner, records joinable with the simulator,
+outputs written next to the resolved config, clear errors for bad arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rt_workers
+from nspsim.plan import Plan
+from nspsim.planners import PLANNER_NAMES
+from nspsim.records import BREAKDOWN_CATEGORIES
+from runtime.launch import run_ranks
+from runtime.records import read_records
+from runtime.train import output_paths, parse_args
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["--trace", "longtail-paper", "--model", "tiny", "--steps", "3", "--tokens-per-batch", "2k",
+        "--max-context", "1k", "--seed", "1", "--token-budget", "1300", "--comm-timeout", "60"]
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    out = tmp_path_factory.mktemp("train")
+    argvs = [["--planner", name, *BASE, "--records", str(out / f"{name}.jsonl")] for name in PLANNER_NAMES]
+    argvs[0] += ["--no-simulate"]  # one run without the simulator
+    results = run_ranks(rt_workers.train_runs, 2, argvs, timeout_s=240, comm_timeout_s=60)
+    assert all(r == [] for rank in results[1:] for r in rank)  # only rank 0 records
+    return {"dir": out, **{name: [json.loads(line) for line in lines] for name, lines in zip(PLANNER_NAMES, results[0])}}
+
+
+def test_the_loss_curve_does_not_depend_on_the_planner(runs: dict) -> None:
+    curves = {name: [r["loss"] for r in runs[name]] for name in PLANNER_NAMES}
+    reference = curves["static"]
+    assert len(reference) == 3 and reference[-1] < reference[0]  # it trains
+    for name, curve in curves.items():
+        assert curve == pytest.approx(reference, rel=1e-6, abs=0), name
+
+
+def test_records_carry_the_join_key_and_a_breakdown_that_sums_to_the_step_time(runs: dict) -> None:
+    for name in PLANNER_NAMES:
+        for step, rec in enumerate(runs[name]):
+            assert rec["step"] == step and rec["batch_index"] == step and rec["planner"] == name
+            assert tuple(rec["breakdown_s"]) == BREAKDOWN_CATEGORIES
+            assert sum(rec["breakdown_s"].values()) == pytest.approx(rec["step_time_s"], rel=1e-6)
+            assert set(rec["per_gpu_breakdown_s"]) == set(BREAKDOWN_CATEGORIES)
+            assert all(len(v) == 2 for v in rec["per_gpu_breakdown_s"].values())
+            assert rec["num_gpus"] == 2 and rec["cluster"] == "cpux2" and rec["source"] == "measured"
+            assert rec["breakdown_s"]["attn_fwd"] > 0 and rec["breakdown_s"]["attn_bwd"] > 0
+            assert (rec["simulated_step_time_s"] is None) == (name == "static")
+
+
+def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
+    records, config, plans = output_paths(str(runs["dir"] / "nsp.jsonl"))
+    assert read_records(records.read_text()) == runs["nsp"]
+    resolved = json.loads(config.read_text())
+    assert resolved["workload"]["cluster"] == "cpu" and resolved["workload"]["gpus"] == 2
+    assert resolved["runtime"]["planner"] == "nsp" and resolved["world"] == 2
+    executed = [Plan.from_json(line) for line in plans.read_text().splitlines()]
+    assert [p.content_hash for p in executed] == [r["plan_hash"] for r in runs["nsp"]]
+    assert all(p.cluster.label == "cpux2" for p in executed)
+
+
+def test_bad_arguments_end_with_one_line_and_status_2() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    for argv, message in ((["--planner", "nope"], "unknown planner 'nope'"),
+                          (["--planner", "nsp", "--steps", "0"], "--steps must be positive"),
+                          (["--planner", "nsp", "--planner-option", "beam_width"], "must look like key=value")):
+        proc = subprocess.run([sys.executable, "-m", "runtime.train", *argv], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("runtime.train: error:") and message in last, proc.stderr
+
+
+def test_parse_args_resolves_token_counts() -> None:
+    args = parse_args(["--planner", "nsp", "--tokens-per-batch", "8k", "--max-context", "2k"])
+    assert (args.tokens_per_batch, args.max_context) == (8192, 2048)
+
+
+def _run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in its own session; on timeout kill the whole group (torchrun's workers too)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{cmd[:6]} did not finish in {timeout} s:\n{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def test_torchrun_entry_point(tmp_path: Path) -> None:
+    records = tmp_path / "run.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "runtime.train", "--planner", "nsp", *BASE[:4], "--steps", "2", "--tokens-per-batch", "1k",
+           "--max-context", "512", "--records", str(records)]
+    proc = _run_group(cmd, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recs = read_records(records.read_text())
+    assert [r["step"] for r in recs] == [0, 1] and all(r["num_gpus"] == 2 for r in recs)
+    assert "step 1 batch 1 planner nsp loss" in proc.stdout
