@@ -122,13 +122,22 @@ def proxy_load(ctx: Context, placement: Placement) -> float:
     return ctx.table.load(placement.degrees, placement.firsts, placement.micro_batches)
 
 
-def _issue_orders(nodes_deg: IntArray, nodes_first: IntArray, mbs: IntArray) -> list[list[Node]]:
-    """Active nodes of every micro-batch, roots first then by rank (vectorised distinct)."""
-    keys = np.unique(np.stack([mbs, -nodes_deg, nodes_first // nodes_deg]), axis=1)
+def _nodes_and_orders(degrees: IntArray, firsts: IntArray, mbs: IntArray) -> tuple[list[Node], list[list[Node]]]:
+    """Node of every sample (one shared object per distinct node) and the active nodes of every
+    micro-batch, roots first then by rank; vectorised through integer keys."""
+    width = int(firsts.max()) + int(degrees.max()) + 1
+    node_key = degrees * width + firsts
+    distinct, inverse = np.unique(node_key, return_inverse=True)
+    objects = [Node(int(k // width), int(k % width) // int(k // width)) for k in distinct.tolist()]
+    nodes = [objects[i] for i in inverse.tolist()]
+    top = int(degrees.max()) + 1
+    order_key = (mbs * top + (top - degrees)) * width + firsts  # micro-batch, larger degree first, rank
     orders: list[list[Node]] = [[] for _ in range(int(mbs.max()) + 1)]
-    for mb, neg_deg, index in keys.T.tolist():
-        orders[mb].append(Node(-neg_deg, index))
-    return orders
+    for key in np.unique(order_key).tolist():
+        mb, rest = divmod(key, top * width)
+        degree, first = top - rest // width, rest % width
+        orders[mb].append(Node(degree, first // degree))
+    return nodes, orders
 
 
 def finish(name: str, ctx: Context, placement: Placement, started: float, extra: Metadata | None = None) -> Plan:
@@ -147,9 +156,9 @@ def finish(name: str, ctx: Context, placement: Placement, started: float, extra:
     inverse = np.empty_like(table.order)
     inverse[table.order] = np.arange(table.order.size)
     deg, first, mbs = (a[inverse] for a in (placement.degrees, placement.firsts, placement.micro_batches))
-    nodes = [Node(d, f // d) for d, f in zip(deg.tolist(), first.tolist())]
+    nodes, orders = _nodes_and_orders(deg, first, mbs)
     return make_plan(
         planner=name, cluster=ctx.workload.cluster, model=ctx.workload.model, batch=ctx.batch,
         spmax=ctx.workload.tree.spmax, token_budget=ctx.budget, nodes=nodes, micro_batches=mbs.tolist(),
-        backend=ctx.workload.config.backend, issue_order=_issue_orders(deg, first, mbs), metadata=metadata,
+        backend=ctx.workload.config.backend, issue_order=orders, metadata=metadata,
     )

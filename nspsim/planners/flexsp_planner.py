@@ -35,7 +35,7 @@ from nspsim.planners.base import Context, IntArray, Placement, finish, make_cont
 from nspsim.planners.bucketing import Buckets, bucketize
 from nspsim.planners.flexsp_milp import SOLVERS, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
-from nspsim.planners.packing import BUDGET_RTOL, least_loaded_fill
+from nspsim.planners.packing import pack_balanced
 from nspsim.planners.proxy import CostTable
 
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -142,17 +142,19 @@ def _problem(ctx: Context, buckets: Buckets, sizes: tuple[int, ...]) -> MilpProb
 
 
 def static_incumbent(p: MilpProblem) -> MilpSolution | None:
-    """Best single-size LPT packing of the bucketed sequences (a feasible MILP point), or ``None``."""
+    """Best single-size Static SP packing of the bucketed sequences (a feasible MILP point), or
+    ``None`` if no size holds them."""
     items = np.repeat(np.arange(p.counts.size), p.counts)[::-1]  # longest bucket first
     best: MilpSolution | None = None
     for s in p.sizes:
         if p.lengths[-1] > s * p.token_budget:
             continue
         groups = p.num_gpus // s
-        slots, loads, tokens = least_loaded_fill(np.zeros(groups), np.zeros(groups), p.time[s][items],
-                                                 p.lengths[items] / s, p.token_budget, np.full(groups, p.latency[s]))
-        if tokens.max() > p.token_budget * (1 + BUDGET_RTOL):
+        cost = p.time[s][items]
+        slots = pack_balanced(cost, p.lengths[items] / s, groups, p.token_budget, p.latency[s])
+        if slots is None:
             continue
+        loads = np.bincount(slots, weights=cost, minlength=groups) + p.latency[s] * (np.bincount(slots, minlength=groups) > 0)
         if best is None or loads.max() < best.makespan:
             table = np.zeros((groups, p.counts.size), dtype=np.int64)
             np.add.at(table, (slots, items), 1)

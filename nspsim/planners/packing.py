@@ -188,3 +188,28 @@ def interleave_fill(loads: npt.ArrayLike, cost: npt.ArrayLike) -> IntArray:
     position = (rank + 0.5) / np.repeat(slots, slots)
     units: IntArray = unit_of_slot[np.argsort(position, kind="stable")]
     return units
+
+
+HEAD_FRACTION = 1.0 / 32
+
+
+def pack_balanced(cost: FloatArray, tokens: FloatArray, units: int, budget: float, latency: float) -> IntArray | None:
+    """Items sorted by non-increasing cost onto ``units`` empty identical units, balancing load under
+    the per-unit token ``budget`` (Static SP's packing); ``None`` if they do not fit.
+
+    Items costing more than ``HEAD_FRACTION`` of a unit's mean load go by the exact greedy rule
+    (LPT, ``latency`` paid on a unit's first item); the rest by :func:`interleave_fill`, or by the
+    exact rule if interleaving breaks a unit's budget."""
+    head = int(np.searchsorted(-cost, -HEAD_FRACTION * float(cost.sum()) / units, side="right"))
+    surcharge = np.full(units, float(latency))
+    out, loads, toks = least_loaded_fill(np.zeros(units), np.zeros(units), cost[:head], tokens[:head], budget,
+                                         surcharge)
+    tail = interleave_fill(loads, cost[head:])
+    tail_toks = toks + np.bincount(tail, weights=tokens[head:], minlength=units)
+    if tail_toks.max() > budget * (1 + BUDGET_RTOL):
+        surcharge[out] = 0.0
+        tail, _, tail_toks = least_loaded_fill(loads, toks, cost[head:], tokens[head:], budget, surcharge)
+    if tail_toks.max() > budget * (1 + BUDGET_RTOL):
+        return None
+    result: IntArray = np.concatenate([out, tail])
+    return result

@@ -32,10 +32,8 @@ from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, finish, make_context, proxy_load, step_estimate
-from nspsim.planners.packing import interleave_fill, least_loaded_fill
+from nspsim.planners.packing import pack_balanced
 from nspsim.sp_tree import is_power_of_two
-
-HEAD_FRACTION = 1.0 / 32
 
 
 @dataclass(frozen=True)
@@ -66,21 +64,8 @@ def check_degree(ctx: Context, degree: int, first: int = 0) -> None:
 def _pack(ctx: Context, degree: int, units: int, select: IntArray) -> IntArray | None:
     """Unit of each selected sorted sample, or ``None`` if the units cannot hold them within B_tok."""
     table = ctx.table
-    cost = table.total(degree)[select]
-    tokens = table.lengths[select] / degree
-    head = int(np.searchsorted(-cost, -HEAD_FRACTION * cost.sum() / units, side="right"))
-    surcharge = np.full(units, table.overhead_total(degree))
-    out, loads, toks = least_loaded_fill(np.zeros(units), np.zeros(units), cost[:head], tokens[:head],
-                                         ctx.budget, surcharge)
-    tail = interleave_fill(loads, cost[head:])
-    tail_toks = toks + np.bincount(tail, weights=tokens[head:], minlength=units)
-    if tail_toks.max() > ctx.budget * (1 + 1e-9):
-        surcharge[out] = 0.0
-        tail, _, tail_toks = least_loaded_fill(loads, toks, cost[head:], tokens[head:], ctx.budget, surcharge)
-    if tail_toks.max() > ctx.budget * (1 + 1e-9):
-        return None
-    result: IntArray = np.concatenate([out, tail])
-    return result
+    return pack_balanced(table.total(degree)[select], table.lengths[select] / degree, units, ctx.budget,
+                         table.overhead_total(degree))
 
 
 def pack_single_pass(ctx: Context, degree: int, select: IntArray) -> IntArray | None:
