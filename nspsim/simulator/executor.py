@@ -155,6 +155,17 @@ class Executor:
             np.add.at(acc, (seg.astype(np.int64), gpu.astype(np.int64), cat.astype(np.int64)), amount)
         return acc
 
+    def release(self) -> None:
+        """Break the task graph's reference cycles (waiters and blockers, collectives' callbacks) so that
+        reference counting frees a finished step at once instead of the cycle collector, much later and
+        at a cost that grows with the whole heap."""
+        for task in self.prog.tasks:
+            task.waiters.clear()
+            task.ready_by = task.next = None
+        for coll in self.prog.collectives:
+            coll.on_done = None
+        self.members.clear()
+
     def _check_finished(self) -> None:
         for task in self.prog.tasks:
             if task.end < 0:

@@ -126,7 +126,10 @@ class Simulator:
             repeats = find_repeats(program, self.model.num_layers, layers)
             if repeats is not None:
                 break
-        return self._result(plan, act, work, program, ex, repeats or [], layers, started)
+            ex.release()
+        result = self._result(plan, act, work, program, ex, repeats or [], layers, started)
+        ex.release()
+        return result
 
     # ---- steps -----------------------------------------------------------------------------------
     def _check(self, plan: Plan) -> None:
