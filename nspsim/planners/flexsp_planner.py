@@ -127,7 +127,7 @@ class FlexSPPlanner:
             status = solved.status if solved is not None else "no-solution"
             solved = MilpSolution(incumbent.slot_sizes, incumbent.assignment, incumbent.makespan,
                                   f"incumbent({status})", 0.0 if solved is None else solved.solve_time_s, self.solver)
-        degrees, firsts = realise(solved, buckets, chunk)
+        degrees, firsts = realise(solved, buckets, chunk, ctx.table)
         return _Routed(chunk, degrees, firsts, solved)
 
 
@@ -164,18 +164,32 @@ def static_incumbent(p: MilpProblem) -> MilpSolution | None:
     return best
 
 
-def realise(sol: MilpSolution, buckets: Buckets, chunk: IntArray) -> tuple[IntArray, IntArray]:
-    """Degrees and first ranks of the chunk's samples: each bucket's samples (longest first) are dealt
-    to the slots the solution gives that bucket; slots get aligned rank blocks, largest first."""
+def realise(sol: MilpSolution, buckets: Buckets, chunk: IntArray, table: CostTable) -> tuple[IntArray, IntArray]:
+    """Degrees and first ranks of the chunk's samples. The solution fixes how many sequences of each
+    bucket every slot gets; the actual sequences of a bucket (longest first) are dealt round-robin
+    over its slots, least actually-loaded slot first, longest bucket first. Slots get aligned rank
+    blocks, largest first."""
     order = np.argsort(-sol.slot_sizes, kind="stable")
     sizes = sol.slot_sizes[order]
+    counts = sol.assignment[order]
     firsts_of_slot = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    slot_cost = {int(d): table.total(int(d))[chunk] for d in np.unique(sizes)}
+    loads = np.zeros(sizes.size)
     degrees = np.empty(chunk.size, dtype=np.int64)
     firsts = np.empty(chunk.size, dtype=np.int64)
-    for b in range(buckets.maxima.size):
+    for b in range(buckets.maxima.size - 1, -1, -1):
         members = np.flatnonzero(buckets.of_sample == b)
-        slots = np.repeat(np.arange(order.size), sol.assignment[order, b])
+        if members.size == 0:
+            continue
+        by_load = np.argsort(loads, kind="stable")
+        quota = counts[by_load, b]
+        rank = np.arange(quota.sum()) - np.repeat(np.cumsum(quota) - quota, quota)
+        slots = by_load[np.repeat(np.arange(quota.size), quota)[np.lexsort((np.repeat(np.arange(quota.size), quota),
+                                                                               rank))]]
         degrees[members], firsts[members] = sizes[slots], firsts_of_slot[slots]
+        for d, cost in slot_cost.items():
+            at = sizes[slots] == d
+            loads += np.bincount(slots[at], weights=cost[members[at]], minlength=sizes.size)
     return degrees, firsts
 
 
