@@ -77,7 +77,7 @@ def test_normalisation_and_shares(static_run: CompareResult) -> None:
     assert set().union(*(set(v) for v in fixed8.routing_share.values())) == {8}
 
 
-def test_routing_counts_cover_every_sample(static_run: CompareResult) -> None:
+def test_routing_counts_cover_every_sample() -> None:
     from nspsim.config import build_workload
     from nspsim.planners import get_planner
 

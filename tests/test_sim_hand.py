@@ -12,7 +12,7 @@ from sim_helpers import Setup, StubCost, roomy_memory
 from nspsim.analytic_cost import AnalyticCostModel
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.simulator import SimOptions, Simulator
+from nspsim.simulator import Simulator
 from nspsim.simulator.hardware import Collective, Fabric
 from nspsim.simulator.step_model import CollectiveFactory
 from nspsim.sp_tree import Node

@@ -204,7 +204,7 @@ class MicroBatchModel:
             if s.serial:
                 ag = s.gather("allgather (bwd)", seg, lambda g: [])
             prefetch = self.prefetch_backward(layer, done) if not s.serial and layer >= 1 else ag
-            grad_in = self.layer_backward(layer, seg, grad_in, ag)
+            grad_in = self.layer_backward(seg, grad_in, ag)
             done[layer] = list(s.last_compute)
             rs = s.reduce_scatter("reduce-scatter", seg, lambda g: [grad_in[g], done[layer][g]])
             ag = prefetch
@@ -218,7 +218,7 @@ class MicroBatchModel:
         free = done.get(layer + 1, [None] * self.U)
         return self.s.gather("allgather (bwd)", self.seg_bwd[layer - 1], lambda g: [free[g]])
 
-    def layer_backward(self, layer: int, seg: int, grad_in: PerGpu, ag: PerGpu) -> PerGpu:
+    def layer_backward(self, seg: int, grad_in: PerGpu, ag: PerGpu) -> PerGpu:
         redo = self.attention("remat", seg, lambda g: [ag[g]])
         na = self.non_attention(seg, lambda g: [ag[g], redo[g], grad_in[g]], backward=True)
         epi = self.attention("bwd", seg, lambda g: [na[g]])
