@@ -306,7 +306,7 @@ class FlashAttnKernel:
     name = "flash-attn"
 
     def __init__(self) -> None:
-        from flash_attn import flash_attn_interface as fa  # noqa: PLC0415 (optional dependency)
+        from flash_attn import flash_attn_interface as fa  # type: ignore[import-not-found]  # optional extra
 
         self._fwd: Callable[..., Any] = fa._flash_attn_varlen_forward
         self._bwd: Callable[..., Any] = fa._flash_attn_varlen_backward

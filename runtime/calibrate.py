@@ -58,7 +58,7 @@ def attention_flops(length: int = 512, heads: int = 8, kv_heads: int = 2, dim: i
     return flops / fwd, 2.5 * flops / bwd
 
 
-def _fit(sizes: list[int], times: list[float]) -> tuple[float, float]:
+def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
     """Least-squares ``t = latency + bytes / bw``; returns (latency s, bandwidth B/s)."""
     slope, intercept = np.polyfit(np.asarray(sizes, dtype=float), np.asarray(times), 1)
     return max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15)

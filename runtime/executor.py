@@ -22,6 +22,7 @@ for a data pipeline and loss that never see the plan.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,12 +67,17 @@ _TRANSPORT_ERRORS = ("Connection closed", "Connection reset", "Timed out", "time
 @dataclass(frozen=True, kw_only=True)
 class ExecOptions:
     """Executor settings: streaming lookahead (0 = serial phases), recomputation policy, kernel,
-    gradient synchronisation."""
+    gradient synchronisation. ``sync_timing`` synchronises the GPU at every phase boundary so the
+    breakdown is device time (it serialises the streams, so it defeats phase streaming); without it
+    GPU phase times are host-side launch times. CPU timing is exact either way. ``autocast`` (e.g.
+    ``"bfloat16"``) runs forward and backward under ``torch.autocast`` (fp32 master weights)."""
 
     lookahead: int = 1
     recompute: str = "plan"
     kernel: str = "auto"
     grad_sync: str = "fsdp"
+    sync_timing: bool = False
+    autocast: str | None = None
 
     def __post_init__(self) -> None:
         if self.lookahead < 0:
@@ -89,7 +95,8 @@ def attention_fits(plan: Plan, memory: MemoryModel) -> bool:
         mask = plan.sample_mask(mb)
         per_token = np.array([memory.attention_bytes_per_token(int(d)) for d in degrees[mask]])
         extra = plan.tree.per_gpu_sum(lengths[mask] / degrees[mask] * per_token, degrees[mask], firsts[mask])
-        if not memory.fits(float(np.max(memory.base_bytes(plan.tokens_per_gpu(mb)) + extra))):
+        base = memory.base_bytes(1.0) * plan.tokens_per_gpu(mb)
+        if not memory.fits(float(np.max(base + extra))):
             return False
     return True
 
@@ -158,7 +165,7 @@ class NestedAttention:
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Attention output for this rank's execution rows."""
-        out: Tensor = _NestedAttentionFn.apply(q, k, v, self)
+        out: Tensor = _NestedAttentionFn.apply(q, k, v, self)  # type: ignore[no-untyped-call]
         return out
 
     def _tasks(self, q: Tensor, k: Tensor, v: Tensor) -> dict[Node, NodeTask]:
@@ -231,7 +238,7 @@ class NSPExecutor:
         self.model, self.rank, self.world, self.device = model, rank, world, device
         self.groups, self.options, self.memory = groups, options, memory
         self.control_group = control_group if control_group is not None else groups.world_group
-        sync = torch.cuda.synchronize if device.type == "cuda" else None
+        sync = torch.cuda.synchronize if device.type == "cuda" and options.sync_timing else None
         self.clock = PhaseClock(sync)
         self.comm = Comm(rank=rank, world=world, groups=groups, clock=self.clock, device=device)
         self.ctx = ExecContext(comm=self.comm, kernel=select_kernel(options.kernel, device), clock=self.clock)
@@ -331,19 +338,25 @@ class NSPExecutor:
                      marks: npt.NDArray[np.bool_], total: int) -> float:
         rows = torch.as_tensor(mbl.input_rows)
         inputs = torch.stack([torch.as_tensor(data.ids), torch.as_tensor(data.positions)], dim=1)
-        moved = exchange_rows(self.comm, mbl.layout_in, inputs.index_select(0, rows), f"layout-in-{mb}")
-        if not torch.equal(moved[:, 1], torch.as_tensor(mbl.layout.positions)):
+        moved = exchange_rows(self.comm, mbl.layout_in, inputs.index_select(0, rows).to(self.device), f"layout-in-{mb}")
+        if not torch.equal(moved[:, 1].cpu(), torch.as_tensor(mbl.layout.positions)):
             raise RuntimeError(f"rank {self.rank}: the layout change delivered tokens the plan did not assign here")
         attention = self.nested_attention(plan, mb, marks)
         back = mbl.layout_in.reverse()
         targets = torch.as_tensor(data.targets).index_select(0, rows).to(self.device)
-        loss_sum = model(moved[:, 0].to(self.device), moved[:, 1].to(self.device), targets,
-                              attention=attention,
-                              relayout=lambda h: _RowExchangeFn.apply(h, back, self.comm, f"layout-out-{mb}"))
+        with self._autocast():
+            loss_sum = model(moved[:, 0], moved[:, 1], targets, attention=attention,
+                             relayout=lambda h: _RowExchangeFn.apply(  # type: ignore[no-untyped-call]
+                                 h, back, self.comm, f"layout-out-{mb}"))
         # FSDP averages gradients over the world; the step needs their sum (the loss is a global mean).
         scale = self.world if self.options.grad_sync == "fsdp" else 1
         (loss_sum * (scale / total)).backward()
         return float(loss_sum.detach().item())
+
+    def _autocast(self) -> Any:
+        if self.options.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=getattr(torch, self.options.autocast))
 
     def _sync_grads(self) -> None:
         if self.options.grad_sync != "allreduce" or self.world == 1 or self.model is None:

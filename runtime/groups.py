@@ -93,7 +93,7 @@ class Comm:
     def __init__(self, *, rank: int, world: int, groups: GroupCache, clock: PhaseClock, device: torch.device) -> None:
         self.rank, self.world, self.groups, self.clock, self.device = rank, world, groups, clock, device
         self.log: list[tuple[tuple[int, ...], str]] = []
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
 
     # ---- stream handling (CUDA only) ---------------------------------------------------------
     def _enter(self, tensors: Sequence[Tensor]) -> Any:

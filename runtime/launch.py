@@ -31,11 +31,19 @@ PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "runtime.exec
 
 @dataclass(frozen=True)
 class RankEnv:
-    """What a rank function gets: its rank, the world size and the process-group timeout."""
+    """What a rank function gets: its rank, the world size, the process-group timeout and backend."""
 
     rank: int
     world: int
     timeout_s: float
+    backend: str = "gloo"
+
+    @property
+    def device(self) -> Any:
+        """``cuda:rank`` under NCCL, else the CPU."""
+        import torch
+
+        return torch.device("cuda", self.rank) if self.backend == "nccl" else torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,15 @@ class LaunchError(RuntimeError):
 def _worker(fn: Callable[[RankEnv, Any], Any], env: RankEnv, port: int, arg: Any, out: Any) -> None:
     import torch
     import torch.distributed as dist
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     torch.set_num_threads(1)
     start = time.perf_counter()
     try:
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=env.timeout_s))
-        dist.init_process_group("gloo", store=store, rank=env.rank, world_size=env.world,
+        store = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=env.timeout_s))
+        if env.backend == "nccl":
+            torch.cuda.set_device(env.rank)
+        dist.init_process_group(env.backend, store=store, rank=env.rank, world_size=env.world,
                                 timeout=timedelta(seconds=env.timeout_s))
         # Plain pickle (not the multiprocessing one, which would pass tensors through shared memory
         # that vanishes when this process exits).
@@ -85,15 +96,16 @@ def _context() -> Any:
 
 
 def spawn_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, *, timeout_s: float = 120.0,
-                comm_timeout_s: float = 30.0, grace_s: float = 20.0) -> list[RankOutcome]:
-    """Run ``fn`` on ``world`` gloo ranks; every rank's outcome, within ``timeout_s`` overall."""
-    import torch.distributed as dist
+                comm_timeout_s: float = 30.0, grace_s: float = 20.0, backend: str = "gloo") -> list[RankOutcome]:
+    """Run ``fn`` on ``world`` ranks (gloo, or NCCL with one GPU per rank); every rank's outcome,
+    within ``timeout_s`` overall."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-    store = dist.TCPStore("127.0.0.1", 0, world_size=world + 1, is_master=True, wait_for_workers=False,
+    store = TCPStore("127.0.0.1", 0, world_size=world + 1, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout_s))
     ctx = _context()
     results = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(fn, RankEnv(r, world, comm_timeout_s), store.port, arg, results),
+    procs = [ctx.Process(target=_worker, args=(fn, RankEnv(r, world, comm_timeout_s, backend), store.port, arg, results),
                          daemon=True) for r in range(world)]
     for p in procs:
         p.start()

@@ -102,7 +102,7 @@ class NodeShards:
     def local_sizes(self, group_rank: int) -> IntArray:
         """Tokens of every sample held by ``group_rank``."""
         cols = list(rank_chunks(self.degree, self.backend, group_rank))
-        return self.chunk_sizes[:, cols].sum(axis=1).astype(np.int64)
+        return np.asarray(self.chunk_sizes[:, cols].sum(axis=1), dtype=np.int64)
 
     @cached_property
     def rank_tokens(self) -> IntArray:
@@ -192,7 +192,7 @@ def node_shards(plan: Plan, micro_batch: int, backend: str | None = None) -> dic
 def sample_starts(plan: Plan) -> IntArray:
     """Stream offset of every sample."""
     lengths = plan.arrays[0]
-    return (np.cumsum(lengths) - lengths).astype(np.int64)
+    return np.asarray(np.cumsum(lengths) - lengths, dtype=np.int64)
 
 
 def rank_layout(plan: Plan, micro_batch: int, rank: int, shards: dict[Node, NodeShards] | None = None) -> RankLayout:
@@ -213,8 +213,11 @@ def rank_layout(plan: Plan, micro_batch: int, rank: int, shards: dict[Node, Node
         positions.append(pos)
         slots.append(Slot(shards=sh, group_rank=gr, start=row, stop=row + pos.size))
         row += pos.size
-    cat = (lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, dtype=np.int64))
-    return RankLayout(rank=rank, slots=tuple(slots), tokens=cat(tokens), positions=cat(positions))
+    return RankLayout(rank=rank, slots=tuple(slots), tokens=_cat(tokens), positions=_cat(positions))
+
+
+def _cat(parts: list[IntArray]) -> IntArray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 
 def input_tokens(plan: Plan, micro_batch: int, rank: int, world: int) -> IntArray:
@@ -223,7 +226,7 @@ def input_tokens(plan: Plan, micro_batch: int, rank: int, world: int) -> IntArra
     lo, hi = int(bounds[rank]), int(bounds[rank + 1])
     sample = sample_of_token(plan)[lo:hi]
     keep = plan.arrays[3][sample] == micro_batch
-    return (np.arange(lo, hi, dtype=np.int64)[keep]).astype(np.int64)
+    return np.asarray(np.arange(lo, hi, dtype=np.int64)[keep], dtype=np.int64)
 
 
 def sample_of_token(plan: Plan) -> IntArray:

@@ -74,7 +74,8 @@ class Attention(nn.Module):
         k = self.k_norm(self.k_proj(h).view(t, s.num_kv_heads, s.head_dim))
         v = self.v_proj(h).view(t, s.num_kv_heads, s.head_dim)
         q, k = rope(q, positions, self.rope_theta), rope(k, positions, self.rope_theta)
-        return self.o_proj(attention(q, k, v).reshape(t, s.q_width))
+        out: Tensor = self.o_proj(attention(q, k, v).reshape(t, s.q_width))
+        return out
 
 
 class SwiGLU(nn.Module):
@@ -88,7 +89,8 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the MLP per token."""
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        out: Tensor = self.down(F.silu(self.gate(x)) * self.up(x))
+        return out
 
 
 class MoE(nn.Module):
@@ -129,7 +131,8 @@ class DecoderLayer(nn.Module):
     def forward(self, h: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         """One decoder layer."""
         h = h + self.attn(self.attn_norm(h), positions, attention)
-        return h + self.ffn(self.ffn_norm(h))
+        out: Tensor = h + self.ffn(self.ffn_norm(h))
+        return out
 
 
 class DecoderLM(nn.Module):
@@ -154,7 +157,8 @@ class DecoderLM(nn.Module):
     def logits(self, h: Tensor) -> Tensor:
         """Output-head logits of final hidden rows."""
         h = self.norm(h)
-        return h @ self.embed.weight.t() if self.head is None else self.head(h)
+        out: Tensor = h @ self.embed.weight.t() if self.head is None else self.head(h)
+        return out
 
     def forward(self, ids: Tensor, positions: Tensor, targets: Tensor, attention: AttentionFn,
                 relayout: Callable[[Tensor], Tensor] | None = None) -> Tensor:
@@ -191,5 +195,5 @@ class LocalAttention:
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Attention output ``[T, H, D]``."""
-        out: Tensor = _LocalAttentionFn.apply(q, k, v, self.kernel, self.segments)
+        out: Tensor = _LocalAttentionFn.apply(q, k, v, self.kernel, self.segments)  # type: ignore[no-untyped-call]
         return out

@@ -67,6 +67,7 @@ class TrainArgs:
     lookahead: int = 1
     kernel: str = "auto"
     device: str = "auto"
+    dtype: str = "auto"
     plan_on: str = "rank0"
     simulate: bool = True
     comm_timeout_s: float = 120.0
@@ -114,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lookahead", type=int, default=1, help="phase-streaming lookahead (0 = serial phases)")
     p.add_argument("--kernel", default="auto", help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="compute dtype: bf16 autocast (fp32 master weights) or fp32; auto = bf16 on CUDA, fp32 on CPU")
     p.add_argument("--plan-on", choices=("rank0", "all"), default="rank0",
                    help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)")
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
@@ -269,8 +272,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr)
         groups = GroupCache(world=d.world, backend="nccl" if d.device.type == "cuda" else "gloo",
                             timeout=timedelta(seconds=args.comm_timeout_s))
+        bf16 = args.dtype == "bf16" or (args.dtype == "auto" and d.device.type == "cuda")
         options = ExecOptions(lookahead=args.lookahead, recompute=args.recompute, kernel=args.kernel,
-                              grad_sync=args.grad_sync if d.world > 1 else "allreduce")
+                              grad_sync=args.grad_sync if d.world > 1 else "allreduce",
+                              autocast="bfloat16" if bf16 else None)
         self.executor = NSPExecutor(model=self.model, spec=workload.model, rank=d.rank, world=d.world,
                                     device=d.device, groups=groups, options=options,
                                     control_group=d.control_group, memory=workload.memory)

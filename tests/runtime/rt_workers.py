@@ -62,21 +62,21 @@ def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
     from datetime import timedelta
 
     reports = []
-    groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
+    groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
     for case in cases:
         plan = Plan.from_json(case.plan_json)
         spec = get_model(case.model)
         stream = synthetic_stream(plan.lengths, seed=case.seed, index=plan.batch.index, vocab=spec.vocab)
-        model = DecoderLM(spec, seed=case.seed)
+        model = DecoderLM(spec, seed=case.seed).to(env.device)
         if case.options.grad_sync == "fsdp":
             from torch.distributed.fsdp import fully_shard
             for layer in model.layers:
                 fully_shard(layer)
             fully_shard(model)
-        ex = NSPExecutor(model=model, spec=spec, rank=env.rank, world=env.world, device=torch.device("cpu"),
+        ex = NSPExecutor(model=model, spec=spec, rank=env.rank, world=env.world, device=env.device,
                          groups=groups, options=case.options)
         res = ex.run(plan, rank_input(stream, env.rank, env.world))
-        grads = _full_grads(model)
+        grads = {name: g.cpu() for name, g in _full_grads(model).items()}
         reports.append({"loss": res.loss, "grads": grads if env.rank == 0 else None,
                         "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
                         "log": list(ex.comm.log), "seconds": res.seconds})
@@ -91,6 +91,8 @@ class AttentionCase:
     marks: tuple[bool, ...]
     lookahead: int = 1
     seed: int = 0
+    kernel: str = "cpu-flash"
+    dtype: str = "float32"
 
 
 def attention_inputs(case: AttentionCase) -> tuple[torch.Tensor, ...]:
@@ -121,18 +123,20 @@ def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str,
     from runtime.layout import rank_layout
 
     spec = get_model("tiny")
-    groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
+    groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
     reports = []
     for case in cases:
         plan = Plan.from_json(case.plan_json)
-        ex = NSPExecutor(model=None, spec=spec, rank=env.rank, world=env.world, device=torch.device("cpu"),
-                         groups=groups, options=ExecOptions(lookahead=case.lookahead, kernel="cpu-flash"))
+        ex = NSPExecutor(model=None, spec=spec, rank=env.rank, world=env.world, device=env.device,
+                         groups=groups, options=ExecOptions(lookahead=case.lookahead, kernel=case.kernel))
         q, k, v, dout = attention_inputs(case)
         rows = torch.as_tensor(rank_layout(plan, 0, env.rank).tokens)
-        mine = [t.index_select(0, rows).clone().requires_grad_() for t in (q, k, v)]
+        dtype = getattr(torch, case.dtype)
+        mine = [t.index_select(0, rows).to(env.device, dtype).requires_grad_() for t in (q, k, v)]
         out = ex.nested_attention(plan, 0, np.asarray(case.marks, dtype=bool))(*mine)
-        out.backward(dout.index_select(0, rows))
-        reports.append({"rows": rows, "out": out.detach(), "grads": [t.grad for t in mine],
+        out.backward(dout.index_select(0, rows).to(env.device, dtype))
+        reports.append({"rows": rows, "out": out.detach().float().cpu(),
+                        "grads": [t.grad.float().cpu() for t in mine],
                         "log": list(ex.comm.log), "seconds": dict(ex.clock.seconds)})
     return reports
 
