@@ -13,7 +13,7 @@ from nspsim.planners.basp_planner import batch_aware_degree
 from nspsim.planners.base import make_context
 from nspsim.planners.bucketing import _dp_bounds, bucketize
 from nspsim.planners.flexsp_milp import MilpProblem, solve
-from nspsim.planners.microbatch import blaster_split, snake_split
+from nspsim.planners.microbatch import blaster_split, token_split
 from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
 
 
@@ -58,8 +58,11 @@ def test_blaster_split_minimises_the_largest_chunk() -> None:
         assert worst == best
 
 
-def test_snake_split_deals_boustrophedon() -> None:
-    assert [p.tolist() for p in snake_split(7, 3)] == [[0, 5, 6], [1, 4], [2, 3]]
+def test_token_split_balances_tokens_and_keeps_order() -> None:
+    lengths = np.array([50, 40, 30, 20, 10, 10, 5])
+    parts = token_split(lengths, 3)
+    assert [p.tolist() for p in parts] == [[0, 5], [1, 4, 6], [2, 3]]  # LPT, ties to the lower part
+    assert sorted(int(lengths[p].sum()) for p in parts) == [50, 55, 60]
 
 
 def tiny_problem(counts: list[int], lengths: list[int]) -> MilpProblem:

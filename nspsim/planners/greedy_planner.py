@@ -24,7 +24,7 @@ from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, finish, make_context
-from nspsim.planners.microbatch import min_micro_batches, snake_split
+from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
 
@@ -117,7 +117,7 @@ def _route_batch(ctx: Context) -> Placement:
     n = ctx.table.num_samples
     m = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
     while True:
-        parts = snake_split(n, m)
+        parts = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.budget)
         routes = [greedy_route(ctx.table, part, ctx.levels) for part in parts]
         if all(r is not None for r in routes):
             break

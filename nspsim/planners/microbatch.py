@@ -5,10 +5,10 @@
   inside a micro-batch) and even token counts. FlexSP describes a dynamic program; the same optimum
   of this min-max contiguous partition is found exactly by binary search on the largest chunk with a
   greedy feasibility check (O(n log total) instead of O(m n^2)), which is what runs here.
-* :func:`snake_split` - used when a nested plan (NSP, greedy) cannot hold the whole batch in one pass:
-  deal the sorted samples to m micro-batches in boustrophedon order, so each holds a similar mix of
-  long and short samples and a similar token count. (The NSP paper runs one micro-batch; this is the
-  fallback for budgets that make one pass impossible.)
+* :func:`token_split` - used when a nested plan (NSP, greedy) cannot hold the whole batch in one pass:
+  deal the sorted samples to m micro-batches by LPT on tokens, so each holds an even token count and
+  a similar mix of long and short samples. (The NSP paper runs one micro-batch; this is the fallback
+  for budgets that make one pass impossible.)
 * :func:`min_micro_batches` - the memory minimum ceil(sum L / (P * B_tok)).
 """
 
@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 import numpy.typing as npt
+
+from nspsim.planners.packing import least_loaded_fill
 
 IntArray = npt.NDArray[np.int64]
 
@@ -70,10 +72,11 @@ def _cut(lengths: IntArray, cap: int, m: int) -> list[int]:
     return bounds
 
 
-def snake_split(count: int, m: int) -> list[IntArray]:
-    """Positions 0..count-1 dealt to ``m`` parts in boustrophedon order (0,1,..,m-1,m-1,..,0,0,..)."""
-    pos = np.arange(count, dtype=np.int64)
-    lane = pos % m
-    rnd = pos // m
-    part = np.where(rnd % 2 == 0, lane, m - 1 - lane)
-    return [pos[part == k] for k in range(min(m, count))]
+def token_split(lengths: IntArray, m: int, capacity: float = float("inf")) -> list[IntArray]:
+    """Positions of ``lengths`` (sorted, non-increasing) dealt to ``m`` parts by LPT on tokens: each
+    sample to the part with the fewest tokens that stays within ``capacity`` (else the emptiest), so
+    parts get even token counts and a similar mix of long and short samples; positions stay sorted."""
+    m = max(1, min(m, lengths.size))
+    tokens = lengths.astype(np.float64)
+    part, _, _ = least_loaded_fill(np.zeros(m), np.zeros(m), tokens, tokens, capacity)
+    return [np.flatnonzero(part == k).astype(np.int64) for k in range(m)]

@@ -28,7 +28,7 @@ Defaults, each chosen by measurement (docs/planners.md):
 
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
-micro-batches that work (snake order) and each is routed alone - an extension; the paper uses one.
+micro-batches that work (LPT on tokens) and each is routed alone - an extension; the paper uses one.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from nspsim.config import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, finish, make_context
 from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
-from nspsim.planners.microbatch import min_micro_batches, snake_split
+from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
 from nspsim.planners.static_planner import pack_single_pass
@@ -115,7 +115,7 @@ class NSPPlanner:
         n = ctx.table.num_samples
         m = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
         while True:
-            parts = snake_split(n, m)
+            parts = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.budget)
             routes = [self.route(ctx, search, part) for part in parts]
             if all(r is not None for r in routes):
                 return _assemble(n, parts, routes)
