@@ -24,9 +24,9 @@ and then by the new block maximum (least-loaded block); candidates equal in all 
 symmetric copies (e.g. any empty subtree; such copies are bitwise equal) and are kept once, so the
 beam holds w distinct states.
 
-Speed: numpy's per-call overhead dominates at these sizes, so an expansion is written as ~30 array
-calls regardless of w and of the level count: block maxima are written level by level into one
-preallocated (S, nodes) array, and the w chosen placements are applied with one masked add.
+Speed: numpy's per-call overhead dominates at these sizes, so an expansion is written as ~40 array
+calls whatever the beam width and level count: block maxima are written level by level into one
+preallocated (S, nodes) array; feasibility masks are skipped when nothing can be infeasible.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class NodeLayout:
     offset: dict[int, int]
     ranks: IntArray
     level_of: IntArray
+    share: FloatArray
 
     @property
     def size(self) -> int:
@@ -71,7 +72,8 @@ def node_layout(num_gpus: int, levels: tuple[int, ...]) -> NodeLayout:
     sizes = [num_gpus // d for d in ordered]
     offset = dict(zip(ordered, np.cumsum([0, *sizes[:-1]]).tolist()))
     level_of = np.repeat(np.arange(len(ordered), dtype=np.int64), sizes)
-    return NodeLayout(ordered, degree, first, offset, np.arange(num_gpus, dtype=np.int64), level_of)
+    return NodeLayout(ordered, degree, first, offset, np.arange(num_gpus, dtype=np.int64), level_of,
+                      degree / float(num_gpus))
 
 
 @dataclass
@@ -116,13 +118,12 @@ class Placing:
     latency: FloatArray
     rest: float
 
-    def per_node(self, layout: NodeLayout, budget: float) -> tuple[FloatArray, FloatArray, FloatArray,
-                                                                     FloatArray, BoolArray]:
-        """Per node: cost if active, cost if idle, work / P either way, fits in memory."""
+    def per_node(self, layout: NodeLayout, budget: float) -> tuple[FloatArray, FloatArray, BoolArray | None]:
+        """Per node: cost if active, cost if idle, fits in memory (``None``: every node fits)."""
         cost = self.cost[layout.level_of]
         idle = cost + self.latency[layout.level_of]
-        share = layout.degree / float(layout.ranks.size)
-        return cost, idle, cost * share, idle * share, self.length <= layout.degree * budget
+        fits = None if self.length <= min(layout.levels) * budget else self.length <= layout.degree * budget
+        return cost, idle, fits
 
 
 def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
@@ -150,27 +151,30 @@ def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float
 
 
 def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monotone: bool,
-            lookahead: bool) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]:
+            lookahead: bool) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray | None]:
     """Per (state, node): score, total work added / P, new block max, delta and feasibility (the
-    last possibly (nodes,) when it is the same for every state).
+    last possibly (nodes,) when it is the same for every state, ``None`` when everything is feasible).
 
     The critical load after adding delta to node u is ``max(M, blockmax_u + delta)`` with M the
     state's current maximum: if u holds the critical GPU its block max is M and the sum dominates
     everything outside u; otherwise the outside maximum is M.
     """
-    cost, cost_idle, work, work_idle, fits = item.per_node(layout, budget)
+    cost, cost_idle, fits = item.per_node(layout, budget)
     delta = np.where(beam.idle, cost_idle, cost)
     new_block = _block_max(beam.loads, layout)
     new_block += delta
     score = np.maximum(beam.loads.max(axis=1)[:, None], new_block)
-    added = np.where(beam.idle, work_idle, work)
+    added = delta * layout.share
     if lookahead:
         base = (beam.loads.sum(axis=1) + item.rest) / beam.loads.shape[1]
         np.maximum(score, added + base[:, None], out=score)
-    feasible = fits if not monotone else fits & (layout.degree <= beam.last_degree[:, None])
+    feasible: BoolArray | None = fits
+    if monotone:
+        feasible = (layout.degree <= beam.last_degree[:, None]) if fits is None else fits & (
+            layout.degree <= beam.last_degree[:, None])
     tokens = _token_feasible(beam, item, layout, budget)
     if tokens is not None:
-        feasible = feasible & tokens
+        feasible = tokens if feasible is None else feasible & tokens
     return score, added, new_block, delta, feasible
 
 
@@ -184,13 +188,13 @@ def _distinct_order(keys: tuple[FloatArray, FloatArray, FloatArray], pool: IntAr
     return chosen
 
 
-def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray,
+def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray | None,
             width: int) -> tuple[IntArray, IntArray] | None:
     """(state, node) of the ``width`` best distinct feasible candidates; ``None`` if none is feasible.
 
     Ranks a pool of the best-scoring candidates, widening it while symmetric copies leave fewer than
     ``width`` distinct ones."""
-    masked = np.where(feasible, score, np.inf).ravel()
+    masked = (score if feasible is None else np.where(feasible, score, np.inf)).ravel()
     keys = (masked, total.ravel(), new_block.ravel())
     if width == 1:  # the best candidate: lowest score, then total, then new block max
         low = masked.min()
@@ -227,10 +231,11 @@ def expand(beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: 
     if picked is None:
         return None
     parent, node = picked
-    first, degree = layout.first[node][:, None], layout.degree[node][:, None]
-    inside = (layout.ranks >= first) & (layout.ranks < first + degree)
-    loads = beam.loads[parent] + inside * delta[parent, node][:, None]
-    tokens = beam.tokens[parent] + inside * (item.length / degree)
-    idle = beam.idle[parent]
+    loads, tokens, idle = beam.loads[parent], beam.tokens[parent], beam.idle[parent]
+    added = delta[parent, node]
+    for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
+        d, f = int(layout.degree[u]), int(layout.first[u])
+        loads[i, f:f + d] += dl
+        tokens[i, f:f + d] += item.length / d
     idle[np.arange(node.size), node] = False
     return Beam(loads, tokens, idle, layout.degree[node], [*beam.steps, (parent, node)])
