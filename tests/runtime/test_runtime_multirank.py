@@ -155,3 +155,19 @@ def test_ulysses_collectives_follow_the_streamed_schedule(run: dict) -> None:
             fwd = [e for e in _sp_log(rep["log"]) if ":fwd-" in e[1]]
             assert fwd == expected, (world, rank)
             assert rank_layout(plan, 0, rank).num_rows == rep["rows"].numel()
+
+
+def test_recompute_marks_rerun_exactly_the_marked_nodes_in_backward(run: dict) -> None:
+    """Ulysses nodes (degree > 1) with marked samples re-send Q, K, V in backward; no other node does,
+    and only ranks with marked samples spend time recomputing."""
+    for case, *per_rank in zip(run["payload"]["attention"], *[r["attention"] for r in run["results"]]):
+        plan = Plan.from_json(case.plan_json)
+        if plan.backend != "ulysses":
+            continue
+        marked = {node for node, m in zip(plan.nodes, case.marks) if m}
+        for rank, rep in enumerate(per_rank):
+            remat = sorted({label.split(":")[0] for _, label in rep["log"] if label.endswith(":remat-qkv")})
+            want = sorted(str(n) for n in marked if n.degree > 1 and n.contains_rank(rank))
+            assert remat == want, (rank, remat, want)
+            has_marks = any(n.contains_rank(rank) for n in marked)
+            assert (rep["seconds"]["attn_remat"] > 0) == has_marks, (rank, rep["seconds"])

@@ -31,6 +31,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     out = tmp_path_factory.mktemp("train")
     argvs = [["--planner", name, *BASE, "--records", str(out / f"{name}.jsonl")] for name in PLANNER_NAMES]
     argvs[0] += ["--no-simulate"]  # one run without the simulator
+    argvs[-1] += ["--plan-on", "all"]  # one run where every rank plans (the hash check proves they agree)
     results = run_ranks(rt_workers.train_runs, 2, argvs, timeout_s=240, comm_timeout_s=60)
     assert all(r == [] for rank in results[1:] for r in rank)  # only rank 0 records
     return {"dir": out, **{name: [json.loads(line) for line in lines] for name, lines in zip(PLANNER_NAMES, results[0])}}
@@ -108,3 +109,15 @@ def test_torchrun_entry_point(tmp_path: Path) -> None:
     recs = read_records(records.read_text())
     assert [r["step"] for r in recs] == [0, 1] and all(r["num_gpus"] == 2 for r in recs)
     assert "step 1 batch 1 planner nsp loss" in proc.stdout
+
+
+def test_report_summarises_records(runs: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.report import main as report
+
+    files = [str(runs["dir"] / f"{name}.jsonl") for name in ("static", "nsp")]
+    report([*files, "--skip", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:6] == ["run", "planner", "steps", "meas", "s", "sim"]
+    static, nsp = out[1].split(), out[2].split()
+    assert static[:3] == ["static", "static", "2"] and static[4] == "-"  # no simulation in that run
+    assert nsp[:3] == ["nsp", "nsp", "2"] and float(nsp[4]) > 0

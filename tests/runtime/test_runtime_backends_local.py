@@ -1,0 +1,83 @@
+"""Single-process checks of the leaf backend and the executor's pure helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import make_batch
+from nspsim.cluster_spec import get_cluster
+from nspsim.config import WorkloadConfig, build_workload
+from nspsim.model_spec import get_model
+from nspsim.plan import make_plan
+from nspsim.sp_tree import Node
+from runtime.attention_kernels import Segments, select_kernel
+from runtime.backends.base import ExecContext, LocalBackend, NodeTask
+from runtime.executor import ExecOptions, attention_fits, recompute_marks
+from runtime.layout import NodeShards, Slot
+from runtime.timing import PhaseClock, breakdown
+
+CPU = torch.device("cpu")
+
+
+def _task(lengths: list[int], marks: list[bool]) -> NodeTask:
+    shards = NodeShards(node=Node(1, 0), backend="ulysses", samples=np.arange(len(lengths)),
+                        lengths=np.asarray(lengths, dtype=np.int64))
+    n = sum(lengths)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, h, 8, generator=gen) for h in (8, 2, 2))
+    return NodeTask(slot=Slot(shards=shards, group_rank=0, start=0, stop=n), q=q, k=k, v=v,
+                    recompute=np.asarray(marks, dtype=bool))
+
+
+def test_leaf_backend_keeps_only_unmarked_samples_and_recomputes_the_rest() -> None:
+    ctx = ExecContext(comm=None, kernel=select_kernel("cpu-flash", CPU), clock=PhaseClock())  # type: ignore[arg-type]
+    lengths, marks = [5, 9, 3, 7], [False, True, False, True]
+    task, backend = _task(lengths, marks), LocalBackend()
+    backend.fwd_compute(task, ctx)
+    assert task.state["out"].shape[0] == 5 + 3 and task.state["lse"].shape[0] == 5 + 3
+    task.dout = torch.ones_like(task.q)
+    backend.bwd_compute(task, ctx)
+    assert ctx.clock.seconds["attn_remat"] > 0
+    full = _task(lengths, [False] * 4)
+    backend.fwd_compute(full, ctx)
+    full.dout = torch.ones_like(full.q)
+    backend.bwd_compute(full, ctx)
+    for got, want in zip(task.grads, full.grads):
+        torch.testing.assert_close(got, want)
+
+
+def test_recompute_marks_follow_the_plan_or_the_mode() -> None:
+    cl, m = get_cluster("cpu", 2), get_model("tiny")
+    plan = make_plan(planner="hand", cluster=cl, model=m, batch=make_batch([4, 6]), spmax=2, token_budget=100,
+                     nodes=[Node(2, 0), Node(1, 1)], recompute=[True, False])
+    assert recompute_marks(plan, "plan").tolist() == [True, False]
+    assert recompute_marks(plan, "all").tolist() == [True, True]
+    assert recompute_marks(plan, "none").tolist() == [False, False]
+    unmarked = make_plan(planner="hand", cluster=cl, model=m, batch=make_batch([4, 6]), spmax=2, token_budget=100,
+                         nodes=[Node(2, 0), Node(1, 1)])
+    memory = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2)).memory
+    assert attention_fits(unmarked, memory)
+    assert recompute_marks(unmarked, "plan", memory).tolist() == [False, False]
+
+
+def test_breakdown_adds_up_to_the_step_time() -> None:
+    seconds = {"attn_fwd": 1.0, "attn_bwd": 2.0, "attn_remat": 0.5, "sp_exposed_comm": 0.25, "sp_comm": 9.0,
+               "comm_wait": 0.1, "fsdp_exposed_comm": 0.2, "other": 0.0}
+    out = breakdown(seconds, fwd_bwd_s=5.0, step_s=6.0)
+    assert out["non_attn"] == pytest.approx(1.25) and sum(out.values()) == pytest.approx(6.0)
+
+
+def test_exec_options_reject_bad_values() -> None:
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        ExecOptions(recompute="some")
+    with pytest.raises(ValueError, match="lookahead"):
+        ExecOptions(lookahead=-1)
+
+
+def test_segments_reject_inconsistent_boundaries() -> None:
+    with pytest.raises(ValueError, match="start at 0"):
+        Segments((1, 2), (0, 2))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        Segments((0, 3, 2), (0, 1, 2))
