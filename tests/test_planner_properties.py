@@ -12,7 +12,7 @@ from nspsim.config import Workload
 from nspsim.planners import PLANNER_NAMES, get_planner
 from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
 
-FAST_OPTIONS = {"flexsp": {"time_limit": 2.0}}
+FAST_OPTIONS = {"flexsp": {"time_limit": 1.0}}
 WORKLOADS: dict[tuple[str, int, int], Workload] = {}
 
 
@@ -27,17 +27,27 @@ def workload(model: str, gpus: int, budget: int) -> Workload:
 lengths_st = st.lists(st.integers(1, 3) | st.integers(1, 600) | st.integers(600, 30_000), min_size=1, max_size=24)
 case_st = st.tuples(st.sampled_from(["tiny", "qwen3-30b-a3b"]), st.sampled_from([1, 2, 4, 8]),
                     st.sampled_from([512, 2048, 16_384, 65_536]), lengths_st)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def fits(wl: Workload, lengths: list[int]) -> bool:
     return max(lengths) <= wl.tree.spmax * wl.token_budget
 
 
-@pytest.mark.parametrize("name", PLANNER_NAMES)
+@pytest.mark.parametrize("name", [n for n in PLANNER_NAMES if n != "flexsp"])
 @SETTINGS
 @given(case=case_st)
 def test_every_plan_is_valid_or_the_error_names_the_sample(name: str, case: tuple[str, int, int, list[int]]) -> None:
+    check_case(name, case)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=case_st)
+def test_every_flexsp_plan_is_valid_or_the_error_names_the_sample(case: tuple[str, int, int, list[int]]) -> None:
+    check_case("flexsp", case)  # fewer examples: every one solves up to 15 MILPs
+
+
+def check_case(name: str, case: tuple[str, int, int, list[int]]) -> None:
     model, gpus, budget, lengths = case
     wl = workload(model, gpus, budget)
     planner = get_planner(name, **FAST_OPTIONS.get(name, {}))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from nspsim.batching import Batch
 from nspsim.config import Workload
@@ -28,7 +29,7 @@ from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
 
-FloatArray = np.ndarray
+FloatArray = npt.NDArray[np.float64]
 
 
 class LevelMaxima:
@@ -36,7 +37,7 @@ class LevelMaxima:
 
     def __init__(self, num_gpus: int, levels: tuple[int, ...]) -> None:
         self.levels = tuple(sorted(levels))
-        self.blocks = {d: np.zeros(num_gpus // d) for d in self.levels}
+        self.blocks: dict[int, FloatArray] = {d: np.zeros(num_gpus // d) for d in self.levels}
 
     def add(self, degree: int, block: int, delta: float) -> None:
         """Add ``delta`` to every GPU of node (degree, block)."""
@@ -59,7 +60,7 @@ class _Step:
 
 
 def _best_node(costs: dict[int, float], latency: dict[int, float], length: int, loads: LevelMaxima,
-               tokens: LevelMaxima, idle: dict[int, np.ndarray], budget: float) -> _Step | None:
+               tokens: LevelMaxima, idle: dict[int, FloatArray], budget: float) -> _Step | None:
     top = float(loads.blocks[loads.levels[-1]].max())
     best: tuple[float, float, float] | None = None
     step = None
