@@ -6,7 +6,7 @@
   of this min-max contiguous partition is found exactly by binary search on the largest chunk with a
   greedy feasibility check (O(n log total) instead of O(m n^2)), which is what runs here.
 * :func:`token_split` - used when a nested plan (NSP, greedy) cannot hold the whole batch in one pass:
-  deal the sorted samples to m micro-batches by LPT on tokens, so each holds an even token count and
+  deal the sorted samples to m micro-batches balancing tokens, so each holds an even token count and
   a similar mix of long and short samples. (The NSP paper runs one micro-batch; this is the fallback
   for budgets that make one pass impossible.)
 * :func:`min_micro_batches` - the memory minimum ceil(sum L / (P * B_tok)).
@@ -19,7 +19,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.planners.packing import least_loaded_fill
+from nspsim.planners.packing import least_loaded_fill, pack_balanced
 
 IntArray = npt.NDArray[np.int64]
 
@@ -73,10 +73,14 @@ def _cut(lengths: IntArray, cap: int, m: int) -> list[int]:
 
 
 def token_split(lengths: IntArray, m: int, capacity: float = float("inf")) -> list[IntArray]:
-    """Positions of ``lengths`` (sorted, non-increasing) dealt to ``m`` parts by LPT on tokens: each
-    sample to the part with the fewest tokens that stays within ``capacity`` (else the emptiest), so
-    parts get even token counts and a similar mix of long and short samples; positions stay sorted."""
+    """Positions of ``lengths`` (sorted, non-increasing) dealt to ``m`` parts with even token counts
+    and a similar mix of long and short samples (Static SP's balanced packing with tokens as the
+    load; exact LPT under ``capacity`` if that overflows a part); positions stay sorted."""
     m = max(1, min(m, lengths.size))
+    if m == 1:
+        return [np.arange(lengths.size, dtype=np.int64)]
     tokens = lengths.astype(np.float64)
-    part, _, _ = least_loaded_fill(np.zeros(m), np.zeros(m), tokens, tokens, capacity)
+    part = pack_balanced(tokens, tokens, m, capacity, 0.0)
+    if part is None:
+        part, _, _ = least_loaded_fill(np.zeros(m), np.zeros(m), tokens, tokens, capacity)
     return [np.flatnonzero(part == k).astype(np.int64) for k in range(m)]
