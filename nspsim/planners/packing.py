@@ -95,6 +95,11 @@ def least_loaded_fill(loads: npt.ArrayLike, tokens: npt.ArrayLike, cost: npt.Arr
     c = np.asarray(cost, dtype=np.float64)
     t = np.asarray(item_tokens, dtype=np.float64)
     sur = np.zeros(load.size) if surcharge is None else np.array(surcharge, dtype=np.float64)
+    if load.size == 1:  # one unit takes everything (within the budget or not)
+        if c.size:
+            load += c.sum() + sur
+            tok += t.sum()
+        return np.zeros(c.size, dtype=np.int64), load, tok
     out = np.empty(c.size, dtype=np.int64)
     pos = 0
     free = not sur.any()
@@ -126,6 +131,11 @@ def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArr
     otherwise each state finishes alone."""
     load, tok, sur = loads.copy(), tokens.copy(), surcharge.copy()
     states, units = load.shape
+    if units == 1:
+        if cost.size:
+            load += cost.sum() + sur
+            tok += item_tokens.sum()
+        return np.zeros((states, cost.size), dtype=np.int64), load, tok
     out = np.empty((states, cost.size), dtype=np.int64)
     rows = np.arange(states)[:, None]
     pos = 0
