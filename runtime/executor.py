@@ -66,13 +66,14 @@ _TRANSPORT_ERRORS = ("Connection closed", "Connection reset", "Timed out", "time
 
 @dataclass(frozen=True, kw_only=True)
 class ExecOptions:
-    """Executor settings: streaming lookahead (0 = serial phases), recomputation policy, kernel,
+    """Executor settings: streaming lookahead (``None``: all prologues first, the paper's queues; ``k``:
+    at most ``k`` prologues ahead; 0 = serial phases), recomputation policy, kernel,
     gradient synchronisation. ``sync_timing`` synchronises the GPU at every phase boundary so the
     breakdown is device time (it serialises the streams, so it defeats phase streaming); without it
     GPU phase times are host-side launch times. CPU timing is exact either way. ``autocast`` (e.g.
     ``"bfloat16"``) runs forward and backward under ``torch.autocast`` (fp32 master weights)."""
 
-    lookahead: int = 1
+    lookahead: int | None = None
     recompute: str = "plan"
     kernel: str = "auto"
     grad_sync: str = "fsdp"
@@ -80,7 +81,7 @@ class ExecOptions:
     autocast: str | None = None
 
     def __post_init__(self) -> None:
-        if self.lookahead < 0:
+        if self.lookahead is not None and self.lookahead < 0:
             raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
@@ -156,9 +157,10 @@ class NestedAttention:
     """The attention call NSP plugs into the model for one micro-batch on one rank."""
 
     def __init__(self, ctx: ExecContext, layout: RankLayout, backends: Mapping[Node, SPBackend],
-                 marks: npt.NDArray[np.bool_], order: tuple[Node, ...], lookahead: int) -> None:
+                 marks: npt.NDArray[np.bool_], order: tuple[Node, ...], lookahead: int | None) -> None:
         self.ctx, self.layout, self.backends, self.marks = ctx, layout, backends, marks
-        self.steps = rank_steps(order, layout.rank, lookahead)
+        self.steps = {"fwd": rank_steps(order, layout.rank, lookahead),
+                      "bwd": rank_steps(tuple(reversed(order)), layout.rank, lookahead)}
         self.serial = lookahead == 0
         self._empty: tuple[Tensor, Tensor] = (torch.zeros(0), torch.zeros(0))
         self.slots = {slot.node: slot for slot in layout.slots}
@@ -175,7 +177,7 @@ class NestedAttention:
 
     def _drive(self, tasks: dict[Node, NodeTask], prefix: str) -> dict[Node, Any]:
         results: dict[Node, Any] = {}
-        for step in self.steps:
+        for step in self.steps[prefix]:
             backend, task = self.backends[step.node], tasks[step.node]
             getattr(backend, f"{prefix}_{step.phase}")(task, self.ctx)
             if self.serial and step.phase == "epilogue":

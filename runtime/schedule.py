@@ -2,13 +2,15 @@
 
 Every node contributes a communication prologue, a compute phase and a communication epilogue per
 pass (SPEC section 5, "inter-level phase streaming"). One *global* phase sequence is derived from the
-plan's issue order, and each rank runs the sub-sequence of the nodes that contain it:
+issue order (forward: the plan's; backward: reversed, as the simulator models it), and each rank
+runs the sub-sequence of the nodes that contain it:
 
     P(u1) .. P(u1+a)  X(u1) E(u1) P(u2+a)  X(u2) E(u2) P(u3+a) ...
 
-with lookahead ``a`` (1 by default): the prologue of the next node is in flight while the current
-node computes, and a node's epilogue drains while later nodes compute. ``a = 0`` is the serial
-(non-streamed) order. Because every rank's collective sequence is a sub-sequence of one global
+with lookahead ``a``. The default (``None``) issues every prologue first, so the communication queue
+is P(u1)..P(um) E(u1)..E(um) and compute follows the issue order: the paper's two FIFO queues and
+the simulator's streaming model (epilogues queue behind all prologues). ``a = 1`` bounds the
+prologue buffers in flight to two nodes; ``a = 0`` is the serial (non-streamed) order. Because every rank's collective sequence is a sub-sequence of one global
 sequence, any two ranks issue the collectives of the groups they share in the same relative order
 (:func:`order_conflicts` checks this for any set of per-rank logs). That is what keeps NCCL from
 deadlocking on overlapping groups; gloo would silently tolerate a violation, so tests check the
@@ -37,8 +39,10 @@ class Step:
         return f"{self.phase[0].upper()}({self.node})"
 
 
-def stream_order(order: Sequence[Node], lookahead: int = 1) -> tuple[Step, ...]:
+def stream_order(order: Sequence[Node], lookahead: int | None = None) -> tuple[Step, ...]:
     """The global phase sequence for nodes issued in ``order`` (see the module docstring)."""
+    if lookahead is None:
+        lookahead = len(order)
     if lookahead < 0:
         raise ValueError(f"lookahead must be >= 0, got {lookahead}")
     steps = [Step(PROLOGUE, u) for u in order[: lookahead + 1]]
@@ -49,7 +53,7 @@ def stream_order(order: Sequence[Node], lookahead: int = 1) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def rank_steps(order: Sequence[Node], rank: int, lookahead: int = 1) -> tuple[Step, ...]:
+def rank_steps(order: Sequence[Node], rank: int, lookahead: int | None = None) -> tuple[Step, ...]:
     """The phases ``rank`` runs: the global sequence restricted to nodes that contain it."""
     return tuple(s for s in stream_order(order, lookahead) if s.node.contains_rank(rank))
 

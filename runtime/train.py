@@ -64,11 +64,13 @@ class TrainArgs:
     lr: float = 1e-3
     grad_sync: str = "fsdp"
     recompute: str = "plan"
-    lookahead: int = 1
+    lookahead: int | None = None
     kernel: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
     plan_on: str = "rank0"
+    tree_recompute: bool = False
+    optimize_order: bool = False
     simulate: bool = True
     comm_timeout_s: float = 120.0
     step_timeout_s: float = 600.0
@@ -92,6 +94,15 @@ def _tokens(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _lookahead(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lookahead takes 'all' or an integer, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(prog=PROG, description="Execute planned batches with NSP and record every step.")
@@ -112,13 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--grad-sync", choices=("fsdp", "allreduce"), default="fsdp")
     p.add_argument("--recompute", choices=("plan", "all", "none"), default="plan")
-    p.add_argument("--lookahead", type=int, default=1, help="phase-streaming lookahead (0 = serial phases)")
+    p.add_argument("--lookahead", type=_lookahead, default=None,
+                   help="phase streaming: all (default: every prologue first), or at most N prologues ahead (0 = serial)")
     p.add_argument("--kernel", default="auto", help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
                    help="compute dtype: bf16 autocast (fp32 master weights) or fp32; auto = bf16 on CUDA, fp32 on CPU")
     p.add_argument("--plan-on", choices=("rank0", "all"), default="rank0",
                    help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)")
+    p.add_argument("--tree-recompute", action="store_true",
+                   help="derive tree-level save/recompute marks from the memory budget (nspsim.recompute)")
+    p.add_argument("--optimize-order", action="store_true",
+                   help="reorder each plan's issue order for phase streaming (nspsim.issue_order; simulator-ranked "
+                        "unless --no-simulate)")
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
     p.add_argument("--comm-timeout", dest="comm_timeout_s", type=float, default=120.0, help="collective timeout, s")
     p.add_argument("--step-timeout", dest="step_timeout_s", type=float, default=600.0, help="watchdog per step, s")
@@ -134,7 +151,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     checks = [(args.steps > 0, f"--steps must be positive, got {args.steps}"),
               (args.start_batch >= 0, f"--start-batch must be >= 0, got {args.start_batch}"),
               (args.lr > 0, f"--lr must be positive, got {args.lr}"),
-              (args.lookahead >= 0, f"--lookahead must be >= 0, got {args.lookahead}"),
+              (args.lookahead is None or args.lookahead >= 0, f"--lookahead must be >= 0, got {args.lookahead}"),
               (args.comm_timeout_s > 0 and args.step_timeout_s > 0, "timeouts must be positive")]
     for ok, msg in checks:
         if not ok:
@@ -208,13 +225,17 @@ class Planned:
     simulated: dict[str, Any] | None
 
 
+def _step_or_inf(step: float | None) -> float:
+    return float("inf") if step is None else step
+
+
 class PlanAhead:
     """Plans (and simulates) batch ``i + 1`` on a background thread while batch ``i`` executes."""
 
     def __init__(self, args: TrainArgs, workload: Workload) -> None:
         from nspsim.planners import get_planner
 
-        self.workload = workload
+        self.workload, self.args = workload, args
         self.planner = get_planner(args.planner, **args.planner_options)
         self.simulator = None
         if args.simulate:
@@ -226,13 +247,28 @@ class PlanAhead:
 
     def _make(self, index: int) -> Planned:
         start = time.perf_counter()
-        plan = self.planner.plan(self.workload.sampler.batch(index), self.workload)
+        plan = self._prepare(self.planner.plan(self.workload.sampler.batch(index), self.workload))
         elapsed = time.perf_counter() - start
         simulated = None
         if self.simulator is not None:
             res = self.simulator.simulate(plan)
             simulated = {"step_time_s": res.step_time_s, "breakdown_s": dict(res.breakdown_s)}
         return Planned(plan=plan, planning_time_s=elapsed, simulated=simulated)
+
+    def _prepare(self, plan: Plan) -> Plan:
+        """Executor preparation, as ``nspsim compare`` does it: tree-level marks, then the issue order."""
+        wl = self.workload
+        if self.args.tree_recompute:
+            from nspsim.recompute import mark_recompute
+
+            plan = mark_recompute(plan, wl.memory, wl.cost)
+        if self.args.optimize_order:
+            from nspsim.issue_order import optimize_issue_order
+
+            sim = self.simulator
+            evaluate = None if sim is None else (lambda p: _step_or_inf(sim.simulate(p).step_time_s))
+            plan = optimize_issue_order(plan, wl.cost, evaluate=evaluate)
+        return plan
 
     def prefetch(self, index: int) -> None:
         """Start planning batch ``index``."""

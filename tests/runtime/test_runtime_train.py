@@ -21,8 +21,8 @@ from runtime.records import read_records
 from runtime.train import output_paths, parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = ["--trace", "longtail-paper", "--model", "tiny", "--steps", "3", "--tokens-per-batch", "2k",
-        "--max-context", "1k", "--seed", "1", "--token-budget", "1300", "--comm-timeout", "60"]
+BASE = ["--trace", "longtail-paper", "--model", "tiny", "--steps", "3", "--tokens-per-batch", "1k",
+        "--max-context", "512", "--seed", "1", "--token-budget", "650", "--comm-timeout", "60"]
 pytestmark = pytest.mark.timeout(300)
 
 
