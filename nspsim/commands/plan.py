@@ -57,7 +57,8 @@ def format_summary(plan: Plan, data: dict[str, Any]) -> str:
     """Human-readable plan summary."""
     levels = "  ".join(f"SP{d}: {n}" for d, n in data["samples_per_degree"].items())
     extra = {k: v for k, v in plan.metadata.items() if k not in {
-        "load_s", "lower_bound_s", "load_over_lower_bound", "step_estimate_s", "planning_time_s", "micro_batches"}}
+        "load_s", "lower_bound_s", "load_over_lower_bound", "step_estimate_s", "planning_time_s", "planning_cpu_s",
+        "micro_batches"}}
     return "\n".join([
         f"plan      {plan.content_hash} by {plan.planner}: {plan.model.name} on {plan.cluster.label}",
         f"batch     {plan.batch.trace} seed {plan.batch.seed} #{plan.batch.index}: {plan.num_samples} samples, "
@@ -67,7 +68,7 @@ def format_summary(plan: Plan, data: dict[str, Any]) -> str:
         f"of B_tok={plan.token_budget}",
         f"load      {data['load_s']:.4f} s proxy Load; lower bound {data['lower_bound_s']:.4f} s "
         f"(ratio {data['load_over_lower_bound']:.3f}); step estimate {data['step_estimate_s']:.4f} s",
-        f"time      {1e3 * data['planning_time_s']:.1f} ms planning",
+        f"time      {1e3 * data['planning_time_s']:.1f} ms planning ({1e3 * float(plan.metadata['planning_cpu_s']):.1f} ms CPU)",
         "details   " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())),
     ])
 

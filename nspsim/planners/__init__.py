@@ -6,7 +6,8 @@ One registry chooses planners by name::
     plan = get_planner("nsp", beam_width=8).plan(batch, workload)
 
 ``get_planner`` raises ``ValueError`` listing the known names for an unknown name, and naming the
-option for an unknown or invalid option. Every plan's metadata holds ``planning_time_s``, ``load_s``
+option for an unknown or invalid option. Every plan's metadata holds ``planning_time_s`` (wall) and
+``planning_cpu_s``, ``load_s``
 (proxy Load, micro-batch Loads summed), ``lower_bound_s``, ``load_over_lower_bound``,
 ``step_estimate_s`` and ``micro_batches``, plus planner-specific entries.
 """

@@ -20,7 +20,6 @@ cheap to decide, blind to length skew inside a micro-batch.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,7 +28,7 @@ import numpy as np
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, IntArray, Placement, finish, make_context, step_estimate
+from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, step_estimate
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.planners.static_planner import pack_degree
 
@@ -60,7 +59,7 @@ class BASPPlanner:
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Try each micro-batch count, keep the smallest step estimate."""
-        started = time.perf_counter()
+        started = Stopwatch.start()
         ctx = make_context(batch, workload)
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
         last = min(max(first, min(first + 4, self.max_micro_batches)), ctx.table.num_samples)

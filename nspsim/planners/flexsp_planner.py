@@ -21,7 +21,6 @@ chose, and its proxy Load is evaluated on the actual lengths.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
@@ -31,7 +30,7 @@ import numpy as np
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, IntArray, Placement, finish, make_context, step_estimate
+from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, step_estimate
 from nspsim.planners.bucketing import Buckets, bucketize
 from nspsim.planners.flexsp_milp import SOLVERS, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
@@ -80,7 +79,7 @@ class FlexSPPlanner:
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Sweep micro-batch counts, solve a MILP per micro-batch, keep the best step estimate."""
-        started = time.perf_counter()
+        started = Stopwatch.start()
         ctx = make_context(batch, workload)
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
         last = min(max(first, min(first + 4, self.max_micro_batches)), ctx.table.num_samples)

@@ -14,7 +14,6 @@ still a Python loop over all samples, so its runtime grows with the batch (docs/
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,7 +23,7 @@ import numpy.typing as npt
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, IntArray, Placement, finish, make_context
+from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
@@ -109,7 +108,7 @@ class GreedyPlanner:
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route every sample greedily (fewest micro-batches that fit when one pass cannot)."""
-        started = time.perf_counter()
+        started = Stopwatch.start()
         ctx = make_context(batch, workload)
         return finish(self.name, ctx, _route_batch(ctx), started)
 

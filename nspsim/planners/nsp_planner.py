@@ -33,7 +33,6 @@ micro-batches that work (LPT on tokens) and each is routed alone - an extension;
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -43,7 +42,7 @@ import numpy.typing as npt
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, IntArray, Placement, finish, make_context
+from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context
 from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
@@ -100,7 +99,7 @@ class NSPPlanner:
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route the batch (see the module docstring)."""
-        started = time.perf_counter()
+        started = Stopwatch.start()
         ctx = make_context(batch, workload)
         search = ctx.table if self.proxy == "full" else CostTable(
             workload.cost, workload.tree, batch.lengths, workload.token_budget, kind=self.proxy)

@@ -22,7 +22,6 @@ by the cost model balances FLOPs, not tokens; the token budget is the only memor
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -31,7 +30,7 @@ import numpy as np
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, IntArray, Placement, finish, make_context, proxy_load, step_estimate
+from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, proxy_load, step_estimate
 from nspsim.planners.packing import pack_balanced
 from nspsim.sp_tree import is_power_of_two
 
@@ -132,7 +131,7 @@ class StaticPlanner:
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Pack the batch at the fixed degree, or at the best degree for ``"auto"``."""
-        started = time.perf_counter()
+        started = Stopwatch.start()
         ctx = make_context(batch, workload)
         if isinstance(self.degree, int):
             placement = pack_degree(ctx, self.degree)
