@@ -26,7 +26,6 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -372,8 +371,3 @@ class NSPExecutor:
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
-
-
-def default_timeout(seconds: float) -> timedelta:
-    """A ``timedelta`` for process-group timeouts."""
-    return timedelta(seconds=seconds)

@@ -38,7 +38,7 @@ def _blocks(ctx: ExecContext, shards: NodeShards, group_rank: int, step: int) ->
     return blocks
 
 
-def _index(ctx: ExecContext, rows: npt.NDArray[np.int64], device: torch.device) -> Tensor:
+def _index(rows: npt.NDArray[np.int64], device: torch.device) -> Tensor:
     return torch.as_tensor(rows, device=device)
 
 
@@ -94,7 +94,7 @@ class RingBackend:
                        lse: Tensor) -> None:
         if blk.q_rows.size == 0 or blk.k_rows.size == 0:
             return
-        qi, ki = _index(ctx, blk.q_rows, q.device), _index(ctx, blk.k_rows, q.device)
+        qi, ki = _index(blk.q_rows, q.device), _index(blk.k_rows, q.device)
         k, v = self._split(kv.index_select(0, ki))
         seg = Segments.pairs(blk.q_lengths.tolist(), blk.k_lengths.tolist())
         o, lse_b = ctx.kernel.forward(q.index_select(0, qi), k, v, seg, blk.causal)
@@ -127,7 +127,7 @@ class RingBackend:
                         kv: Tensor, dq: Tensor, dkv: Tensor) -> None:
         if blk.q_rows.size == 0 or blk.k_rows.size == 0:
             return
-        qi, ki = _index(ctx, blk.q_rows, kv.device), _index(ctx, blk.k_rows, kv.device)
+        qi, ki = _index(blk.q_rows, kv.device), _index(blk.k_rows, kv.device)
         q, dout, out, lse = (x.index_select(0, qi) for x in local)
         k, v = self._split(kv.index_select(0, ki))
         seg = Segments.pairs(blk.q_lengths.tolist(), blk.k_lengths.tolist())
