@@ -9,8 +9,9 @@ surrogates - costs one evaluation each and is what makes the static seed below a
 
 Static seed: with the full proxy, the best one-pass Static SP packing of the same samples (every
 degree that holds them, :mod:`nspsim.planners.static_planner`) also competes in that final choice,
-so NSP's Load is never worse than the best static Load on the batch. A degree whose work floor
-(its total work spread evenly) already reaches the beam's Load cannot win and is not packed. With
+so NSP's Load is never worse than the best static Load on the batch. A degree whose floor (its total
+work spread evenly, or its longest sample alone) already reaches the beam's Load cannot win and is
+not packed. With
 ``proxy="attn-fwd"`` (the "w/o cost model" ablation) the planner scores everything with
 attention-forward time only, and the seed is skipped because choosing it needs the full cost model.
 
@@ -211,13 +212,16 @@ def _beam_routes(search: CostTable, select: IntArray, layout: NodeLayout, k: int
 
 def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beaten: float) -> list[Route]:
     """One-pass static packings of the selected samples at every level that holds them, skipping a
-    level whose work floor (its total work spread evenly: sum_j d c_j(d) / P) already reaches ``beaten``."""
+    level whose floor already reaches ``beaten``: its total work spread evenly (sum_j d c_j(d) / P)
+    or the longest sample's own cost there."""
     table = ctx.table
     mask = np.zeros(table.num_samples, dtype=bool)
     mask[select] = True
     routes = []
     for d in levels:
-        if float(table.total(d)[select].sum()) * d / ctx.num_gpus >= beaten:
+        cost = table.total(d)[select]
+        floor = max(float(cost.sum()) * d / ctx.num_gpus, float(cost[0]) + table.overhead_total(d))
+        if floor >= beaten:  # static at d cannot beat the beam: its work floor or its longest sample
             continue
         firsts_sel = pack_single_pass(ctx, d, select)
         if firsts_sel is None:
