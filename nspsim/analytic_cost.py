@@ -15,7 +15,7 @@ Attention core (per layer, per GPU of a node of SP degree k, samples of lengths 
 Non-attention work: GEMM FLOPs of the projections and active FFN at ``nonattn_flops``; backward is
 2x forward plus one recomputed FFN forward (selective checkpointing); expert parallelism adds two
 all-to-alls per FFN pass. FSDP: ring all-gather of one layer's bf16 parameters (experts sharded over
-their EP replicas), ring reduce-scatter of its gradients.
+their EP replicas), ring reduce-scatter of its gradients, with one ring per NIC rail across hosts.
 
 Trade-off: closed forms make planning cheap and explainable; accuracy comes from a measured profile.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nspsim.cluster_spec import ClusterSpec
-from nspsim.comm_model import alltoall_traffic, collective_time, ring_traffic
+from nspsim.comm_model import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
 from nspsim.cost_model import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts
 from nspsim.memory import gathered_layer_params
 from nspsim.model_spec import ModelSpec
@@ -114,7 +114,7 @@ class AnalyticCostModel:
             return 0.0
         if self.profile.allgather_bw is not None:
             return self.latency(group_size) + bytes_moved / self.profile.allgather_bw
-        traffic = ring_traffic(bytes_moved, group_size, self.cluster.gpus_per_node)
+        traffic = ring_collective_traffic(bytes_moved, group_size, self.cluster.gpus_per_node)
         return collective_time(traffic, self.cluster, group_size)
 
     # ---- backend level -------------------------------------------------------------------------

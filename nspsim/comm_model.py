@@ -45,16 +45,31 @@ def alltoall_traffic(sent_bytes: float, group_size: int, gpus_per_node: int) -> 
 
 
 def ring_traffic(bytes_per_step: float, group_size: int, gpus_per_node: int) -> Traffic:
-    """Ring traffic: every GPU passes ``bytes_per_step`` to its neighbour (one ring-attention step,
-    or a whole ring all-gather / reduce-scatter with ``bytes_per_step`` = (k-1)/k of the buffer).
+    """One ring-attention step: every GPU passes ``bytes_per_step`` to its neighbour.
 
-    Inside one host every hop is NVLink; a ring over several hosts is paced by its off-host hops.
+    Inside one host every hop is NVLink; a single ring over several hosts is paced by its off-host
+    hops, which run at one NIC's speed.
     """
     if group_size <= 1:
         return NO_TRAFFIC
     if group_size <= gpus_per_node:
         return Traffic(bytes_per_step, 0.0)
     return Traffic(0.0, bytes_per_step)
+
+
+def ring_collective_traffic(bytes_moved: float, group_size: int, gpus_per_node: int) -> Traffic:
+    """A ring all-gather / reduce-scatter in which each GPU moves ``bytes_moved`` = (k-1)/k of the buffer.
+
+    Across hosts NCCL runs one ring per NIC rail, each carrying 1/gpus_per_node of the data: a GPU is
+    the host entry point of one ring (its NIC carries 1/gpn of its bytes) and an NVLink hop of the
+    others. Unlike an all-to-all, the collective therefore uses every NIC of a host.
+    """
+    if group_size <= 1:
+        return NO_TRAFFIC
+    if group_size <= gpus_per_node:
+        return Traffic(bytes_moved, 0.0)
+    rails = gpus_per_node
+    return Traffic(bytes_moved * (rails - 1) / rails, bytes_moved / rails)
 
 
 def collective_time(traffic: Traffic, cluster: ClusterSpec, group_size: int) -> float:

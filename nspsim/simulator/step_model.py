@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from nspsim.cluster_spec import ClusterSpec
-from nspsim.comm_model import Traffic, alltoall_traffic, ring_traffic
+from nspsim.comm_model import Traffic, alltoall_traffic, ring_collective_traffic
 from nspsim.cost_model import CostModel, Phases
 from nspsim.simulator.hardware import Collective, port_shares
 from nspsim.simulator.program import (
@@ -65,7 +65,8 @@ class CollectiveFactory:
         key = (pattern, size)
         if key not in self._shares:
             gpn = self.cluster.gpus_per_node
-            traffic: Traffic = ring_traffic(1.0, size, gpn) if pattern == "ring" else alltoall_traffic(1.0, size, gpn)
+            traffic: Traffic = (ring_collective_traffic(1.0, size, gpn) if pattern == "ring"
+                                else alltoall_traffic(1.0, size, gpn))
             self._shares[key] = port_shares(traffic, self.cluster)
         return self._shares[key]
 
