@@ -21,7 +21,7 @@ Defaults, each chosen by measurement (docs/planners.md):
   critical load (a documented deviation; ``lookahead=False`` is the literal rule). Without it the
   beam lands at about Static SP's Load; with it within 2-4% of the lower bound.
 * ``monotone=False``: with the lookahead, forcing longer samples onto degrees no smaller than shorter
-  ones cost up to 25% Load on a 1024-GPU code-trace batch and never helped.
+  ones cost 23% Load on the 1024-GPU code-trace batch and never helped.
 * ``prefix_k="auto"``: the samples whose single-GPU cost is at least a quarter of the mean per-GPU
   work (a leaf cannot absorb them without imbalance); the rest are the greedy tail.
 * ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.5% better than 1 on the code
