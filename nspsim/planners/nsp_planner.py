@@ -24,12 +24,12 @@ Defaults, each chosen by measurement (docs/planners.md):
   ones cost 23% Load on the 1024-GPU code-trace batch and never helped.
 * ``prefix_k="auto"``: the samples whose single-GPU cost is at least a quarter of the mean per-GPU
   work (a leaf cannot absorb them without imbalance); the rest are the greedy tail.
-* ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.5% better than 1 on the code
-  trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion).
+* ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.02-0.5% better than 1 on the
+  code trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion).
 
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
-micro-batches that work (LPT on tokens) and each is routed alone - an extension; the paper uses one.
+micro-batches that work (token-balanced) and each is routed alone - an extension; the paper uses one.
 """
 
 from __future__ import annotations
