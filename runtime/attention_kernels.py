@@ -24,6 +24,8 @@ many short samples of long-tail batches, at the cost of an index gather/scatter 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import importlib.util
 import inspect
 import math
@@ -165,17 +167,19 @@ def _causal_mask(lq: int, lk: int, device: torch.device) -> Tensor:
     return torch.ones(lq, lk, dtype=torch.bool, device=device).triu(1)
 
 
-class _GroupedKernel:
+class _GroupedKernel(ABC):
     """Shared driver: one batched dense call per group of equally long segments."""
 
     name = "grouped"
 
+    @abstractmethod
     def _fwd_group(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-        raise NotImplementedError
+        """(output, log-sum-exp) of one group of equally long segments."""
 
+    @abstractmethod
     def _bwd_group(self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
                    scale: float) -> tuple[Tensor, Tensor, Tensor]:
-        raise NotImplementedError
+        """(dq, dk, dv) of one group of equally long segments."""
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, seg: Segments, causal: bool) -> tuple[Tensor, Tensor]:
         """See :class:`AttentionKernel`."""
