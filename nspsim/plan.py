@@ -145,12 +145,14 @@ class Plan:
                 raise ValueError(f"plan has {n} samples but {size} entries in {name}")
         if min(self.lengths) <= 0:
             raise ValueError(f"sample {int(np.argmin(self.lengths))} has non-positive length {min(self.lengths)}")
-        for j, node in enumerate(self.nodes):
-            if not self.tree.has_node(node):
-                try:
-                    self.tree.check_node(node)
-                except ValueError as exc:
-                    raise ValueError(f"sample {j}: {exc}") from None
+        _, degrees, firsts, _ = self.arrays
+        bad = ~_valid_nodes(degrees, firsts, self.spmax, self.cluster.num_gpus)
+        if bad.any():
+            j = int(np.argmax(bad))
+            try:
+                self.tree.check_node(self.nodes[j])
+            except ValueError as exc:
+                raise ValueError(f"sample {j}: {exc}") from None
         ids = sorted(set(self.micro_batches))
         if ids != list(range(len(ids))):
             raise ValueError(f"micro-batch ids must be 0..m-1 without gaps, got {ids[:8]}")
@@ -196,7 +198,9 @@ class Plan:
     @cached_property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(lengths, degrees, first ranks, micro-batch ids) as int64 arrays."""
-        degrees, firsts = self.tree.node_arrays(self.nodes)
+        n = len(self.nodes)
+        degrees = np.fromiter((node.degree for node in self.nodes), dtype=np.int64, count=n)
+        firsts = degrees * np.fromiter((node.index for node in self.nodes), dtype=np.int64, count=n)
         return (np.asarray(self.lengths, dtype=np.int64), degrees, firsts,
                 np.asarray(self.micro_batches, dtype=np.int64))
 
@@ -206,9 +210,10 @@ class Plan:
         return mask
 
     def active_nodes(self, micro_batch: int) -> tuple[Node, ...]:
-        """Distinct nodes used in ``micro_batch``, sorted (roots first)."""
-        nodes = {self.nodes[j] for j in np.flatnonzero(self.sample_mask(micro_batch))}
-        return tuple(sorted(nodes, key=lambda n: (-n.degree, n.index)))
+        """Distinct nodes used in ``micro_batch``, sorted (roots first, then by rank)."""
+        _, degrees, firsts, _ = self.arrays
+        mask = self.sample_mask(micro_batch)
+        return _roots_first(degrees[mask], firsts[mask], self.cluster.num_gpus)
 
     def tokens_per_gpu(self, micro_batch: int = 0) -> np.ndarray:
         """Tok_p of every GPU in ``micro_batch``."""
@@ -231,10 +236,15 @@ class Plan:
 
     @cached_property
     def content_hash(self) -> str:
-        """Stable hash of everything except metadata: equal plans hash equal on every rank."""
-        body = self._body()
-        body.pop("metadata")
-        return _fingerprint(body)
+        """Stable hash of everything except metadata: equal plans hash equal on every rank.
+
+        SHA-256 over the canonical JSON of the header and the little-endian bytes of the per-sample
+        columns (hashing 30K samples as JSON text would cost ~100 ms).
+        """
+        digest = hashlib.sha256(json.dumps(self._header(), sort_keys=True, separators=(",", ":")).encode())
+        for column in self._columns().values():
+            digest.update(np.ascontiguousarray(column, dtype="<i8").tobytes())
+        return digest.hexdigest()[:16]
 
     def check_compatible(self, cluster: ClusterSpec, model: ModelSpec | None = None) -> None:
         """Raise ``ValueError`` if this plan was made for another cluster (or model)."""
@@ -248,21 +258,30 @@ class Plan:
             raise ValueError(f"plan was made for model {self.model.name}, not {model.name} (or its spec changed)")
 
     # ---- JSON ------------------------------------------------------------------------------------
-    def _body(self) -> dict[str, Any]:
-        lengths, degrees, firsts, mbs = self.arrays
+    def _header(self) -> dict[str, Any]:
+        """Everything but the per-sample columns and the metadata."""
         return {
             "schema": SCHEMA, "schema_version": self.schema_version, "planner": self.planner,
             "cluster": vars(self.cluster).copy(), "model": vars(self.model).copy(), "batch": vars(self.batch).copy(),
             "spmax": self.spmax, "gpus_per_node": self.gpus_per_node, "token_budget": self.token_budget,
-            "backend": self.backend,
-            "samples": {
-                "length": lengths.tolist(), "degree": degrees.tolist(), "index": (firsts // degrees).tolist(),
-                "micro_batch": mbs.tolist(),
-                "recompute": None if self.recompute is None else [int(r) for r in self.recompute],
-            },
+            "backend": self.backend, "marked": self.recompute is not None,
             "issue_order": [[n.to_str() for n in order] for order in self.issue_order],
-            "metadata": dict(self.metadata),
         }
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        """Per-sample columns as integer arrays (recompute marks as 0/1, empty when unmarked)."""
+        lengths, degrees, firsts, mbs = self.arrays
+        marks = np.asarray(self.recompute if self.recompute is not None else (), dtype=np.int64)
+        return {"length": lengths, "degree": degrees, "index": firsts // degrees, "micro_batch": mbs,
+                "recompute": marks}
+
+    def _body(self) -> dict[str, Any]:
+        body = self._header()
+        del body["marked"]
+        columns = {k: v.tolist() for k, v in self._columns().items()}
+        if self.recompute is None:
+            columns["recompute"] = None
+        return {**body, "samples": columns, "metadata": dict(self.metadata)}
 
     def to_json(self, indent: int | None = None) -> str:
         """Canonical JSON text including the content hash."""
@@ -292,12 +311,28 @@ class Plan:
         return plan
 
 
+def _valid_nodes(degrees: np.ndarray, firsts: np.ndarray, spmax: int, num_gpus: int) -> np.ndarray:
+    """Per sample: is (degree, first rank) an aligned power-of-two block <= spmax inside the cluster?"""
+    pow2 = (degrees > 0) & ((degrees & (degrees - 1)) == 0)
+    valid: np.ndarray = pow2 & (degrees <= spmax) & (firsts >= 0) & (firsts + degrees <= num_gpus)
+    return valid
+
+
+def _roots_first(degrees: np.ndarray, firsts: np.ndarray, num_gpus: int) -> tuple[Node, ...]:
+    """Distinct nodes, largest degree first, then by rank (one integer key per node, one np.unique)."""
+    keys = np.unique((num_gpus - degrees) * (num_gpus + 1) + firsts)
+    deg = num_gpus - keys // (num_gpus + 1)
+    first = keys % (num_gpus + 1)
+    return tuple(Node(int(d), int(f // d)) for d, f in zip(deg.tolist(), first.tolist()))
+
+
 def default_issue_order(nodes: Sequence[Node], micro_batches: Sequence[int]) -> tuple[tuple[Node, ...], ...]:
     """Roots first (largest degree), then by rank: long samples start earliest."""
-    per_mb: dict[int, set[Node]] = {}
-    for node, mb in zip(nodes, micro_batches):
-        per_mb.setdefault(mb, set()).add(node)
-    return tuple(tuple(sorted(per_mb[mb], key=lambda n: (-n.degree, n.index))) for mb in sorted(per_mb))
+    degrees = np.fromiter((n.degree for n in nodes), dtype=np.int64, count=len(nodes))
+    firsts = degrees * np.fromiter((n.index for n in nodes), dtype=np.int64, count=len(nodes))
+    mbs = np.asarray(micro_batches, dtype=np.int64)
+    span = int((firsts + degrees).max(initial=1))
+    return tuple(_roots_first(degrees[mbs == mb], firsts[mbs == mb], span) for mb in np.unique(mbs).tolist())
 
 
 def make_plan(
