@@ -363,7 +363,7 @@ class NSPExecutor:
         if self.options.grad_sync != "allreduce" or self.world == 1 or self.model is None:
             return
         with self.clock.measure("fsdp_exposed_comm"):
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            grads = [_grad_or_zeros(p) for p in self.model.parameters()]
             flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat, group=self.groups.world_group)
             self.comm.log.append((tuple(range(self.world)), "grad-allreduce"))
@@ -371,3 +371,11 @@ class NSPExecutor:
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
+
+
+def _grad_or_zeros(p: nn.Parameter) -> Tensor:
+    """The parameter's gradient, set to zeros if this rank produced none, so every rank all-reduces a
+    buffer of the same size."""
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    return p.grad

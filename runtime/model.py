@@ -110,9 +110,10 @@ class MoE(nn.Module):
         weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
         out = torch.zeros_like(x) if self.shared is None else self.shared(x)
         for e, expert in enumerate(self.experts):
+            # An expert with no routed rows still runs (on zero rows): its parameters then get a zero
+            # gradient on this rank, so every rank synchronises the same set of gradients.
             rows, slot = torch.nonzero(chosen == e, as_tuple=True)
-            if rows.numel():
-                out = out.index_add(0, rows, expert(x.index_select(0, rows)) * weights[rows, slot, None])
+            out = out.index_add(0, rows, expert(x.index_select(0, rows)) * weights[rows, slot, None])
         return out
 
 

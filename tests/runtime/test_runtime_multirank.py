@@ -70,8 +70,22 @@ def attention_cases(world: int) -> list[rt_workers.AttentionCase]:
     return cases
 
 
+UNUSED_EXPERTS = "moe-unused-experts"
+
+
+def unused_expert_plan(world: int) -> Plan:
+    """tiny-moe (top-2 of 4 experts) on lengths [40, 30, 1] with rank 1 holding only the 1-token sample,
+    so rank 1 routes rows to two experts at most and leaves the others without rows (ranks >= 2 hold
+    no rows at all)."""
+    return make_plan(planner=UNUSED_EXPERTS, cluster=get_cluster("cpu", world), model=get_model("tiny-moe"),
+                     batch=make_batch([40, 30, 1]), spmax=world, token_budget=10**6,
+                     nodes=[Node(1, 0), Node(1, 0), Node(1, 1)])
+
+
 def parity_cases(world: int) -> list[rt_workers.Case]:
     cases = [rt_workers.Case(plan_json=p.to_json(), seed=3) for p in planner_plans(world)]
+    cases += [rt_workers.Case(plan_json=unused_expert_plan(world).to_json(), seed=8, model="tiny-moe",
+                              options=ExecOptions(grad_sync=sync)) for sync in ("fsdp", "allreduce")]
     nested_u, nested_r, disjoint = hand_plans(world, seed=world)
     cases += [rt_workers.Case(plan_json=nested_u.to_json(), seed=4),
               rt_workers.Case(plan_json=nested_r.to_json(), seed=5, options=ExecOptions(grad_sync="allreduce",
@@ -103,22 +117,38 @@ def test_ulysses_and_ring_match_single_device_attention(run: dict) -> None:
                 assert err < TOL, (rank, plan.backend, case.lookahead, name, err)
 
 
+def _assert_matches_reference(run: dict, i: int, case: rt_workers.Case) -> None:
+    """Every rank's loss and rank 0's summed gradients of parity case ``i`` equal the reference."""
+    plan = Plan.from_json(case.plan_json)
+    ref_loss, ref_grads = rt_workers.reference(case)
+    reps = [res["parity"][i] for res in run["results"]]
+    for rank, rep in enumerate(reps):
+        assert abs(rep["loss"] - ref_loss) < TOL, (rank, plan.planner, rep["loss"], ref_loss)
+        assert rep["checksum"] == reps[0]["checksum"], (rank, plan.planner)
+    grads = reps[0]["grads"]
+    assert grads.keys() == ref_grads.keys()
+    diffs = {name: float((grads[name] - ref).abs().max()) for name, ref in ref_grads.items()}
+    worst = max(diffs, key=diffs.__getitem__)
+    assert diffs[worst] < TOL, (plan.planner, plan.backend, case.options.grad_sync, worst, diffs[worst])
+
+
 def test_loss_and_every_gradient_match_the_single_process_reference(run: dict) -> None:
     seen_planners = set()
     for i, case in enumerate(run["payload"]["parity"]):
-        plan = Plan.from_json(case.plan_json)
-        seen_planners.add(plan.planner)
-        ref_loss, ref_grads = rt_workers.reference(case)
-        reps = [res["parity"][i] for res in run["results"]]
-        for rank, rep in enumerate(reps):
-            assert abs(rep["loss"] - ref_loss) < TOL, (rank, plan.planner, rep["loss"], ref_loss)
-            assert rep["checksum"] == reps[0]["checksum"], (rank, plan.planner)
-        grads = reps[0]["grads"]
-        assert grads.keys() == ref_grads.keys()
-        diffs = {name: float((grads[name] - ref).abs().max()) for name, ref in ref_grads.items()}
-        worst = max(diffs, key=diffs.__getitem__)
-        assert diffs[worst] < TOL, (plan.planner, plan.backend, worst, diffs[worst])
+        seen_planners.add(Plan.from_json(case.plan_json).planner)
+        _assert_matches_reference(run, i, case)
     assert set(PLANNER_NAMES) <= seen_planners
+
+
+def test_moe_gradients_sync_when_a_rank_leaves_experts_unused(run: dict) -> None:
+    """Regression: a rank whose rows reach only some experts used to all-reduce (or reduce-scatter) a
+    gradient buffer of a different size than its peers."""
+    cases = [(i, c) for i, c in enumerate(run["payload"]["parity"])
+             if Plan.from_json(c.plan_json).planner == UNUSED_EXPERTS]
+    assert sorted(c.options.grad_sync for _, c in cases) == ["allreduce", "fsdp"]
+    assert rank_layout(Plan.from_json(cases[0][1].plan_json), 0, 1).num_rows == 1
+    for i, case in cases:
+        _assert_matches_reference(run, i, case)
 
 
 def test_cases_cover_nesting_uneven_shards_micro_batches_and_recompute(run: dict) -> None:
