@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from nspsim.memory import MemoryModel
 from nspsim.model_spec import ModelSpec
 from nspsim.plan import Plan
+from nspsim.simulator.activation import plan_activations
 from nspsim.sp_tree import Node
 from runtime.attention_kernels import select_kernel
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask, SPBackend
@@ -88,22 +89,11 @@ class ExecOptions:
             raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC_MODES)}, got {self.grad_sync!r}")
 
 
-def attention_fits(plan: Plan, memory: MemoryModel) -> bool:
-    """Whether every GPU can keep the attention state of all its samples (no recomputation needed)."""
-    lengths, degrees, firsts, _ = plan.arrays
-    for mb in range(plan.num_micro_batches):
-        mask = plan.sample_mask(mb)
-        per_token = np.array([memory.attention_bytes_per_token(int(d)) for d in degrees[mask]])
-        extra = plan.tree.per_gpu_sum(lengths[mask] / degrees[mask] * per_token, degrees[mask], firsts[mask])
-        base = memory.base_bytes(1.0) * plan.tokens_per_gpu(mb)
-        if not memory.fits(float(np.max(base + extra))):
-            return False
-    return True
-
-
 def recompute_marks(plan: Plan, mode: str, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
-    """Per-sample recompute marks: the plan's, or all/none; a plan without marks recomputes all
-    attention only when keeping it would not fit (the paper's baseline)."""
+    """Per-sample recompute marks: all or none, or (``plan``) the simulator's decision
+    (:func:`nspsim.simulator.activation.plan_activations`): the plan's own marks, else per micro-batch
+    keep all attention if it fits the memory model and recompute that micro-batch's attention otherwise
+    (the paper's baseline). Without a memory model an unmarked plan keeps everything."""
     n = plan.num_samples
     if mode == "all":
         return np.ones(n, dtype=bool)
@@ -111,8 +101,9 @@ def recompute_marks(plan: Plan, mode: str, memory: MemoryModel | None = None) ->
         return np.zeros(n, dtype=bool)
     if plan.recompute is not None:
         return np.asarray(plan.recompute, dtype=bool)
-    fits = memory is None or attention_fits(plan, memory)
-    return np.full(n, not fits, dtype=bool)
+    if memory is None:
+        return np.zeros(n, dtype=bool)
+    return np.asarray(plan_activations(plan, memory).remat, dtype=bool)
 
 
 # ---- layout change --------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from runtime.attention_kernels import Segments, select_kernel
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask
-from runtime.executor import ExecOptions, attention_fits, recompute_marks
+from nspsim.memory import MemoryModel
+from nspsim.simulator.activation import plan_activations
+from runtime.executor import ExecOptions, recompute_marks
 from runtime.layout import NodeShards, Slot
 from runtime.timing import PhaseClock, breakdown
 
@@ -58,8 +60,23 @@ def test_recompute_marks_follow_the_plan_or_the_mode() -> None:
     unmarked = make_plan(planner="hand", cluster=cl, model=m, batch=make_batch([4, 6]), spmax=2, token_budget=100,
                          nodes=[Node(2, 0), Node(1, 1)])
     memory = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2)).memory
-    assert attention_fits(unmarked, memory)
     assert recompute_marks(unmarked, "plan", memory).tolist() == [False, False]
+    assert recompute_marks(unmarked, "plan").tolist() == [False, False]  # no memory model: keep everything
+
+
+def test_unmarked_plans_recompute_per_micro_batch_exactly_as_the_simulator_decides() -> None:
+    """Two micro-batches on one GPU; 1 byte per token kept plus 1 byte per token of attention, 1000
+    bytes free: micro-batch 0 (100 tokens, 200 bytes with attention) keeps its attention, micro-batch 1
+    (600 tokens, 1200 bytes) recomputes it. A whole-plan decision would recompute both."""
+    memory = MemoryModel(usable_bytes=1000, state_bytes=0, buffer_bytes=0, keep_bytes_per_token=1,
+                         working_bytes_per_token=0, attn_bytes_per_token_layer=1, attn_kv_bytes_per_head_token=0,
+                         num_layers=1, num_kv_heads=2, token_budget=1000)
+    plan = make_plan(planner="hand", cluster=get_cluster("cpu", 2), model=get_model("tiny"),
+                     batch=make_batch([100, 600]), spmax=2, token_budget=1000, nodes=[Node(1, 0), Node(1, 0)],
+                     micro_batches=[0, 1])
+    simulator = plan_activations(plan, memory)
+    assert simulator.policy == "full-recompute" and simulator.remat.tolist() == [False, True]
+    assert recompute_marks(plan, "plan", memory).tolist() == simulator.remat.tolist()
 
 
 def test_breakdown_adds_up_to_the_step_time() -> None:
