@@ -24,8 +24,10 @@ import numpy as np
 from nspsim.memory import GIB, MemoryModel
 from nspsim.plan import Plan
 
+POLICIES = ("keep-all", "full-recompute", "tree-marks")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ActivationPlan:
     """Which samples rerun attention in backward, and the memory that results."""
 
@@ -33,6 +35,12 @@ class ActivationPlan:
     remat: np.ndarray
     peak_bytes: np.ndarray
     oom: str | None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown recompute policy {self.policy!r} (known: {', '.join(POLICIES)})")
+        if self.remat.dtype != bool or self.remat.ndim != 1 or self.peak_bytes.ndim != 1:
+            raise ValueError("remat must be a boolean mask per sample and peak_bytes one value per GPU")
 
     @property
     def remat_fraction(self) -> float:

@@ -46,7 +46,7 @@ class Collective:
     """One collective over ranks ``[first, end)``; ``work`` is its stand-alone bandwidth time (s)."""
 
     __slots__ = ("cid", "name", "first", "end", "latency", "work", "shares", "arrived", "start", "finish",
-                 "rate", "stamp", "version", "on_done", "throttled")
+                 "rate", "stamp", "version", "on_done")
 
     def __init__(self, cid: int, name: str, first: int, end: int, latency: float, work: float,
                  shares: tuple[float, float]) -> None:
@@ -55,13 +55,7 @@ class Collective:
         self.arrived = 0
         self.start = self.finish = 0.0
         self.rate, self.stamp, self.version = 1.0, 0.0, 0
-        self.throttled = False
         self.on_done: Callable[[Collective], None] | None = None
-
-    @property
-    def size(self) -> int:
-        """Number of member ranks."""
-        return self.end - self.first
 
     def overlaps(self, other: Collective) -> bool:
         """Whether the two rank blocks share a GPU."""
@@ -149,6 +143,5 @@ class Fabric:
             return
         coll.work = max(coll.work - coll.rate * (now - coll.stamp), 0.0) if coll.version else coll.work
         coll.rate, coll.stamp = rate, now
-        coll.throttled = coll.throttled or rate < 1.0 - _EPS
         coll.version += 1
         self._after(coll.work / rate, self._finish_transfer, (coll, coll.version))

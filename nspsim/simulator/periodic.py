@@ -26,13 +26,17 @@ from nspsim.simulator.program import Program
 TOLERANCE_S = 1e-9
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Repeat:
     """Layer segment ``segment`` is repeated ``copies`` extra times, each ``shift`` seconds later."""
 
     segment: int
     shift: float
     copies: int
+
+    def __post_init__(self) -> None:
+        if self.segment < 0 or self.copies < 0 or not np.isfinite(self.shift):
+            raise ValueError(f"invalid layer repeat: segment {self.segment}, {self.copies} copies, shift {self.shift}")
 
 
 def find_repeats(program: Program, total_layers: int, simulated_layers: int) -> list[Repeat] | None:

@@ -56,7 +56,7 @@ class Task:
         self.head = False  # whether every earlier task of the queue has a known end
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Segment:
     """A stage of the step: ``kind`` in pre/fwd/head/bwd/post/opt, its micro-batch and layer."""
 
@@ -80,7 +80,7 @@ class Program:
 
     def segment(self, kind: str, micro_batch: int, layer: int = -1) -> int:
         """Open a new segment and return its id."""
-        self.segments.append(Segment(kind, micro_batch, layer))
+        self.segments.append(Segment(kind=kind, micro_batch=micro_batch, layer=layer))
         return len(self.segments) - 1
 
     def add(self, task: Task) -> Task:

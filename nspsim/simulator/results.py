@@ -21,7 +21,7 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 _SUM_TOLERANCE = 1e-6
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimelineEvent:
     """One interval on one GPU track; ``layer`` is -1 outside the decoder layers."""
 
