@@ -3,7 +3,9 @@
 The executor streams a GPU's active nodes in one global issue order: its communication queue runs
 every prologue, then every epilogue, in that order; its compute queue every attention kernel. The
 order decides which communication stays exposed: the first node's prologue at the head (nothing to
-hide it behind) and the last node's epilogue at the tail. Backward runs the order reversed.
+hide it behind) and the last node's epilogue at the tail. Backward runs the order reversed; a
+recompute-marked node's recompute pass (Q/K/V re-send, forward kernel) streams right before its
+backward phases, as the runtime and the simulator execute it.
 
 Nodes of one level never share a GPU, so on every GPU only the order of *levels* matters within one
 tree of the forest. Per tree we score every permutation of its levels (exhaustively up to
@@ -32,6 +34,7 @@ import numpy as np
 
 from nspsim.cost_model import CostModel
 from nspsim.plan import Plan
+from nspsim.simulator.work import recompute_phases
 from nspsim.sp_tree import Node
 
 MAX_EXHAUSTIVE_LEVELS = 7
@@ -115,25 +118,32 @@ def _tree_scores(plan: Plan, cost: CostModel, nodes: list[Node], lengths: np.nda
     levels = sorted({n.degree for n in nodes}, reverse=True)
     first = min(n.first_rank for n in nodes) // plan.spmax * plan.spmax
     span = range(first, first + plan.spmax)
-    fwd, bwd = _phase_tables(cost, nodes, levels, lengths, by_node, span)
+    fwd, bwd = _phase_tables(plan, cost, nodes, levels, lengths, by_node, span)
     extra_f, extra_b = _non_attention(cost, tokens[first:first + plan.spmax])
     perms = _candidate_perms(len(levels))
     score = (stream_finish(fwd[:, perms].transpose(1, 0, 2, 3)) + extra_f).max(axis=1)
-    score += (stream_finish(bwd[:, perms[:, ::-1]].transpose(1, 0, 2, 3)) + extra_b).max(axis=1)
+    backward = bwd[:, perms[:, ::-1]].transpose(1, 0, 2, 3, 4)  # [perm, gpu, level, (remat, bwd), phase]
+    score += (stream_finish(backward.reshape(*backward.shape[:2], -1, 3)) + extra_b).max(axis=1)
     return levels, perms, score
 
 
-def _phase_tables(cost: CostModel, nodes: list[Node], levels: list[int], lengths: np.ndarray,
+def _phase_tables(plan: Plan, cost: CostModel, nodes: list[Node], levels: list[int], lengths: np.ndarray,
                   by_node: dict[Node, list[int]], span: range) -> tuple[np.ndarray, np.ndarray]:
-    """(fwd, bwd) arrays [gpu, level, phase] of one tree; zeros where a GPU has no node of a level."""
-    shape = (len(span), len(levels), 3)
-    fwd, bwd = np.zeros(shape), np.zeros(shape)
+    """fwd [gpu, level, phase] and bwd [gpu, level, (recompute, backward), phase] of one tree; zeros where a
+    GPU has no node of a level or a node has no recompute-marked sample. In backward a marked node's
+    recompute pass (Q/K/V re-send and kernel) runs right before its backward pass, as executed."""
+    fwd, bwd = np.zeros((len(span), len(levels), 3)), np.zeros((len(span), len(levels), 2, 3))
+    marks = np.asarray(plan.recompute, dtype=bool) if plan.recompute is not None else None
     for node in nodes:
-        c = cost.attention(lengths[by_node[node]], node.degree)
+        samples = np.asarray(by_node[node], dtype=np.int64)
+        c = cost.attention(lengths[samples], node.degree)
         rows = slice(node.first_rank - span.start, node.end_rank - span.start)
         k = levels.index(node.degree)
         fwd[rows, k] = (c.fwd.prologue, c.fwd.compute, c.fwd.epilogue)
-        bwd[rows, k] = (c.bwd.prologue, c.bwd.compute, c.bwd.epilogue)
+        bwd[rows, k, 1] = (c.bwd.prologue, c.bwd.compute, c.bwd.epilogue)
+        if marks is not None and marks[samples].any():
+            redo = recompute_phases(cost.attention(lengths[samples[marks[samples]]], node.degree).fwd)
+            bwd[rows, k, 0] = (redo.prologue, redo.compute, redo.epilogue)
     return fwd, bwd
 
 

@@ -79,3 +79,17 @@ def test_evaluator_reranks_candidates_and_never_loses_to_the_input_order() -> No
     proxy_only = optimize_issue_order(plan, setup.cost)
     assert step(chosen) <= step(proxy_only)
     assert optimize_issue_order(plan, setup.cost, evaluate=lambda p: 0.0 if p == plan else 1.0) == plan
+
+
+def test_proxy_scores_a_marked_node_recompute_pass_like_the_simulator() -> None:
+    # One 1000-token sample on sp2#0, marked: the proxy streams the Q/K/V re-send and recompute kernel
+    # right before the node's backward phases, as executed (1 node: the proxy is exact, 2.3e-3 s).
+    from nspsim.issue_order import _tree_scores
+
+    setup = Setup(StubCost(comp=1e-9, pro=1e-7, epi=2e-7))
+    lengths = np.array([1000])
+    for marks, expected in (([False], 6.5e-4 + 1.3e-3), ([True], 6.5e-4 + 1.65e-3)):
+        plan = setup.plan([Node(2, 0)], [1000], recompute=marks)
+        _, _, score = _tree_scores(plan, setup.cost, [Node(2, 0)], lengths, {Node(2, 0): [0]}, plan.tokens_per_gpu(0))
+        assert score.tolist() == pytest.approx([expected], rel=1e-12)
+    assert setup.simulator().simulate(plan).step_time_s == pytest.approx(2.3e-3, rel=1e-12)

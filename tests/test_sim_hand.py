@@ -158,3 +158,36 @@ def test_breakdown_sums_to_the_step_time_on_every_gpu(mode: str) -> None:
     assert result.per_gpu_breakdown_s.sum(axis=1) == pytest.approx(np.full(8, result.step_time_s), rel=1e-12)
     assert sum(result.breakdown_s.values()) == pytest.approx(result.step_time_s, rel=1e-12)
     assert result.breakdown_s["other"] >= 1e-4  # the optimizer step
+
+
+# ---- recomputation: a marked node re-sends Q, K, V and reruns its kernel right before its backward ----
+REMAT_COST = StubCost(comp=1e-9, pro=1e-7, epi=2e-7, a2a_bw=float("inf"))  # no layout-change time
+
+
+def test_recompute_is_prologue_and_kernel_without_epilogue() -> None:
+    # One 1000-token sample on sp2#0, marked. Per GPU (S = 500, Q = 5e5): fwd pro 5e-5, kernel 5e-4, epi 1e-4;
+    # bwd pro (dO) 2e-4, kernel 1e-3, epi 1e-4; recompute = fwd pro 5e-5 + kernel 5e-4, nothing sent back.
+    # Backward from 6.5e-4: remat pro to 7e-4, dO pro to 9e-4 (under the remat kernel, 7e-4 to 1.2e-3),
+    # bwd kernel to 2.2e-3, epilogue to 2.3e-3.
+    setup = Setup(REMAT_COST)
+    plan = setup.plan([Node(2, 0)], [1000], recompute=[True])
+    result = setup.simulator().simulate(plan)
+    assert result.step_time_s == pytest.approx(2.3e-3, rel=REL)
+    expect = {"attn_fwd": 5e-4, "attn_remat": 5.5e-4, "attn_bwd": 1e-3, "sp_exposed_comm": 2.5e-4}
+    assert result.breakdown_s == pytest.approx({k: expect.get(k, 0.0) for k in BREAKDOWN_CATEGORIES}, abs=1e-15)
+
+
+def test_recompute_runs_inside_the_node_backward_in_reversed_issue_order() -> None:
+    # Issue order (sp2#0 marked, leaf on GPU 0). Backward reversed: GPU 0 runs the leaf's backward kernel
+    # (1.28e-3) first; the sp2 node's Q/K/V re-send (1.19e-3 to 1.24e-3) and dO all-to-all hide under it,
+    # then its recompute kernel, its backward kernel and its epilogue (ends 4.07e-3).
+    setup = Setup(REMAT_COST)
+    plan = setup.plan([Node(2, 0), Node(1, 0)], [1000, 800], recompute=[True, False],
+                      issue_order=[(Node(2, 0), Node(1, 0))])
+    result = setup.simulator(timeline=True).simulate(plan)
+    assert result.step_time_s == pytest.approx(4.07e-3, rel=REL)
+    gpu0 = dict(zip(BREAKDOWN_CATEGORIES, result.per_gpu_breakdown_s[0]))
+    expect = {"attn_fwd": 1.14e-3, "attn_remat": 5e-4, "attn_bwd": 2.28e-3, "sp_exposed_comm": 1.5e-4}
+    assert gpu0 == pytest.approx({k: expect.get(k, 0.0) for k in BREAKDOWN_CATEGORIES}, abs=1e-15)
+    kernels = [e.name for e in result.timeline if e.gpu == 0 and e.track == "compute" and e.name.startswith("attn")]
+    assert kernels == ["attn fwd sp2#0", "attn fwd sp1#0", "attn bwd sp1#0", "attn remat sp2#0", "attn bwd sp2#0"]

@@ -6,8 +6,10 @@ the last micro-batch the optimizer step. Per layer and GPU:
 
 * forward: attention stage over the GPU's active nodes, then non-attention (with expert-parallel
   all-to-alls around the expert compute when EP > 1);
-* backward: recompute stage (recompute-marked nodes rerun their forward phases), non-attention
-  backward, attention backward stage in reverse issue order, then the FSDP gradient reduce-scatter;
+* backward: non-attention backward, attention backward stage in reverse issue order, then the FSDP
+  gradient reduce-scatter. A recompute-marked node recomputes inside its own backward, right before
+  its backward phases (as the runtime does): its prologue re-sends Q, K, V, its kernel reruns the
+  forward (no epilogue: the sequence-layout output is kept), charged to ``attn_remat``;
 * FSDP: parameter all-gather of layer l+1 issued once layer l's gather is done and layer l-1's buffer
   is free (prefetch one layer ahead, two gathered layers in memory); backward gathers likewise in
   reverse. Gathers are not prefetched across micro-batches (FSDP reshards after each backward).
@@ -30,6 +32,7 @@ Each mode's dependencies contain the previous mode's, so (without link sharing) 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from nspsim.cluster_spec import ClusterSpec
 from nspsim.comm_model import Traffic, alltoall_traffic, ring_collective_traffic
@@ -41,6 +44,16 @@ from nspsim.simulator.program import (
 from nspsim.simulator.work import MicroBatchWork, NodeWork, StepWork
 
 MODES = ("stream", "no-stream", "serial")
+
+
+class Pass(NamedTuple):
+    """One attention pass of a node in a stage: its phases and the categories of its comm and kernel."""
+
+    label: str
+    phases: Phases
+    comm_cat: int
+    compute_cat: int
+
 
 Deps = list[Task | None]
 PerGpu = list[Task | None]
@@ -220,35 +233,39 @@ class MicroBatchModel:
         return self.s.gather("allgather (bwd)", self.seg_bwd[layer - 1], lambda g: [free[g]])
 
     def layer_backward(self, seg: int, grad_in: PerGpu, ag: PerGpu) -> PerGpu:
-        redo = self.attention("remat", seg, lambda g: [ag[g]])
-        na = self.non_attention(seg, lambda g: [ag[g], redo[g], grad_in[g]], backward=True)
+        na = self.non_attention(seg, lambda g: [ag[g], grad_in[g]], backward=True)
         epi = self.attention("bwd", seg, lambda g: [na[g]])
         return [epi[g] or na[g] for g in range(self.U)]
 
     # ---- attention stage -------------------------------------------------------------------------
     def attention(self, phase: str, seg: int, inputs: Callable[[int], Deps]) -> PerGpu:
-        """One attention stage; returns each GPU's last task of the stage (epilogue, else ``None``)."""
-        staged = self._staged_nodes(phase)
-        comm_cat = ATTN_REMAT if phase == "remat" else SP_COMM
-        pros = {i: self._node_comm(f"{phase} pro", i, nw, ph.prologue, comm_cat, seg, inputs) for i, nw, ph in staged}
+        """One attention stage ("fwd" or "bwd"); returns each GPU's last task of the stage (its last
+        epilogue, else ``None``). In backward a recompute-marked node first re-sends its Q, K, V and
+        reruns its forward kernel (:data:`REMAT`) right before its own backward phases."""
+        staged = self._staged_passes(phase)
+        pros = [self._node_comm(f"{p.label} pro", i, nw, p.phases.prologue, p.comm_cat, seg, inputs)
+                for i, nw, p in staged]
         stream = self.s.mode == "stream"
-        last_pro = self._last_per_gpu(pros.values()) if not stream else {}
-        comps: dict[int, dict[int, Task]] = {}
-        for i, nw, ph in staged:
-            comps[i] = self._node_compute(phase, i, nw, ph.compute, seg, pros[i], inputs, last_pro)
-        last_comp = self._last_per_gpu(comps.values()) if not stream else {}
-        epis = [self._node_comm(f"{phase} epi", i, nw, ph.epilogue, comm_cat, seg,
-                                self._after_compute(comps[i], last_comp)) for i, nw, ph in staged]
+        last_pro = self._last_per_gpu(pros) if not stream else {}
+        comps = [self._node_compute(p, i, nw, seg, pro, inputs, last_pro) for (i, nw, p), pro in zip(staged, pros)]
+        last_comp = self._last_per_gpu(comps) if not stream else {}
+        epis = [self._node_comm(f"{p.label} epi", i, nw, p.phases.epilogue, p.comm_cat, seg,
+                                self._after_compute(comp, last_comp)) for (i, nw, p), comp in zip(staged, comps)]
         last_epi = self._last_per_gpu(epis)
         return [last_epi.get(g) for g in range(self.U)]
 
-    def _staged_nodes(self, phase: str) -> list[tuple[int, NodeWork, Phases]]:
+    def _staged_passes(self, phase: str) -> list[tuple[int, NodeWork, Pass]]:
+        """The stage's passes in issue order: forward as planned; backward reversed, a marked node's
+        recompute pass right before its backward pass (as the runtime does inside the node's backward)."""
         nodes = self.mbw.nodes
         if phase == "fwd":
-            return [(i, nw, nw.fwd) for i, nw in enumerate(nodes)]
-        if phase == "remat":
-            return [(i, nw, nw.remat) for i, nw in enumerate(nodes) if nw.remat is not None]
-        return [(i, nw, nw.bwd) for i, nw in reversed(list(enumerate(nodes)))]
+            return [(i, nw, Pass("fwd", nw.fwd, SP_COMM, ATTN_FWD)) for i, nw in enumerate(nodes)]
+        out = []
+        for i, nw in reversed(list(enumerate(nodes))):
+            if nw.remat is not None:
+                out.append((i, nw, Pass("remat", nw.remat, ATTN_REMAT, ATTN_REMAT)))
+            out.append((i, nw, Pass("bwd", nw.bwd, SP_COMM, ATTN_BWD)))
+        return out
 
     def _node_comm(self, what: str, i: int, nw: NodeWork, seconds: float, cat: int, seg: int,
                    deps: Callable[[int], Deps]) -> dict[int, Task]:
@@ -258,14 +275,12 @@ class MicroBatchModel:
         return self.s.collective(f"{what} {node}", self.mbw.node_units[i], node.degree, seconds, "a2a", SP, cat, seg,
                                  deps)
 
-    def _node_compute(self, phase: str, i: int, nw: NodeWork, seconds: float, seg: int, pro: dict[int, Task],
+    def _node_compute(self, p: Pass, i: int, nw: NodeWork, seg: int, pro: dict[int, Task],
                       inputs: Callable[[int], Deps], last_pro: dict[int, Task]) -> dict[int, Task]:
-        cat = {"fwd": ATTN_FWD, "remat": ATTN_REMAT, "bwd": ATTN_BWD}[phase]
-        name = f"attn {phase} {nw.node}"
         out = {}
         for g in range(*self.mbw.node_units[i]):
             deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]
-            out[g] = self.s.compute(g, seconds, cat, seg, name, deps)
+            out[g] = self.s.compute(g, p.phases.compute, p.compute_cat, seg, f"attn {p.label} {nw.node}", deps)
         return out
 
     @staticmethod

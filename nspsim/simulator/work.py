@@ -30,9 +30,10 @@ from nspsim.training_spec import TrainingSpec
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeWork:
-    """One active tree node of a micro-batch: per-GPU phase times of one layer."""
+    """One active tree node of a micro-batch: per-GPU phase times of one layer; ``remat`` is the
+    recompute pass of its marked samples in backward (:func:`recompute_phases`), ``None`` if none."""
 
     node: Node
     fwd: Phases
@@ -40,7 +41,7 @@ class NodeWork:
     remat: Phases | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MicroBatchWork:
     """Per-layer work of one micro-batch, per *unit* (a GPU, or GPUs with identical programs, see
     :func:`reduce_to_units`). ``chains[u]`` indexes ``nodes`` (issue order) for unit u, and the units of
@@ -54,7 +55,7 @@ class MicroBatchWork:
     node_units: tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepWork:
     """Everything the step model needs, in seconds (uncontended). ``gpu_unit[g]`` is GPU g's unit,
     ``ep_units`` the unit range of each expert-parallel group."""
@@ -159,8 +160,19 @@ def _node_work(cost: CostModel, node: Node, lengths: np.ndarray, remat: np.ndarr
     marked = lengths[remat]
     redo = None
     if marked.size:
-        redo = full.fwd if marked.size == lengths.size else cost.attention(marked, node.degree).fwd
+        again = full.fwd if marked.size == lengths.size else cost.attention(marked, node.degree).fwd
+        redo = recompute_phases(again)
     return NodeWork(node=node, fwd=full.fwd, bwd=full.bwd, remat=redo)
+
+
+def recompute_phases(forward: Phases) -> Phases:
+    """What recomputing attention for backward costs, given the marked samples' forward phases.
+
+    The backward kernel needs Q, K, V, O and the log-sum-exp in head layout: the prologue re-sends
+    Q, K, V and the kernel reruns to regenerate O and LSE. No epilogue: the output in sequence layout
+    (the o_proj input) is kept by autograd, so nothing goes back.
+    """
+    return Phases(forward.prologue, forward.compute, 0.0)
 
 
 def _per_value(fn: Callable[[float], T], values: np.ndarray) -> tuple[T, ...]:
