@@ -191,3 +191,19 @@ def test_recompute_runs_inside_the_node_backward_in_reversed_issue_order() -> No
     assert gpu0 == pytest.approx({k: expect.get(k, 0.0) for k in BREAKDOWN_CATEGORIES}, abs=1e-15)
     kernels = [e.name for e in result.timeline if e.gpu == 0 and e.track == "compute" and e.name.startswith("attn")]
     assert kernels == ["attn fwd sp2#0", "attn fwd sp1#0", "attn bwd sp1#0", "attn remat sp2#0", "attn bwd sp2#0"]
+
+
+def test_layout_change_moves_token_ids_in_hidden_states_out_and_their_gradient_back() -> None:
+    # Degrees {2, 1}: GPU 0 holds 500 + 300 = 800 tokens, (P-1)/P = 700 of them move. Token ids in:
+    # 1e-5 + 700 * 16 B / 1 MB/s = 1.121e-2 s (no backward); hidden states out and their gradient in:
+    # 1e-5 + 700 * 64 * 2 B / 1 MB/s = 8.961e-2 s each. Besides, only the sp2 node's four attention
+    # all-to-alls take time (their latency, 4e-5 s).
+    setup = Setup(StubCost(lat=1e-5, a2a_bw=1e6))
+    nested = setup.simulator(timeline=True).simulate(setup.plan([Node(2, 0), Node(1, 0)], [1000, 300]))
+    assert nested.step_time_s == pytest.approx(1.121e-2 + 2 * 8.961e-2 + 4e-5, rel=REL)
+    assert nested.breakdown_s["sp_exposed_comm"] == pytest.approx(nested.step_time_s, rel=REL)
+    names = [e.name for e in nested.timeline if e.gpu == 0 and e.track == "sp-comm"]
+    assert [n for n in names if n.startswith("layout")] == [
+        "layout-in (token ids)", "layout-out (hidden)", "layout-in (hidden grad)"]
+    uniform = setup.simulator().simulate(setup.plan([Node(2, 0), Node(2, 1)], [1000, 300]))
+    assert uniform.step_time_s == pytest.approx(4e-5, rel=REL)  # one degree: already in the conventional layout

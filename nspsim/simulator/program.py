@@ -58,7 +58,7 @@ class Task:
 
 @dataclass(frozen=True, kw_only=True)
 class Segment:
-    """A stage of the step: ``kind`` in pre/fwd/head/bwd/post/opt, its micro-batch and layer."""
+    """A stage of the step: ``kind`` in pre/fwd/head/bwd/opt, its micro-batch and layer."""
 
     kind: str
     micro_batch: int

@@ -1,8 +1,9 @@
 """Step model: turn a plan's per-layer work into the task program of one training step.
 
-Per micro-batch: layout all-to-all in (nested plans), ``layers`` decoder layers forward, layout
-all-to-all out, output head forward and backward, layout in, the layers backward, layout out; after
-the last micro-batch the optimizer step. Per layer and GPU:
+Per micro-batch: the token ids' layout all-to-all in (plans with several degrees), ``layers`` decoder
+layers forward, the hidden states' layout all-to-all out, output head forward and backward, their
+gradient's all-to-all back in, the layers backward; after the last micro-batch the optimizer step.
+Per layer and GPU:
 
 * forward: attention stage over the GPU's active nodes, then non-attention (with expert-parallel
   all-to-alls around the expert compute when EP > 1);
@@ -168,7 +169,6 @@ class MicroBatchModel:
         self.seg_fwd = [prog.segment("fwd", m, layer) for layer in range(self.n)]
         self.seg_head = prog.segment("head", m)
         self.seg_bwd = {layer: prog.segment("bwd", m, layer) for layer in reversed(range(self.n))}
-        self.seg_post = prog.segment("post", m)
 
     def build(self) -> list[Deps]:
         """Create every task of the micro-batch; return what the optimizer must wait for, per GPU."""
@@ -178,7 +178,7 @@ class MicroBatchModel:
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self) -> tuple[PerGpu, PerGpu]:
         s, prev_mb = self.s, list(self.s.last_compute)
-        x = s.world("layout-in", self.mbw.layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [])
+        x = s.world("layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [])
         ag = [] if s.serial else [s.gather("allgather", self.seg_fwd[0], lambda g: [prev_mb[g]])]
         done: list[PerGpu] = []
         for layer in range(self.n):
@@ -198,9 +198,10 @@ class MicroBatchModel:
 
     def head(self, x: PerGpu) -> PerGpu:
         s, seg = self.s, self.seg_head
-        out = s.world("layout-out", self.mbw.layout_s, "a2a", SP, SP_COMM, seg, lambda g: [x[g]])
+        out = s.world("layout-out (hidden)", self.mbw.hidden_layout_s, "a2a", SP, SP_COMM, seg, lambda g: [x[g]])
         heads = [s.compute(g, sum(self.mbw.head[g]), NON_ATTN, seg, "output head", [out[g]]) for g in range(self.U)]
-        grad = s.world("layout-in (grad)", self.mbw.layout_s, "a2a", SP, SP_COMM, seg, lambda g: [heads[g]])
+        grad = s.world("layout-in (hidden grad)", self.mbw.hidden_layout_s, "a2a", SP, SP_COMM, seg,
+                       lambda g: [heads[g]])
         return [grad[g] or heads[g] for g in range(self.U)]
 
     def first_backward_gather(self, x: PerGpu) -> PerGpu:
@@ -222,10 +223,8 @@ class MicroBatchModel:
             done[layer] = list(s.last_compute)
             rs = s.reduce_scatter("reduce-scatter", seg, lambda g: [grad_in[g], done[layer][g]])
             ag = prefetch
-        out = s.world("layout-out (grad)", self.mbw.layout_s, "a2a", SP, SP_COMM, self.seg_post,
-                      lambda g: [grad_in[g]])
         last = list(s.last_compute)
-        return [[rs[g], out[g], grad_in[g], last[g]] for g in range(self.U)]
+        return [[rs[g], grad_in[g], last[g]] for g in range(self.U)]
 
     def prefetch_backward(self, layer: int, done: dict[int, PerGpu]) -> PerGpu:
         """Gather layer-1's parameters once layer+1's backward has freed its buffer."""

@@ -7,10 +7,14 @@ once the FSDP collectives, the layout-change all-to-all and the optimizer step. 
 (:mod:`nspsim.simulator.step_model`) replays these numbers layer by layer; identical decoder layers
 reuse them.
 
-Layout change (SPEC section 5): plans whose samples do not all share one SP degree repartition the
-batch from the conventional fixed-SP layout with one world all-to-all before the layers and one
-after (mirrored in backward). We assume a uniform scatter: each GPU sends (P-1)/P of its hidden
-states. Static SP plans are already in the conventional layout and pay nothing.
+Layout change (SPEC section 5), as the runtime executes it (``runtime.executor``): plans whose
+samples do not all share one SP degree move each micro-batch from the input layout (every GPU holds
+an equal slice of the batch) to the plan's execution layout and back. Three world all-to-alls: the
+token ids in, before the embedding (``TOKEN_ID_BYTES`` per token; integers, so no backward); the
+final hidden states out, to the input layout where the output head and loss run; and in backward the
+gradient of those hidden states back in. We assume a uniform scatter: the busiest GPU sends or
+receives (P-1)/P of its tokens. Static SP plans (one degree) are already in the conventional layout
+and pay nothing (FlexSP, BASP and NSP plans do).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from nspsim.sp_tree import Node
 from nspsim.training_spec import TrainingSpec
 
 T = TypeVar("T")
+
+TOKEN_ID_BYTES = 16  # an int64 token id and an int64 position per token, as runtime.executor sends them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +57,8 @@ class MicroBatchWork:
     chains: tuple[tuple[int, ...], ...]
     non_attn: tuple[NonAttentionCost, ...]
     head: tuple[tuple[float, float], ...]
-    layout_s: float
+    ids_layout_s: float
+    hidden_layout_s: float
     node_units: tuple[tuple[int, int], ...]
 
 
@@ -149,9 +156,9 @@ def _micro_batch_work(plan: Plan, cost: CostModel, model: ModelSpec, training: T
     tokens = plan.tokens_per_gpu(mb)
     non_attn = _per_value(cost.non_attention, tokens)
     head_tokens = np.full_like(tokens, float(lengths[mask].sum()) / plan.cluster.num_gpus) if layout else tokens
-    layout_s = _layout_time(cost, model, training, tokens) if layout else 0.0
+    ids_s, hidden_s = _layout_times(cost, model, training, tokens) if layout else (0.0, 0.0)
     return MicroBatchWork(nodes=nodes, chains=tuple(tuple(c) for c in chains), non_attn=non_attn,
-                          head=_per_value(cost.head, head_tokens), layout_s=layout_s,
+                          head=_per_value(cost.head, head_tokens), ids_layout_s=ids_s, hidden_layout_s=hidden_s,
                           node_units=tuple((n.first_rank, n.end_rank) for n in order))
 
 
@@ -183,10 +190,12 @@ def _per_value(fn: Callable[[float], T], values: np.ndarray) -> tuple[T, ...]:
     return tuple(cache[v] for v in values.tolist())
 
 
-def _layout_time(cost: CostModel, model: ModelSpec, training: TrainingSpec, tokens: np.ndarray) -> float:
-    """One world all-to-all moving (P-1)/P of the busiest GPU's hidden states."""
+def _layout_times(cost: CostModel, model: ModelSpec, training: TrainingSpec, tokens: np.ndarray) -> tuple[float, float]:
+    """(token ids in, hidden states out) world all-to-all times, each moving (P-1)/P of the busiest
+    GPU's tokens; the hidden-state gradient in backward takes as long as the hidden states out."""
     world = tokens.size
     if world <= 1:
-        return 0.0
-    sent = float(tokens.max()) * model.hidden * training.act_bytes * (world - 1) / world
-    return cost.alltoall_time(sent, world)
+        return 0.0, 0.0
+    moved = float(tokens.max()) * (world - 1) / world
+    return (cost.alltoall_time(moved * TOKEN_ID_BYTES, world),
+            cost.alltoall_time(moved * model.hidden * training.act_bytes, world))
