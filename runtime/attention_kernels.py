@@ -97,7 +97,15 @@ class Segments:
 
     def groups(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """Non-empty segments grouped by (query length, key length): ``(lq, lk, q_rows, k_rows)`` with
-        row indices shaped ``[B, lq]`` and ``[B, lk]``, for one batched kernel call per group."""
+        row indices shaped ``[B, lq]`` and ``[B, lk]``, for one batched kernel call per group. Derived
+        once per :class:`Segments` (the runtime reuses one per node for every layer)."""
+        return iter(self._groups)
+
+    @cached_property
+    def _groups(self) -> tuple[tuple[int, int, np.ndarray, np.ndarray], ...]:
+        return tuple(self._make_groups())
+
+    def _make_groups(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         ids = self.nonempty()
         if ids.size == 0:
             return

@@ -45,7 +45,7 @@ from runtime.backends.ring import RingBackend
 from runtime.backends.ulysses import UlyssesBackend
 from runtime.data import TokenStream
 from runtime.groups import Comm, GroupCache
-from runtime.layout import Exchange, NodeShards, RankLayout, exchanges, input_bounds, input_tokens, node_shards, rank_layout
+from runtime.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
 from runtime.schedule import rank_steps
 from runtime.timing import PhaseClock
 
@@ -201,19 +201,11 @@ def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
 
 
 # ---- the executor ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MicroBatchLayout:
-    """Everything this rank needs for one micro-batch, derived once per plan."""
-
-    shards: dict[Node, NodeShards]
-    layout: RankLayout
-    layout_in: Exchange
-    input_rows: npt.NDArray[np.int64]
-
-
-@dataclass
-class StepResult:
-    """What one executed step reports (per rank)."""
+@dataclass(frozen=True, kw_only=True)
+class ExecutedStep:
+    """What one executed step reports on this rank: the batch's mean loss (summed over ranks), its
+    tokens, the forward+backward wall time and the seconds per measured category
+    (:data:`runtime.timing.MEASURED`)."""
 
     loss: float
     num_tokens: int
@@ -255,23 +247,14 @@ class NSPExecutor:
                                     "every rank must execute the same plan")
 
     def layouts(self, plan: Plan) -> list[MicroBatchLayout]:
-        """Per-micro-batch layouts of this rank (cached for the last few plans)."""
+        """Per-micro-batch layouts of this rank (only its own share; cached for the last two plans)."""
         key = plan.content_hash
         if key not in self._layouts:
             if len(self._layouts) >= 2:
                 self._layouts.pop(next(iter(self._layouts)))
-            self._layouts[key] = [self._micro_batch_layout(plan, mb) for mb in range(plan.num_micro_batches)]
+            self._layouts[key] = [micro_batch_layout(plan, mb, self.rank, self.world)
+                                  for mb in range(plan.num_micro_batches)]
         return self._layouts[key]
-
-    def _micro_batch_layout(self, plan: Plan, mb: int) -> MicroBatchLayout:
-        shards = node_shards(plan, mb)
-        exec_tokens = [rank_layout(plan, mb, r, shards).tokens for r in range(self.world)]
-        in_tokens = [input_tokens(plan, mb, r, self.world) for r in range(self.world)]
-        total = int(plan.arrays[0].sum())
-        ex = exchanges(in_tokens, exec_tokens, total)[self.rank]
-        lo = int(input_bounds(total, self.world)[self.rank])
-        return MicroBatchLayout(shards=shards, layout=rank_layout(plan, mb, self.rank, shards), layout_in=ex,
-                                input_rows=in_tokens[self.rank] - lo)
 
     def nested_attention(self, plan: Plan, micro_batch: int, marks: npt.NDArray[np.bool_] | None = None
                          ) -> NestedAttention:
@@ -281,6 +264,7 @@ class NSPExecutor:
         mbl = self.layouts(plan)[micro_batch]
         if marks is None:
             marks = recompute_marks(plan, self.options.recompute, self.memory)
+        self.ctx.enter(plan.content_hash)
         backends = {node: self._backend(plan, node) for node in mbl.shards}
         return NestedAttention(self.ctx, mbl.layout, backends, marks, plan.issue_order[micro_batch],
                                self.options.lookahead)
@@ -289,7 +273,7 @@ class NSPExecutor:
         return self._local if node.degree == 1 else self._sp[plan.backend]
 
     # ---- one step -----------------------------------------------------------------------------------
-    def run(self, plan: Plan, data: TokenStream) -> StepResult:
+    def run(self, plan: Plan, data: TokenStream) -> ExecutedStep:
         """Forward and backward of every micro-batch of ``plan`` on this rank's input rows ``data``;
         gradients are summed over all ranks. The caller steps the optimizer."""
         if self.model is None:
@@ -304,16 +288,19 @@ class NSPExecutor:
             raise PeerFailure(f"rank {self.rank}: the step failed at or after collective '{last}': a peer rank died "
                               f"or stalled past the process-group timeout ({text.splitlines()[0]})") from exc
 
-    def _run(self, plan: Plan, data: TokenStream) -> StepResult:
+    def _run(self, plan: Plan, data: TokenStream) -> ExecutedStep:
         assert self.model is not None
         self.clock.reset()
+        self.comm.log.clear()  # the log and the index cache hold the current step only
+        self.ctx.reset()
         self.check_plan(plan)
         self.groups.ensure(n for order in plan.issue_order for n in order)
         marks = recompute_marks(plan, self.options.recompute, self.memory)
         total = int(plan.arrays[0].sum())
+        layouts = self.layouts(plan)  # host-side set-up, outside the measured forward/backward
         start = time.perf_counter()
         local_loss = 0.0
-        for mb, mbl in enumerate(self.layouts(plan)):
+        for mb, mbl in enumerate(layouts):
             local_loss += self._micro_batch(self.model, plan, mb, mbl, data, marks, total)
         fwd_bwd = self.clock.now() - start
         with self.clock.measure("comm_wait"):  # waiting here is waiting for the slowest rank
@@ -323,8 +310,8 @@ class NSPExecutor:
         loss = torch.tensor([local_loss], dtype=torch.float64)
         dist.all_reduce(loss, group=self.control_group)
         self.comm.log.append((tuple(range(self.world)), "loss-sum"))
-        return StepResult(loss=float(loss.item()) / total, num_tokens=total, fwd_bwd_s=fwd_bwd,
-                          seconds=dict(self.clock.seconds))
+        return ExecutedStep(loss=float(loss.item()) / total, num_tokens=total, fwd_bwd_s=fwd_bwd,
+                            seconds=dict(self.clock.seconds))
 
     def _micro_batch(self, model: nn.Module, plan: Plan, mb: int, mbl: MicroBatchLayout, data: TokenStream,
                      marks: npt.NDArray[np.bool_], total: int) -> float:

@@ -17,8 +17,12 @@ position ``g - start[j]`` of its sample ``j``. Two layouts of that stream matter
 :func:`exchange` turns any two layouts of the same tokens into the all-to-all that converts one into
 the other (split sizes, the rows each rank sends, the permutation each rank applies on receipt).
 Everything is computed from the plan alone, identically on every rank, with ``rank`` and ``world``
-as plain arguments. Trade-off: per-token index arrays (8 bytes per token per layout) keep the
-arithmetic vectorised and exact for any lengths; at 2M tokens per batch that is 16 MB per layout.
+as plain arguments. :func:`micro_batch_layout` derives only the calling rank's share: its execution
+layout and its side of the layout-change all-to-all (:func:`rank_exchange`: where each of its input
+tokens goes, by chunk arithmetic, and where each of its execution rows comes from), without building
+any other rank's layout; :func:`exchanges` is the all-ranks construction it is tested against.
+Trade-off: per-token index arrays (8 bytes per token) keep the arithmetic vectorised and exact for
+any lengths; a rank holds only its own ``~N/P`` tokens' worth.
 """
 
 from __future__ import annotations
@@ -34,6 +38,21 @@ from nspsim.plan import Plan
 from nspsim.sp_tree import Node
 
 IntArray = npt.NDArray[np.int64]
+
+
+def ranges(starts: npt.ArrayLike, lengths: npt.ArrayLike) -> IntArray:
+    """Concatenation of ``arange(s, s + n)`` for every ``(s, n)`` pair, without a Python loop."""
+    starts, lengths = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    out_starts = np.cumsum(lengths) - lengths
+    return np.asarray(np.repeat(starts - out_starts, lengths) + np.arange(total, dtype=np.int64), dtype=np.int64)
+
+
+def sample_rows(lengths: IntArray, mask: npt.NDArray[np.bool_]) -> IntArray:
+    """Rows of the selected samples in a buffer of whole samples laid end to end."""
+    return ranges((np.cumsum(lengths) - lengths)[mask], lengths[mask])
 
 
 def even_split(total: int, parts: int) -> IntArray:
@@ -62,7 +81,7 @@ def rank_chunks(degree: int, backend: str, group_rank: int) -> tuple[int, ...]:
     return tuple(int(c) for c in np.flatnonzero(owners == group_rank))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeShards:
     """How the samples of one node (in one micro-batch) are chunked over its group.
 
@@ -74,6 +93,16 @@ class NodeShards:
     backend: str
     samples: IntArray
     lengths: IntArray
+
+    def __post_init__(self) -> None:
+        if self.samples.shape != self.lengths.shape or np.any(self.lengths < 0):
+            raise ValueError(f"{self.node}: samples and lengths must have one entry per sample, lengths >= 0")
+
+    @cached_property
+    def key(self) -> tuple[str, int, bytes]:
+        """Content key (backend, degree, lengths): equal keys have equal index arrays, so derived
+        arrays can be cached under it."""
+        return (self.backend, self.degree, self.lengths.tobytes())
 
     @cached_property
     def owners(self) -> IntArray:
@@ -111,9 +140,8 @@ class NodeShards:
 
     def local_positions(self, group_rank: int) -> IntArray:
         """Position inside its sample of every local row of ``group_rank`` (local order)."""
-        parts = [np.arange(self.chunk_offsets[s, c], self.chunk_offsets[s, c] + self.chunk_sizes[s, c])
-                 for s in range(self.samples.size) for c in rank_chunks(self.degree, self.backend, group_rank)]
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+        cols = list(rank_chunks(self.degree, self.backend, group_rank))
+        return ranges(self.chunk_offsets[:, cols].reshape(-1), self.chunk_sizes[:, cols].reshape(-1))
 
     def local_sample_index(self, group_rank: int) -> IntArray:
         """Node-local sample index (0..num_samples) of every local row of ``group_rank``."""
@@ -137,12 +165,10 @@ def ulysses_gather_order(shards: NodeShards) -> IntArray:
     """
     sizes = np.stack([shards.local_sizes(r) for r in range(shards.degree)], axis=1)  # [samples, ranks]
     recv_start = np.concatenate([[0], np.cumsum(sizes.T.reshape(-1))[:-1]]).reshape(shards.degree, -1).T
-    parts = [np.arange(recv_start[s, r], recv_start[s, r] + sizes[s, r])
-             for s in range(sizes.shape[0]) for r in range(shards.degree)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    return ranges(recv_start.reshape(-1), sizes.reshape(-1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Slot:
     """One node a rank takes part in: its shards and the rank's rows ``[start, stop)`` in its
     execution buffer."""
@@ -151,6 +177,11 @@ class Slot:
     group_rank: int
     start: int
     stop: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.group_rank < self.shards.degree or not 0 <= self.start <= self.stop:
+            raise ValueError(f"{self.shards.node}: bad slot (group rank {self.group_rank}, rows "
+                             f"[{self.start}, {self.stop}))")
 
     @property
     def node(self) -> Node:
@@ -163,7 +194,7 @@ class Slot:
         return self.stop - self.start
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankLayout:
     """A rank's execution layout for one micro-batch: its slots and the stream index of every row."""
 
@@ -223,19 +254,18 @@ def _cat(parts: list[IntArray]) -> IntArray:
 def input_tokens(plan: Plan, micro_batch: int, rank: int, world: int) -> IntArray:
     """Stream indices of ``micro_batch`` that ``rank`` holds in the input layout (increasing)."""
     bounds = input_bounds(int(plan.arrays[0].sum()), world)
-    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
-    sample = sample_of_token(plan)[lo:hi]
-    keep = plan.arrays[3][sample] == micro_batch
-    return np.asarray(np.arange(lo, hi, dtype=np.int64)[keep], dtype=np.int64)
+    tokens = np.arange(int(bounds[rank]), int(bounds[rank + 1]), dtype=np.int64)
+    keep = plan.arrays[3][sample_of(plan, tokens)] == micro_batch
+    return np.asarray(tokens[keep], dtype=np.int64)
 
 
-def sample_of_token(plan: Plan) -> IntArray:
-    """Sample index of every stream token."""
-    lengths = plan.arrays[0]
-    return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+def sample_of(plan: Plan, tokens: IntArray) -> IntArray:
+    """Sample index of each stream token in ``tokens``."""
+    ends = np.cumsum(plan.arrays[0])
+    return np.asarray(np.searchsorted(ends, tokens, side="right"), dtype=np.int64)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exchange:
     """One all-to-all that turns layout A into layout B (for one rank).
 
@@ -248,6 +278,10 @@ class Exchange:
     send_counts: IntArray
     recv_counts: IntArray
     recv_perm: IntArray
+
+    def __post_init__(self) -> None:
+        if self.send_rows.size != self.send_counts.sum() or self.recv_perm.size != self.recv_counts.sum():
+            raise ValueError("an exchange must send sum(send_counts) rows and receive sum(recv_counts) rows")
 
     def reverse(self) -> Exchange:
         """The all-to-all from B back to A (the backward of this exchange)."""
@@ -306,7 +340,100 @@ def _recv_positions(sent: IntArray, src_rank: IntArray, dst_rank: IntArray, coun
     return recv_pos
 
 
-@dataclass(frozen=True)
+# ---- one rank's side of the layout change ----------------------------------------------------------
+def slot_starts(plan: Plan, shards: dict[Node, NodeShards], world: int) -> dict[Node, IntArray]:
+    """For every node, the first execution row of its slot on each of its group ranks (a rank's
+    buffer holds its nodes in issue order)."""
+    rows = np.zeros(world, dtype=np.int64)
+    out: dict[Node, IntArray] = {}
+    for node, sh in shards.items():
+        span = slice(node.first_rank, node.first_rank + node.degree)
+        out[node] = rows[span].copy()
+        rows[span] += sh.rank_tokens
+    return out
+
+
+def execution_destinations(plan: Plan, micro_batch: int, shards: dict[Node, NodeShards], world: int,
+                           tokens: IntArray) -> tuple[IntArray, IntArray]:
+    """(rank, row in its execution buffer) of each stream token in ``tokens`` (all of ``micro_batch``),
+    by chunk arithmetic on the token's sample, without building any rank's layout."""
+    lengths = plan.arrays[0]
+    sample = sample_of(plan, tokens)
+    pos = tokens - (np.cumsum(lengths) - lengths)[sample]
+    where = np.full(lengths.size, -1, dtype=np.int64)  # node-local sample index of every plan sample
+    dst_rank = np.full(tokens.size, -1, dtype=np.int64)
+    dst_row = np.full(tokens.size, -1, dtype=np.int64)
+    starts = slot_starts(plan, shards, world)
+    node_of = np.full(lengths.size, -1, dtype=np.int64)
+    nodes = list(shards)
+    for i, sh in enumerate(shards.values()):
+        node_of[sh.samples] = i
+        where[sh.samples] = np.arange(sh.samples.size)
+    tok_node = node_of[sample]
+    for i in np.unique(tok_node):
+        sel = np.flatnonzero(tok_node == i)
+        sh = shards[nodes[int(i)]]
+        rank, row = _node_destinations(sh, where[sample[sel]], pos[sel])
+        dst_rank[sel] = sh.node.first_rank + rank
+        dst_row[sel] = starts[sh.node][rank] + row
+    return dst_rank, dst_row
+
+
+def _node_destinations(sh: NodeShards, local: IntArray, pos: IntArray) -> tuple[IntArray, IntArray]:
+    """(group rank, row in the rank's slot) of position ``pos`` of node sample ``local``."""
+    n = sh.owners.size  # chunks per sample (even split: the first ``rem`` chunks one token longer)
+    length = sh.lengths[local]
+    base, rem = length // n, length % n
+    cut = rem * (base + 1)
+    chunk = np.where(pos < cut, pos // (base + 1), rem + (pos - cut) // np.maximum(base, 1))
+    offset = np.where(chunk < rem, chunk * (base + 1), cut + (chunk - rem) * base)
+    group_rank = sh.owners[chunk]
+    early = sh.chunk_sizes[local, group_rank]  # a Ring rank holds its early chunk, then its late one
+    in_sample = pos - offset + np.where(chunk == group_rank, 0, early)
+    local_sizes = np.stack([sh.local_sizes(r) for r in range(sh.degree)], axis=1)  # [samples, ranks]
+    before = np.cumsum(local_sizes, axis=0) - local_sizes
+    return group_rank, before[local, group_rank] + in_sample
+
+
+def rank_exchange(plan: Plan, micro_batch: int, rank: int, world: int, shards: dict[Node, NodeShards],
+                  layout: RankLayout) -> Exchange:
+    """``rank``'s side of the all-to-all from the input layout to the execution layout ``layout``:
+    equal to ``exchanges(inputs, layouts, total)[rank]`` but built from this rank's tokens only."""
+    mine = input_tokens(plan, micro_batch, rank, world)
+    dst_rank, dst_row = execution_destinations(plan, micro_batch, shards, world, mine)
+    send_rows = np.lexsort((dst_row, dst_rank)).astype(np.int64)  # by destination, then its row order
+    bounds = input_bounds(int(plan.arrays[0].sum()), world)
+    src = np.searchsorted(bounds, layout.tokens, side="right") - 1
+    arrival = np.argsort(src, kind="stable")  # sources in rank order, each in this rank's row order
+    recv_perm = np.empty_like(arrival)
+    recv_perm[arrival] = np.arange(arrival.size, dtype=np.int64)
+    return Exchange(send_rows=send_rows, send_counts=np.bincount(dst_rank, minlength=world).astype(np.int64),
+                    recv_counts=np.bincount(src, minlength=world).astype(np.int64),
+                    recv_perm=recv_perm.astype(np.int64))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicroBatchLayout:
+    """Everything one rank needs for one micro-batch: every node's shards, the rank's execution
+    layout, its side of the layout change in, and its input rows that belong to the micro-batch."""
+
+    shards: dict[Node, NodeShards]
+    layout: RankLayout
+    layout_in: Exchange
+    input_rows: IntArray
+
+
+def micro_batch_layout(plan: Plan, micro_batch: int, rank: int, world: int) -> MicroBatchLayout:
+    """``rank``'s :class:`MicroBatchLayout` of ``micro_batch`` (no other rank's layout is built)."""
+    shards = node_shards(plan, micro_batch)
+    layout = rank_layout(plan, micro_batch, rank, shards)
+    lo = int(input_bounds(int(plan.arrays[0].sum()), world)[rank])
+    return MicroBatchLayout(shards=shards, layout=layout,
+                            layout_in=rank_exchange(plan, micro_batch, rank, world, shards, layout),
+                            input_rows=input_tokens(plan, micro_batch, rank, world) - lo)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RingBlock:
     """One varlen attention call of a Ring step: local query rows against rows of the key/value
     buffer received at that step, segmented per sample."""
@@ -317,10 +444,9 @@ class RingBlock:
     k_lengths: IntArray
     causal: bool
 
-
-def _ranges(starts: IntArray, lengths: IntArray) -> IntArray:
-    parts = [np.arange(s, s + n) for s, n in zip(starts.tolist(), lengths.tolist())]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    def __post_init__(self) -> None:
+        if self.q_rows.size != self.q_lengths.sum() or self.k_rows.size != self.k_lengths.sum():
+            raise ValueError("a ring block's rows must add up to its segment lengths")
 
 
 def _zigzag_halves(shards: NodeShards, group_rank: int) -> tuple[IntArray, IntArray, IntArray]:
@@ -347,9 +473,13 @@ def ring_blocks(shards: NodeShards, group_rank: int, step: int) -> tuple[RingBlo
     if step == 0:
         starts = np.stack([q0, q0 + qa], axis=1).reshape(-1)
         lens = np.stack([qa, qb], axis=1).reshape(-1)
-        diag = RingBlock(_ranges(starts, lens), _ranges(starts, lens), lens, lens, causal=True)
-        cross = RingBlock(_ranges(q0 + qa, qb), _ranges(q0, qa), qb, qa, causal=False)
+        rows = ranges(starts, lens)
+        diag = RingBlock(q_rows=rows, k_rows=rows, q_lengths=lens, k_lengths=lens, causal=True)
+        cross = RingBlock(q_rows=ranges(q0 + qa, qb), k_rows=ranges(q0, qa), q_lengths=qb, k_lengths=qa,
+                          causal=False)
         return diag, cross
     if src < group_rank:
-        return (RingBlock(_ranges(q0, qa + qb), _ranges(k0, ka), qa + qb, ka, causal=False),)
-    return (RingBlock(_ranges(q0 + qa, qb), _ranges(k0, ka + kb), qb, ka + kb, causal=False),)
+        return (RingBlock(q_rows=ranges(q0, qa + qb), k_rows=ranges(k0, ka), q_lengths=qa + qb, k_lengths=ka,
+                          causal=False),)
+    return (RingBlock(q_rows=ranges(q0 + qa, qb), k_rows=ranges(k0, ka + kb), q_lengths=qb, k_lengths=ka + kb,
+                      causal=False),)

@@ -28,7 +28,7 @@ from nspsim.sp_tree import Node
 PROLOGUE, COMPUTE, EPILOGUE = "prologue", "compute", "epilogue"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One phase of one node."""
 
@@ -45,11 +45,11 @@ def stream_order(order: Sequence[Node], lookahead: int | None = None) -> tuple[S
         lookahead = len(order)
     if lookahead < 0:
         raise ValueError(f"lookahead must be >= 0, got {lookahead}")
-    steps = [Step(PROLOGUE, u) for u in order[: lookahead + 1]]
+    steps = [Step(phase=PROLOGUE, node=u) for u in order[: lookahead + 1]]
     for i, u in enumerate(order):
-        steps += [Step(COMPUTE, u), Step(EPILOGUE, u)]
+        steps += [Step(phase=COMPUTE, node=u), Step(phase=EPILOGUE, node=u)]
         if i + lookahead + 1 < len(order):
-            steps.append(Step(PROLOGUE, order[i + lookahead + 1]))
+            steps.append(Step(phase=PROLOGUE, node=order[i + lookahead + 1]))
     return tuple(steps)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,25 +25,39 @@ from torch import Tensor
 
 from runtime.attention_kernels import AttentionKernel, Segments
 from runtime.groups import Comm, Pending
-from runtime.layout import Slot
+from runtime.layout import NodeShards, Slot, sample_rows
 from runtime.timing import PhaseClock
 
 
 @dataclass
 class ExecContext:
-    """What every backend needs: the communicator, the local kernel, the clock and a per-executor
-    memo for index arrays derived from the plan (reused across layers and passes)."""
+    """What every backend needs: the communicator, the local kernel, the clock and a memo of index
+    arrays derived from the plan, reused by every layer and pass. The memo holds one scope (one
+    step's plan) at a time: :meth:`enter` with another scope, or :meth:`reset`, empties it."""
 
     comm: Comm
     kernel: AttentionKernel
     clock: PhaseClock
     memo: dict[Any, Any] = field(default_factory=dict)
+    scope: Any = None
 
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
-        """``make()`` once per ``key`` for this executor."""
+        """``make()`` once per ``key`` in the current scope. Keys describe content (lengths, ranks,
+        marks), so a hit is correct whatever the scope; scopes only bound the memo's size."""
         if key not in self.memo:
             self.memo[key] = make()
         return self.memo[key]
+
+    def enter(self, scope: Any) -> None:
+        """Cache for ``scope`` from now on, dropping entries of any other scope."""
+        if scope != self.scope:
+            self.reset()
+            self.scope = scope
+
+    def reset(self) -> None:
+        """Drop every cached entry (start of a step)."""
+        self.memo.clear()
+        self.scope = None
 
 
 @dataclass
@@ -97,6 +112,57 @@ def sample_segments(lengths: npt.NDArray[np.int64]) -> Segments:
     return Segments.same(lengths.tolist())
 
 
+class NodeIndex:
+    """Index arrays of one node on this rank for one set of recompute marks: derived on first use and
+    then shared by every layer and both passes of the step (see :func:`node_index`)."""
+
+    def __init__(self, slot: Slot, marks: npt.NDArray[np.bool_]) -> None:
+        self.slot, self.marks = slot, marks
+        self.shards = slot.shards
+
+    @cached_property
+    def segments(self) -> Segments:
+        """Whole-sample causal segments of the node (head layout / leaf rows)."""
+        return sample_segments(self.shards.lengths)
+
+    @cached_property
+    def kept_rows(self) -> npt.NDArray[np.int64]:
+        """This rank's local rows of the unmarked samples."""
+        return self.shards.local_rows_of(self.slot.group_rank, ~self.marks)
+
+    @cached_property
+    def remat_rows(self) -> npt.NDArray[np.int64]:
+        """This rank's local rows of the recompute-marked samples."""
+        return self.shards.local_rows_of(self.slot.group_rank, self.marks)
+
+    @cached_property
+    def remat_shards(self) -> NodeShards:
+        """The node restricted to its marked samples."""
+        return self.shards.subset(self.marks)
+
+    @cached_property
+    def remat_segments(self) -> Segments:
+        """Whole-sample segments of the marked samples."""
+        return sample_segments(self.remat_shards.lengths)
+
+    @cached_property
+    def kept_sample_rows(self) -> npt.NDArray[np.int64]:
+        """Rows of the unmarked samples in a buffer of the node's whole samples (Ulysses head layout)."""
+        return sample_rows(self.shards.lengths, ~self.marks)
+
+    @cached_property
+    def remat_sample_rows(self) -> npt.NDArray[np.int64]:
+        """Rows of the marked samples in a buffer of the node's whole samples."""
+        return sample_rows(self.shards.lengths, self.marks)
+
+
+def node_index(ctx: ExecContext, t: NodeTask) -> NodeIndex:
+    """The :class:`NodeIndex` of ``t``'s node, rank and marks, built once per step."""
+    key = ("node-index", t.slot.shards.key, t.slot.group_rank, t.recompute.tobytes())
+    index: NodeIndex = ctx.cached(key, lambda: NodeIndex(t.slot, t.recompute))
+    return index
+
+
 def select_rows(x: Tensor, rows: npt.NDArray[np.int64]) -> Tensor:
     """``x[rows]`` with a numpy index."""
     return x.index_select(0, torch.as_tensor(rows, device=x.device))
@@ -143,11 +209,11 @@ class LocalBackend:
 
     def fwd_compute(self, t: NodeTask, ctx: ExecContext) -> None:
         """Run the kernel over the node's whole samples."""
-        seg = sample_segments(t.slot.shards.lengths)
+        index = node_index(ctx, t)
         with ctx.clock.measure("attn_fwd"):
-            out, lse = ctx.kernel.forward(t.q, t.k, t.v, seg, causal=True)
+            out, lse = ctx.kernel.forward(t.q, t.k, t.v, index.segments, causal=True)
         t.out = out
-        keep_rows(t, t.slot.shards.local_rows_of(0, ~t.recompute), {"out": out, "lse": lse})
+        keep_rows(t, index.kept_rows, {"out": out, "lse": lse})
 
     def fwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
         """No communication."""
@@ -162,20 +228,19 @@ class LocalBackend:
 
     def bwd_compute(self, t: NodeTask, ctx: ExecContext) -> None:
         """Recompute the marked samples if needed, then run the backward kernel."""
-        seg = sample_segments(t.slot.shards.lengths)
-        out, lse = self._forward_state(t, ctx, seg)
+        index = node_index(ctx, t)
+        out, lse = self._forward_state(t, ctx, index)
         assert t.dout is not None
         with ctx.clock.measure("attn_bwd"):
-            t.grads = ctx.kernel.backward(t.dout, t.q, t.k, t.v, out, lse, seg, causal=True)
+            t.grads = ctx.kernel.backward(t.dout, t.q, t.k, t.v, out, lse, index.segments, causal=True)
 
-    def _forward_state(self, t: NodeTask, ctx: ExecContext, seg: Segments) -> tuple[Tensor, Tensor]:
+    def _forward_state(self, t: NodeTask, ctx: ExecContext, index: NodeIndex) -> tuple[Tensor, Tensor]:
         if not t.any_recompute:
             return t.state["out"], t.state["lse"]
         with ctx.clock.measure("attn_remat"):
-            rows = t.slot.shards.local_rows_of(0, t.recompute)
+            rows = index.remat_rows
             q, k, v = (select_rows(x, rows) for x in (t.q, t.k, t.v))
-            out_r, lse_r = ctx.kernel.forward(q, k, v, sample_segments(t.slot.shards.lengths[t.recompute]),
-                                              causal=True)
+            out_r, lse_r = ctx.kernel.forward(q, k, v, index.remat_segments, causal=True)
         full = merge_kept(t, t.q.shape[0], rows, {"out": out_r, "lse": lse_r})
         return full["out"], full["lse"]
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from runtime.attention_kernels import Segments
-from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, select_rows
+from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
 from runtime.layout import NodeShards, RingBlock, ring_blocks
 
@@ -32,9 +32,16 @@ KV_TAG, DKV_TAG = 1, 2
 Shift = tuple[Pending, Tensor]
 
 
-def _blocks(ctx: ExecContext, shards: NodeShards, group_rank: int, step: int) -> tuple[RingBlock, ...]:
-    key = ("ring-blocks", shards.degree, shards.lengths.tobytes(), group_rank, step)
-    blocks: tuple[RingBlock, ...] = ctx.cached(key, lambda: ring_blocks(shards, group_rank, step))
+Block = tuple[RingBlock, Segments]
+
+
+def _blocks(ctx: ExecContext, shards: NodeShards, group_rank: int, step: int) -> tuple[Block, ...]:
+    """The ring blocks of a step with their kernel segments (built once per step and reused)."""
+    def make() -> tuple[Block, ...]:
+        return tuple((b, Segments.pairs(b.q_lengths.tolist(), b.k_lengths.tolist()))
+                     for b in ring_blocks(shards, group_rank, step))
+
+    blocks: tuple[Block, ...] = ctx.cached(("ring-blocks", shards.key, group_rank, step), make)
     return blocks
 
 
@@ -86,17 +93,16 @@ class RingBackend:
                 if step + 1 < shards.degree:
                     nxt = self._shift(t, ctx, shards, cur, step + 1, "kv", KV_TAG)
             with _timed(ctx, compute_cat):
-                for blk in _blocks(ctx, shards, t.slot.group_rank, step):
-                    self._block_forward(ctx, blk, q, cur, out, lse)
+                for blk, seg in _blocks(ctx, shards, t.slot.group_rank, step):
+                    self._block_forward(ctx, blk, seg, q, cur, out, lse)
         return out.to(q.dtype), lse
 
-    def _block_forward(self, ctx: ExecContext, blk: RingBlock, q: Tensor, kv: Tensor, out: Tensor,
+    def _block_forward(self, ctx: ExecContext, blk: RingBlock, seg: Segments, q: Tensor, kv: Tensor, out: Tensor,
                        lse: Tensor) -> None:
         if blk.q_rows.size == 0 or blk.k_rows.size == 0:
             return
         qi, ki = _index(blk.q_rows, q.device), _index(blk.k_rows, q.device)
         k, v = self._split(kv.index_select(0, ki))
-        seg = Segments.pairs(blk.q_lengths.tolist(), blk.k_lengths.tolist())
         o, lse_b = ctx.kernel.forward(q.index_select(0, qi), k, v, seg, blk.causal)
         merge_partial(out, lse, qi, o, lse_b)
 
@@ -117,20 +123,19 @@ class RingBackend:
                 if step + 1 < shards.degree:
                     nxt_kv = self._shift(t, ctx, shards, cur, step + 1, "bwd-kv", KV_TAG)
             with ctx.clock.measure("attn_bwd"):
-                for blk in _blocks(ctx, shards, t.slot.group_rank, step):
-                    self._block_backward(ctx, blk, (q, dout, state["out"], state["lse"]), cur, dq, dkv)
+                for blk, seg in _blocks(ctx, shards, t.slot.group_rank, step):
+                    self._block_backward(ctx, blk, seg, (q, dout, state["out"], state["lse"]), cur, dq, dkv)
             if step + 1 < shards.degree:
                 nxt_dkv = self._shift(t, ctx, shards, dkv, step + 1, "bwd-dkv", DKV_TAG)
         return dq.to(q.dtype), dkv
 
-    def _block_backward(self, ctx: ExecContext, blk: RingBlock, local: tuple[Tensor, Tensor, Tensor, Tensor],
-                        kv: Tensor, dq: Tensor, dkv: Tensor) -> None:
+    def _block_backward(self, ctx: ExecContext, blk: RingBlock, seg: Segments,
+                        local: tuple[Tensor, Tensor, Tensor, Tensor], kv: Tensor, dq: Tensor, dkv: Tensor) -> None:
         if blk.q_rows.size == 0 or blk.k_rows.size == 0:
             return
         qi, ki = _index(blk.q_rows, kv.device), _index(blk.k_rows, kv.device)
         q, dout, out, lse = (x.index_select(0, qi) for x in local)
         k, v = self._split(kv.index_select(0, ki))
-        seg = Segments.pairs(blk.q_lengths.tolist(), blk.k_lengths.tolist())
         gq, gk, gv = ctx.kernel.backward(dout, q, k, v, out, lse, seg, blk.causal)
         dq.index_add_(0, qi, gq.float())
         dkv.index_add_(0, ki, torch.cat([gk, gv], dim=1).float())
@@ -148,7 +153,7 @@ class RingBackend:
         out, lse = self._forward_ring(t, ctx, shards, t.q, t.state.pop("kv"), t.state.pop("first"),
                                       ("attn_fwd", "sp_exposed_comm"))
         t.out = out
-        keep_rows(t, shards.local_rows_of(t.slot.group_rank, ~t.recompute), {"out": out, "lse": lse})
+        keep_rows(t, node_index(ctx, t).kept_rows, {"out": out, "lse": lse})
 
     def fwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
         """Nothing: the output is already local."""
@@ -165,9 +170,9 @@ class RingBackend:
         kv = torch.cat([t.k, t.v], dim=1).contiguous()
         t.state["kv"] = kv
         if t.any_recompute:
-            rows = shards.local_rows_of(t.slot.group_rank, t.recompute)
-            sub_kv = select_rows(kv, rows)
-            t.state["remat"] = self._shift(t, ctx, shards.subset(t.recompute), sub_kv, 1, "remat-kv", KV_TAG)
+            index = node_index(ctx, t)
+            sub_kv = select_rows(kv, index.remat_rows)
+            t.state["remat"] = self._shift(t, ctx, index.remat_shards, sub_kv, 1, "remat-kv", KV_TAG)
             t.state["remat_kv"] = sub_kv
         else:
             t.state["first"] = self._shift(t, ctx, shards, kv, 1, "bwd-kv", KV_TAG)
@@ -184,13 +189,11 @@ class RingBackend:
         t.state = {"dq": dq, "dkv": dkv}
 
     def _recompute(self, t: NodeTask, ctx: ExecContext) -> dict[str, Tensor]:
-        shards = t.slot.shards
-        sub = shards.subset(t.recompute)
-        rows = shards.local_rows_of(t.slot.group_rank, t.recompute)
+        index = node_index(ctx, t)
         with ctx.clock.measure("attn_remat"):
-            out, lse = self._forward_ring(t, ctx, sub, select_rows(t.q, rows), t.state.pop("remat_kv"),
-                                          t.state.pop("remat"), (None, None))
-        return merge_kept(t, t.slot.rows, rows, {"out": out, "lse": lse})
+            out, lse = self._forward_ring(t, ctx, index.remat_shards, select_rows(t.q, index.remat_rows),
+                                          t.state.pop("remat_kv"), t.state.pop("remat"), (None, None))
+        return merge_kept(t, t.slot.rows, index.remat_rows, {"out": out, "lse": lse})
 
     def bwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
         """The last dK/dV hop brings every rank its own block's gradients."""

@@ -24,15 +24,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from runtime.backends.base import (
-    ExecContext,
-    NodeTask,
-    keep_rows,
-    kept_state,
-    merge_kept,
-    sample_segments,
-    select_rows,
-)
+from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
 from runtime.layout import NodeShards, ulysses_gather_order
 
@@ -47,16 +39,9 @@ def _perms(ctx: ExecContext, shards: NodeShards) -> tuple[Tensor, Tensor]:
         inverse[perm] = np.arange(perm.size)
         return torch.as_tensor(perm), torch.as_tensor(inverse)
 
-    key = ("ulysses-perm", shards.degree, shards.lengths.tobytes())
+    key = ("ulysses-perm", shards.key)
     perms: tuple[Tensor, Tensor] = ctx.cached(key, make)
     return perms
-
-
-def head_rows(lengths: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
-    """Rows of the selected samples in the head-sharded (whole-sequence) buffer."""
-    starts = np.cumsum(lengths) - lengths
-    parts = [np.arange(s, s + n) for s, n, m in zip(starts, lengths, mask) if m]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 
 class UlyssesBackend:
@@ -133,12 +118,12 @@ class UlyssesBackend:
     def fwd_compute(self, t: NodeTask, ctx: ExecContext) -> None:
         """Local varlen causal attention over the node's whole samples."""
         t.wait_all()
-        shards = t.slot.shards
+        shards, index = t.slot.shards, node_index(ctx, t)
         q, k, v = self._from_heads(ctx, shards, t.state.pop("recv"), self._widths(shards.degree))
         with ctx.clock.measure("attn_fwd"):
-            out, lse = ctx.kernel.forward(q, k, v, sample_segments(shards.lengths), causal=True)
+            out, lse = ctx.kernel.forward(q, k, v, index.segments, causal=True)
         t.state["out_heads"] = out
-        keep_rows(t, head_rows(shards.lengths, ~t.recompute), {"q": q, "k": k, "v": v, "out": out, "lse": lse})
+        keep_rows(t, index.kept_sample_rows, {"q": q, "k": k, "v": v, "out": out, "lse": lse})
 
     def fwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
         """All-to-all the output back to sequence layout."""
@@ -156,9 +141,8 @@ class UlyssesBackend:
         """Re-send recompute-marked samples' Q, K, V; all-to-all dO to head layout."""
         shards = t.slot.shards
         if t.any_recompute:
-            rows = shards.local_rows_of(t.slot.group_rank, t.recompute)
-            sub = shards.subset(t.recompute)
-            t.state["remat"] = self._to_heads(t, ctx, sub, self._kv(t, rows), "remat-qkv")
+            index = node_index(ctx, t)
+            t.state["remat"] = self._to_heads(t, ctx, index.remat_shards, self._kv(t, index.remat_rows), "remat-qkv")
         assert t.dout is not None
         t.state["dout"] = self._to_heads(t, ctx, shards, [t.dout], "bwd-dout")
 
@@ -171,20 +155,19 @@ class UlyssesBackend:
         (dout,) = self._from_heads(ctx, shards, recv, [self.num_heads // shards.degree])
         with ctx.clock.measure("attn_bwd"):
             dq, dk, dv = ctx.kernel.backward(dout, state["q"], state["k"], state["v"], state["out"], state["lse"],
-                                             sample_segments(shards.lengths), causal=True)
+                                             node_index(ctx, t).segments, causal=True)
         t.state["dqkv_heads"] = torch.cat([dq, dk, dv], dim=1)
         t.state = {k: v for k, v in t.state.items() if k == "dqkv_heads"}
 
     def _recompute(self, t: NodeTask, ctx: ExecContext) -> dict[str, Tensor]:
-        shards = t.slot.shards
-        sub = shards.subset(t.recompute)
+        shards, index = t.slot.shards, node_index(ctx, t)
         pending, recv = t.state.pop("remat")
         with ctx.clock.measure("attn_remat"):
             pending.wait(None)
-            q, k, v = self._from_heads(ctx, sub, recv, self._widths(shards.degree))
-            out, lse = ctx.kernel.forward(q, k, v, sample_segments(sub.lengths), causal=True)
-        rows = head_rows(shards.lengths, t.recompute)
-        return merge_kept(t, int(shards.lengths.sum()), rows, {"q": q, "k": k, "v": v, "out": out, "lse": lse})
+            q, k, v = self._from_heads(ctx, index.remat_shards, recv, self._widths(shards.degree))
+            out, lse = ctx.kernel.forward(q, k, v, index.remat_segments, causal=True)
+        return merge_kept(t, int(shards.lengths.sum()), index.remat_sample_rows,
+                          {"q": q, "k": k, "v": v, "out": out, "lse": lse})
 
     def bwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
         """All-to-all dQ, dK, dV back to sequence layout."""

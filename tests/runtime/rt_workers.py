@@ -142,10 +142,33 @@ def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str,
     return reports
 
 
+def repeated_steps(env: RankEnv, plans: list[str]) -> list[dict[str, Any]]:
+    """One executor runs the plans as consecutive steps; after each step report the sizes of its
+    per-step state (index cache, collective log) and the log's first entry."""
+    from datetime import timedelta
+
+    if not plans:
+        return []
+    spec = get_model("tiny")
+    groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
+    model = DecoderLM(spec, seed=0).to(env.device)
+    ex = NSPExecutor(model=model, spec=spec, rank=env.rank, world=env.world, device=env.device, groups=groups,
+                     options=ExecOptions(grad_sync="allreduce"))
+    out = []
+    for plan_json in plans:
+        plan = Plan.from_json(plan_json)
+        stream = synthetic_stream(plan.lengths, seed=0, index=plan.batch.index, vocab=spec.vocab)
+        ex.run(plan, rank_input(stream, env.rank, env.world))
+        model.zero_grad(set_to_none=True)
+        out.append({"memo": len(ex.ctx.memo), "log": len(ex.comm.log), "first": ex.comm.log[0][1]})
+    return out
+
+
 def suite(env: RankEnv, payload: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
     """Several checks in one launch (process start-up dominates on small machines)."""
     return {"attention": attention_parity(env, payload.get("attention", [])),
-            "parity": parity(env, payload.get("parity", []))}
+            "parity": parity(env, payload.get("parity", [])),
+            "repeat": repeated_steps(env, payload.get("repeat", []))}
 
 
 def mismatched_plans(env: RankEnv, plans: list[str]) -> None:

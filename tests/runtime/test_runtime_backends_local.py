@@ -50,6 +50,40 @@ def test_leaf_backend_keeps_only_unmarked_samples_and_recomputes_the_rest() -> N
         torch.testing.assert_close(got, want)
 
 
+class _RecordingKernel:
+    """The CPU kernel, recording the Segments object of every call."""
+
+    def __init__(self) -> None:
+        self.inner, self.segments = select_kernel("cpu-flash", CPU), []
+
+    def forward(self, q, k, v, seg, causal):  # type: ignore[no-untyped-def]
+        self.segments.append(seg)
+        return self.inner.forward(q, k, v, seg, causal)
+
+    def backward(self, dout, q, k, v, out, lse, seg, causal):  # type: ignore[no-untyped-def]
+        self.segments.append(seg)
+        return self.inner.backward(dout, q, k, v, out, lse, seg, causal)
+
+
+def test_index_arrays_are_derived_once_per_node_and_reused_by_every_layer() -> None:
+    kernel = _RecordingKernel()
+    ctx = ExecContext(comm=None, kernel=kernel, clock=PhaseClock())  # type: ignore[arg-type]
+    backend, lengths = LocalBackend(), [5, 9, 3, 7]
+    for _layer in range(3):
+        task = _task(lengths, [False, True, False, True])
+        backend.fwd_compute(task, ctx)
+        task.dout = torch.ones_like(task.q)
+        backend.bwd_compute(task, ctx)
+    whole = {id(seg) for seg in kernel.segments if seg.total_q == sum(lengths)}
+    assert len(kernel.segments) == 9 and len(whole) == 1  # 3 forward + 3 backward share one Segments
+    assert len({id(seg) for seg in kernel.segments}) == 2  # plus one for the recomputed samples
+    assert len(ctx.memo) == 1
+    backend.fwd_compute(_task(lengths, [False] * 4), ctx)  # other marks: another entry, not a stale hit
+    assert len(ctx.memo) == 2
+    ctx.enter("next step")
+    assert ctx.memo == {}
+
+
 def test_recompute_marks_follow_the_plan_or_the_mode() -> None:
     cl, m = get_cluster("cpu", 2), get_model("tiny")
     plan = make_plan(planner="hand", cluster=cl, model=m, batch=make_batch([4, 6]), spmax=2, token_budget=100,

@@ -17,9 +17,13 @@ from runtime.layout import (
     exchanges,
     input_bounds,
     input_tokens,
+    micro_batch_layout,
     node_shards,
+    rank_exchange,
     rank_layout,
+    ranges,
     ring_blocks,
+    sample_rows,
     ulysses_gather_order,
 )
 from runtime.schedule import order_conflicts, rank_steps, stream_order
@@ -124,6 +128,45 @@ def test_layout_exchange_round_trips(world: int) -> None:
         assert np.array_equal(back[r].send_counts, fwd[r].recv_counts)
         inv = dst[r][back[r].send_rows]
         assert sorted(inv.tolist()) == sorted(dst[r].tolist())
+
+
+@st.composite
+def nested_plans(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+    world = draw(st.sampled_from([2, 4, 8]))
+    n = draw(st.integers(1, 12))
+    lengths = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    degrees = draw(st.lists(st.sampled_from([d for d in (1, 2, 4, 8) if d <= world]), min_size=n, max_size=n))
+    nodes = [Node(d, draw(st.integers(0, world // d - 1))) for d in degrees]
+    count = draw(st.integers(1, min(3, n)))  # micro-batches, each with at least one sample
+    micro = draw(st.permutations([j % count for j in range(n)]))
+    backend = draw(st.sampled_from(["ulysses", "ring"]))
+    return plan_of(lengths, nodes, world, micro_batches=list(micro), backend=backend)
+
+
+@settings(max_examples=60, deadline=None)
+@given(plan=nested_plans())
+def test_one_ranks_exchange_equals_the_all_ranks_construction_for_every_rank(plan) -> None:  # type: ignore[no-untyped-def]
+    world, total = plan.cluster.num_gpus, sum(plan.lengths)
+    for mb in range(plan.num_micro_batches):
+        shards = node_shards(plan, mb)
+        layouts = [rank_layout(plan, mb, r, shards) for r in range(world)]
+        full = exchanges([input_tokens(plan, mb, r, world) for r in range(world)], [lay.tokens for lay in layouts],
+                         total)
+        for rank in range(world):
+            mine = rank_exchange(plan, mb, rank, world, shards, layouts[rank])
+            for name in ("send_rows", "send_counts", "recv_counts", "recv_perm"):
+                assert np.array_equal(getattr(mine, name), getattr(full[rank], name)), (mb, rank, name)
+            mbl = micro_batch_layout(plan, mb, rank, world)
+            assert np.array_equal(mbl.layout.tokens, layouts[rank].tokens)
+            lo = input_bounds(total, world)[rank]
+            assert np.array_equal(mbl.input_rows + lo, input_tokens(plan, mb, rank, world))
+
+
+def test_vectorised_ranges_match_the_loop() -> None:
+    starts, lengths = np.array([5, 0, 9, 2]), np.array([3, 0, 1, 2])
+    assert ranges(starts, lengths).tolist() == [5, 6, 7, 9, 2, 3]
+    assert ranges(np.zeros(0), np.zeros(0)).size == 0
+    assert sample_rows(np.array([2, 3, 1]), np.array([False, True, True])).tolist() == [2, 3, 4, 5]
 
 
 def test_micro_batches_split_the_input_layout() -> None:

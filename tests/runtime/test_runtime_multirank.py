@@ -96,10 +96,16 @@ def parity_cases(world: int) -> list[rt_workers.Case]:
     return cases
 
 
+def repeat_plans(world: int) -> list[str]:
+    """Four different nested plans with recompute marks, then the first again."""
+    plans = [hand_plans(world, seed=50 + i)[0].to_json() for i in range(4)]
+    return [*plans, plans[0]]
+
+
 @pytest.fixture(scope="module", params=WORLDS, ids=[f"{w}ranks" for w in WORLDS])
 def run(request: pytest.FixtureRequest) -> dict:
     world = request.param
-    payload = {"attention": attention_cases(world), "parity": parity_cases(world)}
+    payload = {"attention": attention_cases(world), "parity": parity_cases(world), "repeat": repeat_plans(world)}
     results = run_ranks(rt_workers.suite, world, payload, timeout_s=240, comm_timeout_s=60)
     return {"world": world, "payload": payload, "results": results}
 
@@ -204,3 +210,12 @@ def test_recompute_marks_rerun_exactly_the_marked_nodes_in_backward(run: dict) -
             assert remat == want, (rank, remat, want)
             has_marks = any(n.contains_rank(rank) for n in marked)
             assert (rep["seconds"]["attn_remat"] > 0) == has_marks, (rank, rep["seconds"])
+
+
+def test_per_step_state_does_not_grow_over_a_run(run: dict) -> None:
+    """The index cache and the collective log hold the current step only: after four other plans,
+    the first plan leaves exactly the state it left the first time."""
+    for rank, res in enumerate(run["results"]):
+        steps = res["repeat"]
+        assert len(steps) == 5 and all(s["first"] == "plan-hash" for s in steps), rank
+        assert steps[4]["memo"] == steps[0]["memo"] > 0 and steps[4]["log"] == steps[0]["log"], (rank, steps)
