@@ -99,6 +99,7 @@ class Setup:
     num_gpus: int = 8
     gpus_per_node: int = 2
     memory: MemoryModel | None = None
+    training: TrainingSpec = field(default_factory=TrainingSpec)
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -106,7 +107,7 @@ class Setup:
 
     def simulator(self, seed: int = 0, **options: object) -> Simulator:
         return Simulator(cost=self.cost, model=toy_model(self.cost.layers), cluster=self.cluster,
-                         training=TrainingSpec(), memory=self.memory or roomy_memory(self.cost.layers),
+                         training=self.training, memory=self.memory or roomy_memory(self.cost.layers),
                          options=SimOptions(**options), seed=seed)  # type: ignore[arg-type]
 
     def plan(self, nodes: Sequence[Node], lengths: Sequence[int], *, spmax: int = 4, **kw: object) -> Plan:

@@ -207,3 +207,15 @@ def test_layout_change_moves_token_ids_in_hidden_states_out_and_their_gradient_b
         "layout-in (token ids)", "layout-out (hidden)", "layout-in (hidden grad)"]
     uniform = setup.simulator().simulate(setup.plan([Node(2, 0), Node(2, 1)], [1000, 300]))
     assert uniform.step_time_s == pytest.approx(4e-5, rel=REL)  # one degree: already in the conventional layout
+
+
+@pytest.mark.parametrize("prefetch, expected_ms, exposed_ms", [(0, 24.0, 6.0), (1, 20.0, 2.0), (2, 20.0, 2.0)])
+def test_fsdp_prefetch_depth_is_honoured(prefetch: int, expected_ms: float, exposed_ms: float) -> None:
+    # 3 layers, gather 1 ms, non-attention 2 ms forward, 4 ms backward on every GPU. No prefetch: every
+    # gather waits for the layer before, 3 * (1 + 2) + 3 * (1 + 4) = 24 ms. One layer ahead: only the
+    # first gather of each pass is exposed (gathers 0-1 back to back, 2 after layer 0 frees its
+    # buffer): 1 + 6 + 1 + 12 = 20 ms. Two ahead hides nothing more here (compute-bound layers).
+    setup = Setup(StubCost(layers=3, nonattn=2e-6, allgather=1e-3), training=TrainingSpec(fsdp_prefetch_layers=prefetch))
+    result = setup.simulator().simulate(setup.plan([Node(1, g) for g in range(8)], [1000] * 8))
+    assert result.step_time_s == pytest.approx(expected_ms * 1e-3, rel=REL)
+    assert result.breakdown_s["fsdp_exposed_comm"] == pytest.approx(exposed_ms * 1e-3, rel=REL)

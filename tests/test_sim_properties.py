@@ -11,13 +11,14 @@ from sim_helpers import Setup, StubCost
 
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
+from nspsim.training_spec import TrainingSpec
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
 def plans(draw: st.DrawFn, layers: int = 1) -> tuple[Setup, Plan]:
-    """A random plan on 8 GPUs (2 per host, spmax 8) with random round-number costs."""
+    """A random plan on 8 GPUs (2 per host, spmax 8) with random round-number costs and FSDP prefetch depth."""
     cost = StubCost(
         layers=layers, lat=draw(st.sampled_from([0.0, 1e-5])), comp=draw(st.sampled_from([1e-10, 1e-9])),
         pro=draw(st.sampled_from([0.0, 1e-7, 1e-6])), epi=draw(st.sampled_from([0.0, 1e-7])),
@@ -31,7 +32,7 @@ def plans(draw: st.DrawFn, layers: int = 1) -> tuple[Setup, Plan]:
     mbs = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)) if draw(st.booleans()) else [0] * n
     if set(mbs) == {1}:
         mbs = [0] * n
-    setup = Setup(cost)
+    setup = Setup(cost, training=TrainingSpec(fsdp_prefetch_layers=draw(st.sampled_from([1, 1, 0, 2, 3]))))
     return setup, setup.plan(nodes, lengths, spmax=8, micro_batches=[sorted(set(mbs)).index(m) for m in mbs])
 
 

@@ -5,11 +5,12 @@ prefetching) the step settles into a periodic regime: every task of layer l+1 ha
 ``shift`` seconds after the same task of layer l. The system is deterministic and time-invariant,
 so once the state repeats up to a shift, every further layer repeats too. The simulator therefore
 builds the step with ``n`` layers instead of L, finds per micro-batch and pass the earliest layer r
-such that in layers r-1, r, r+1, r+2 every task issues, starts and ends exactly ``shift`` after the
-same task of the layer before (the end of a pass disturbs the last few layers through transfers
-that overlap later layers, so the run must reach past r), and then treats the L-layer step as the n-layer step with layer r repeated
-L - n + 1 times: later tasks move by (L - n) * shift, and the time accounts of layer r count L - n
-more times. If no layer repeats (or noise is on), the simulator runs all L layers instead.
+such that in layers r-1, r, r+1, r+2 (up to r+d+1 when FSDP gathers run d > 1 layers ahead) every
+task issues, starts and ends exactly ``shift`` after the same task of the layer before (the end of
+a pass disturbs the last few layers through transfers that overlap later layers, so the run must
+reach past r), and then treats the L-layer step as the n-layer step with layer r repeated L - n + 1
+times: later tasks move by (L - n) * shift, and the time accounts of layer r count L - n more times.
+If no layer repeats (or noise is on), the simulator runs all L layers instead.
 
 Trade-off: exact (to ``TOLERANCE_S``) only when the regime is reached within ``n`` layers, which the
 check verifies on the simulated layers; tests compare extrapolated against full simulations.
@@ -39,8 +40,11 @@ class Repeat:
             raise ValueError(f"invalid layer repeat: segment {self.segment}, {self.copies} copies, shift {self.shift}")
 
 
-def find_repeats(program: Program, total_layers: int, simulated_layers: int) -> list[Repeat] | None:
-    """One :class:`Repeat` per micro-batch and pass, or ``None`` if some pass has no periodic layer."""
+def find_repeats(program: Program, total_layers: int, simulated_layers: int, window: int = 4) -> list[Repeat] | None:
+    """One :class:`Repeat` per micro-batch and pass, or ``None`` if some pass has no periodic layer.
+
+    ``window`` consecutive layers from r-1 on must repeat by one shift (4; more when FSDP gathers run
+    further ahead, since their issue times carry state over more layers)."""
     if simulated_layers >= total_layers:
         return []
     times = _segment_times(program)
@@ -48,7 +52,7 @@ def find_repeats(program: Program, total_layers: int, simulated_layers: int) -> 
     micro_batches = {s.micro_batch for s in program.segments if s.kind == "fwd"}
     for mb in sorted(micro_batches):
         for kind in ("fwd", "bwd"):
-            found = _periodic_layer(program.layer_segments(kind, mb), times)
+            found = _periodic_layer(program.layer_segments(kind, mb), times, window)
             if found is None:
                 return None
             repeats.append(Repeat(segment=found[0], shift=found[1], copies=total_layers - simulated_layers))
@@ -63,10 +67,10 @@ def _segment_times(program: Program) -> dict[int, np.ndarray]:
     return {seg: np.array(r) for seg, r in rows.items()}
 
 
-def _periodic_layer(segments: list[int], times: dict[int, np.ndarray]) -> tuple[int, float] | None:
-    """The earliest layer r >= 2 such that layers r-1 .. r+2 follow each other by one constant shift."""
-    for r in range(2, len(segments) - 2):
-        found = _window_shift([times.get(segments[k]) for k in range(r - 1, r + 3)])
+def _periodic_layer(segments: list[int], times: dict[int, np.ndarray], window: int) -> tuple[int, float] | None:
+    """The earliest layer r >= 2 such that layers r-1 .. r+window-2 follow each other by one constant shift."""
+    for r in range(2, len(segments) - window + 2):
+        found = _window_shift([times.get(segments[k]) for k in range(r - 1, r + window - 1)])
         if found is not None:
             return segments[r], found
     return None

@@ -129,7 +129,7 @@ class Simulator:
             work = reduce_to_units(work)
         for layers in self._layer_schedule():
             program, ex = self._run(work, layers, plan)
-            repeats = find_repeats(program, self.model.num_layers, layers)
+            repeats = find_repeats(program, self.model.num_layers, layers, self._repeat_window())
             if repeats is not None:
                 break
             ex.release()
@@ -142,6 +142,11 @@ class Simulator:
         plan.check_compatible(self.cluster, self.model)
         if plan.backend != self.training.backend:
             raise ValueError(f"plan uses the {plan.backend} SP backend but the simulator models {self.training.backend}")
+
+    def _repeat_window(self) -> int:
+        """Layers that must repeat by one shift before extrapolating: r-1 .. r+2, or up to r+d+1 when
+        the FSDP gathers run d > 1 layers ahead (their issue times carry state that far)."""
+        return max(4, self.training.fsdp_prefetch_layers + 3)
 
     def _layer_schedule(self) -> list[int]:
         """Layer counts to try: ``sim_layers``, twice that (a longer transient), then every layer."""

@@ -11,9 +11,11 @@ Per layer and GPU:
   gradient reduce-scatter. A recompute-marked node recomputes inside its own backward, right before
   its backward phases (as the runtime does): its prologue re-sends Q, K, V, its kernel reruns the
   forward (no epilogue: the sequence-layout output is kept), charged to ``attn_remat``;
-* FSDP: parameter all-gather of layer l+1 issued once layer l's gather is done and layer l-1's buffer
-  is free (prefetch one layer ahead, two gathered layers in memory); backward gathers likewise in
-  reverse. Gathers are not prefetched across micro-batches (FSDP reshards after each backward).
+* FSDP: with ``TrainingSpec.fsdp_prefetch_layers`` = d, the parameter all-gather of layer l is issued
+  once the gathers before it are and the buffer of layer l-d-1 is free (d layers ahead, d+1 gathered
+  layers in memory, as :mod:`nspsim.memory` counts them; d = 0: gathered when the layer before it
+  is done); backward gathers likewise in reverse. Gathers are not prefetched across micro-batches
+  (FSDP reshards after each backward).
 
 Attention stage (inter-level phase streaming, SPEC section 5): for nodes in issue order the SP
 queue carries every prologue, then every epilogue; the compute queue every attention kernel. So
@@ -104,6 +106,11 @@ class StepModel:
         """Whether every task of a GPU runs alone (one queue per GPU)."""
         return self.mode == "serial"
 
+    @property
+    def prefetch(self) -> int:
+        """Layers whose FSDP all-gather runs ahead of the layer being computed (0 in serial mode)."""
+        return 0 if self.serial else self.work.fsdp_prefetch_layers
+
     def build(self) -> Program:
         """The whole step's program."""
         final: list[Deps] = [[] for _ in range(self.U)]
@@ -172,24 +179,29 @@ class MicroBatchModel:
 
     def build(self) -> list[Deps]:
         """Create every task of the micro-batch; return what the optimizer must wait for, per GPU."""
-        grad_in, ag_next = self.forward()
-        return self.backward(grad_in, ag_next)
+        grad_in, last_forward = self.forward()
+        return self.backward(grad_in, last_forward)
 
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self) -> tuple[PerGpu, PerGpu]:
+        """Every forward task; returns the gradient entering the backward and the last forward task."""
         s, prev_mb = self.s, list(self.s.last_compute)
         x = s.world("layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [])
-        ag = [] if s.serial else [s.gather("allgather", self.seg_fwd[0], lambda g: [prev_mb[g]])]
+        ag: list[PerGpu] = []
         done: list[PerGpu] = []
         for layer in range(self.n):
-            if s.serial:
-                ag.append(s.gather("allgather", self.seg_fwd[layer], lambda g: []))
-            elif layer + 1 < self.n:
-                free = done[layer - 1] if layer >= 1 else [None] * self.U
-                ag.append(s.gather("allgather", self.seg_fwd[layer + 1], lambda g: [free[g]]))
+            while len(ag) <= min(layer + s.prefetch, self.n - 1):
+                ag.append(self.forward_gather(len(ag), done, prev_mb))
             x = self.layer_forward(layer, x, ag[layer])
             done.append(x)
-        return self.head(x), self.first_backward_gather(x)
+        return self.head(x), x
+
+    def forward_gather(self, k: int, done: list[PerGpu], prev_mb: PerGpu) -> PerGpu:
+        """All-gather of layer k, issued once the buffer of layer k - prefetch - 1 is free (layer 0: once
+        the previous micro-batch is done; gathers are not prefetched across micro-batches)."""
+        d = self.s.prefetch
+        free = prev_mb if k == 0 else done[k - d - 1] if k > d else [None] * self.U
+        return self.s.gather("allgather", self.seg_fwd[k], lambda g: [free[g]])
 
     def layer_forward(self, layer: int, x: PerGpu, ag: PerGpu) -> PerGpu:
         seg = self.seg_fwd[layer]
@@ -204,32 +216,29 @@ class MicroBatchModel:
                        lambda g: [heads[g]])
         return [grad[g] or heads[g] for g in range(self.U)]
 
-    def first_backward_gather(self, x: PerGpu) -> PerGpu:
-        if self.s.serial:
-            return [None] * self.U
-        return self.s.gather("allgather (bwd)", self.seg_bwd[self.n - 1], lambda g: [x[g]])
-
     # ---- backward ----------------------------------------------------------------------------------
-    def backward(self, grad_in: PerGpu, ag: PerGpu) -> list[Deps]:
+    def backward(self, grad_in: PerGpu, last_forward: PerGpu) -> list[Deps]:
         s = self.s
         rs: PerGpu = [None] * self.U
+        ag: dict[int, PerGpu] = {}
         done: dict[int, PerGpu] = {}
+        next_gather = self.n - 1
         for layer in reversed(range(self.n)):
             seg = self.seg_bwd[layer]
-            if s.serial:
-                ag = s.gather("allgather (bwd)", seg, lambda g: [])
-            prefetch = self.prefetch_backward(layer, done) if not s.serial and layer >= 1 else ag
-            grad_in = self.layer_backward(seg, grad_in, ag)
+            while next_gather >= max(layer - s.prefetch, 0):
+                ag[next_gather] = self.backward_gather(next_gather, done, last_forward)
+                next_gather -= 1
+            grad_in = self.layer_backward(seg, grad_in, ag.pop(layer))
             done[layer] = list(s.last_compute)
             rs = s.reduce_scatter("reduce-scatter", seg, lambda g: [grad_in[g], done[layer][g]])
-            ag = prefetch
         last = list(s.last_compute)
         return [[rs[g], grad_in[g], last[g]] for g in range(self.U)]
 
-    def prefetch_backward(self, layer: int, done: dict[int, PerGpu]) -> PerGpu:
-        """Gather layer-1's parameters once layer+1's backward has freed its buffer."""
-        free = done.get(layer + 1, [None] * self.U)
-        return self.s.gather("allgather (bwd)", self.seg_bwd[layer - 1], lambda g: [free[g]])
+    def backward_gather(self, k: int, done: dict[int, PerGpu], last_forward: PerGpu) -> PerGpu:
+        """Backward all-gather of layer k, issued once layer k + prefetch + 1's backward has freed its
+        buffer (the last layer: once the forward is done)."""
+        free = last_forward if k == self.n - 1 else done.get(k + self.s.prefetch + 1, [None] * self.U)
+        return self.s.gather("allgather (bwd)", self.seg_bwd[k], lambda g: [free[g]])
 
     def layer_backward(self, seg: int, grad_in: PerGpu, ag: PerGpu) -> PerGpu:
         na = self.non_attention(seg, lambda g: [ag[g], grad_in[g]], backward=True)

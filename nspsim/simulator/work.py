@@ -65,11 +65,13 @@ class MicroBatchWork:
 @dataclass(frozen=True, kw_only=True)
 class StepWork:
     """Everything the step model needs, in seconds (uncontended). ``gpu_unit[g]`` is GPU g's unit,
-    ``ep_units`` the unit range of each expert-parallel group."""
+    ``ep_units`` the unit range of each expert-parallel group, ``fsdp_prefetch_layers`` how many layers
+    the FSDP all-gathers run ahead."""
 
     num_gpus: int
     num_layers: int
     expert_parallel: int
+    fsdp_prefetch_layers: int
     micro_batches: tuple[MicroBatchWork, ...]
     fsdp: FsdpCost
     optimizer_s: float
@@ -96,7 +98,8 @@ def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingS
     mbs = tuple(_micro_batch_work(plan, cost, model, training, mb, remat, layout)
                 for mb in range(plan.num_micro_batches))
     p, ep = plan.cluster.num_gpus, training.expert_parallel
-    return StepWork(num_gpus=p, num_layers=cost.num_layers, expert_parallel=ep, micro_batches=mbs,
+    return StepWork(num_gpus=p, num_layers=cost.num_layers, expert_parallel=ep,
+                    fsdp_prefetch_layers=training.fsdp_prefetch_layers, micro_batches=mbs,
                     fsdp=cost.fsdp(), optimizer_s=cost.optimizer_time(), gpu_unit=tuple(range(p)),
                     ep_units=tuple((b, b + ep) for b in range(0, p, ep)) if ep > 1 else ())
 
