@@ -1,12 +1,19 @@
 """Measured step records (JSONL), joinable with the simulator's predictions.
 
-One record per training step, written by rank 0. The join key with simulated results
-(``nspsim.simulator.StepResult`` / ``nspsim.compare.IterationRecord``) is ``(planner, batch_index,
-plan_hash)``; ``step_time_s``, ``breakdown_s`` (keys ``nspsim.records.BREAKDOWN_CATEGORIES``, in that
-order, summing to ``step_time_s``), ``per_gpu_breakdown_s``, ``critical_gpu``, ``recompute_policy`` and
-``num_micro_batches`` mean the same as there. ``breakdown_s`` is rank 0's; ``critical_gpu`` is the rank
-that computed longest (attention + non-attention). When the run also simulated its plans, the
-prediction sits beside the measurement (``simulated_step_time_s``, ``simulated_breakdown_s``).
+One record per training step, written by rank 0 (schema ``nspsim-measured-step`` v2). The join key
+with simulated results (``nspsim.simulator.StepResult`` / ``nspsim.compare.IterationRecord``) is
+``(planner_spec, batch_index, plan_hash)``: ``planner_spec`` is the planner as the user gave it, in the
+``nspsim compare`` label format (``nsp``, ``static:degree=2``); ``planner`` is the plan's own name.
+
+The fields mean the same as the simulator's: ``breakdown_s`` (keys ``nspsim.records.BREAKDOWN_CATEGORIES``,
+in that order, summing to ``step_time_s``) is the partition of the *critical* rank's step, the rank
+whose forward and backward finished last (the one every other rank waited for at the barrier before
+the gradient sync, so its ``comm_wait`` is the smallest), and ``step_time_s`` is that rank's step
+time; ``per_gpu_breakdown_s`` and ``per_gpu_step_time_s`` hold every rank's (rank 0's is index 0).
+``recompute_policy`` and ``remat_share`` are the simulator's label and share for the executed plan.
+``simulated_*`` is the simulator's prediction of the executed configuration (``simulated_mode``: the
+simulation mode that matches the executed options); when there is none, ``simulated_step_time_s`` is
+null and ``simulated_note`` says why (``runtime.prediction``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any
 from nspsim.records import BREAKDOWN_CATEGORIES
 
 SCHEMA = "nspsim-measured-step"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +34,7 @@ class MeasuredStep:
 
     step: int
     batch_index: int
+    planner_spec: str
     planner: str
     plan_hash: str
     backend: str
@@ -42,13 +50,16 @@ class MeasuredStep:
     loss: float
     step_time_s: float
     breakdown_s: dict[str, float]
-    per_gpu_breakdown_s: dict[str, list[float]]
     critical_gpu: int
+    per_gpu_step_time_s: list[float]
+    per_gpu_breakdown_s: dict[str, list[float]]
     sp_comm_s: float
     planning_time_s: float
     plan_wait_s: float
+    simulated_mode: str | None = None
     simulated_step_time_s: float | None = None
     simulated_breakdown_s: dict[str, float] = field(default_factory=dict)
+    simulated_note: str = ""
     source: str = "measured"
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
@@ -58,6 +69,12 @@ class MeasuredStep:
             raise ValueError(f"breakdown keys must be {BREAKDOWN_CATEGORIES}, got {tuple(self.breakdown_s)}")
         if abs(sum(self.breakdown_s.values()) - self.step_time_s) > 1e-6 * max(1.0, self.step_time_s):
             raise ValueError(f"breakdown sums to {sum(self.breakdown_s.values())} s, not the step's {self.step_time_s} s")
+        if not 0 <= self.critical_gpu < self.num_gpus or len(self.per_gpu_step_time_s) != self.num_gpus:
+            raise ValueError(f"critical_gpu {self.critical_gpu} and per-GPU step times must cover {self.num_gpus} GPUs")
+        if any(len(v) != self.num_gpus for v in self.per_gpu_breakdown_s.values()):
+            raise ValueError(f"per-GPU breakdowns must have one entry per GPU ({self.num_gpus})")
+        if (self.simulated_step_time_s is None) == (not self.simulated_note):
+            raise ValueError("a record has a simulated step time or a note saying why it has none")
 
     def to_json(self) -> str:
         """One JSONL line."""

@@ -7,15 +7,16 @@ categories), skipping the first ``--skip`` warm-up steps. Text only; figures bel
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nspsim.records import BREAKDOWN_CATEGORIES
+from runtime.cli import ArgumentParser, fail
 from runtime.records import read_records
+
+PROG = "runtime.report"
 
 SHORT = {"attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_attn": "nonattn",
          "sp_exposed_comm": "spcomm", "fsdp_exposed_comm": "fsdp", "comm_wait": "wait", "other": "other"}
@@ -26,7 +27,7 @@ def summarise(records: list[dict[str, Any]], skip: int) -> dict[str, Any]:
     kept = records[skip:] or records
     sim = [r["simulated_step_time_s"] for r in kept if r.get("simulated_step_time_s") is not None]
     return {
-        "planner": kept[0]["planner"], "backend": kept[0]["backend"], "steps": len(kept),
+        "planner": kept[0].get("planner_spec", kept[0]["planner"]), "backend": kept[0]["backend"], "steps": len(kept),
         "step_s": float(np.mean([r["step_time_s"] for r in kept])),
         "simulated_s": float(np.mean(sim)) if sim else None,
         "loss_last": kept[-1]["loss"],
@@ -36,7 +37,9 @@ def summarise(records: list[dict[str, Any]], skip: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]], names: list[str]) -> str:
     """A fixed-width text table of summaries."""
-    head = f"{'run':<22}{'planner':<8}{'steps':>6}{'meas s':>8}{'sim s':>8}{'m/s':>6}  " + " ".join(
+    run_w = max([22, *(len(n) + 1 for n in names)])
+    spec_w = max([8, *(len(r["planner"]) + 1 for r in rows)])
+    head = f"{'run':<{run_w}}{'planner':<{spec_w}}{'steps':>6}{'meas s':>8}{'sim s':>8}{'m/s':>6}  " + " ".join(
         f"{SHORT[k]:>7}" for k in BREAKDOWN_CATEGORIES)
     lines = [head]
     for name, r in zip(names, rows):
@@ -44,20 +47,20 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
         ratio = f"{r['step_s'] / sim:6.1f}" if sim else f"{'-':>6}"
         sim_txt = f"{sim:8.3f}" if sim else f"{'-':>8}"
         parts = " ".join(f"{r['breakdown'][k]:7.3f}" for k in BREAKDOWN_CATEGORIES)
-        lines.append(f"{name:<22}{r['planner']:<8}{r['steps']:>6}{r['step_s']:8.3f}{sim_txt}{ratio}  {parts}")
+        lines.append(f"{name:<{run_w}}{r['planner']:<{spec_w}}{r['steps']:>6}{r['step_s']:8.3f}{sim_txt}{ratio}  {parts}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point."""
-    p = argparse.ArgumentParser(prog="runtime.report", description="Summarise measured step records.")
+    """Entry point; bad arguments or unreadable records end with one line and status 2."""
+    p = ArgumentParser(prog=PROG, description="Summarise measured step records.")
     p.add_argument("records", nargs="+")
     p.add_argument("--skip", type=int, default=1, help="warm-up steps to leave out (default 1)")
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         rows = [summarise(read_records(Path(f).read_text()), args.skip) for f in args.records]
     except (OSError, ValueError, KeyError, IndexError) as exc:
-        sys.exit(f"runtime.report: error: {exc}")
+        fail(PROG, exc, 2)
     print(table(rows, [Path(f).stem for f in args.records]))
 
 

@@ -8,8 +8,12 @@ machine actually used (``cpu`` under gloo by default, one "GPU" per process), th
 seed and the same batches (``BatchSampler.batch(i)`` is random access). Rank 0 plans batch ``i + 1``
 on a background thread while batch ``i`` executes (optionally simulating the plan too) and
 broadcasts each plan; the executor checks that all ranks hold the same plan before its first
-collective. Rank 0 writes one JSONL record per step (:mod:`runtime.records`) and, next to it, the
-resolved configuration (``<records>.config.json``) and the executed plans (``<records>.plans.jsonl``).
+collective. The simulated prediction is of the configuration that runs (:mod:`runtime.prediction`:
+the executed marks, the simulation mode matching ``--lookahead``, none for options the simulator does
+not model). Rank 0 gathers every rank's phase times and writes one JSONL record per step
+(:mod:`runtime.records`: the critical rank's breakdown, every rank's, the planner spec as given) and,
+next to it, the resolved configuration (``<records>.config.json``) and the executed plans
+(``<records>.plans.jsonl``).
 
 With the same seed, batches and initial weights the loss curve does not depend on the planner: every
 plan computes the same function of the same tokens, only the placement differs.
@@ -26,20 +30,23 @@ import argparse
 import json
 import os
 import socket
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
 from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.memory import MemoryModel
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.units import parse_tokens
+from runtime.cli import ArgumentParser, fail
+from runtime.prediction import Prediction, executed_plan, predict, recompute_policy, simulated_mode
+from runtime.records import MeasuredStep
 
 PROG = "runtime.train"
 
@@ -76,6 +83,17 @@ class TrainArgs:
     step_timeout_s: float = 600.0
     records: str | None = None
 
+    @property
+    def planner_spec(self) -> str:
+        """The planner as a spec in the ``nspsim compare`` label format (``nsp``, ``static:degree=2``)."""
+        if not self.planner_options:
+            return self.planner
+        return self.planner + ":" + "+".join(f"{k}={_spec_value(v)}" for k, v in self.planner_options.items())
+
+
+def _spec_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
 
 def _option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
@@ -85,6 +103,15 @@ def _option(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def split_planner_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``name:key=value+key=value`` (the ``nspsim compare`` label format) -> (name, options)."""
+    name, _, text = spec.partition(":")
+    try:
+        return name, dict(_option(item) for item in text.split("+") if item)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"--planner {spec!r}: {exc}; use name:key=value+key=value") from None
 
 
 def _tokens(text: str) -> int:
@@ -104,9 +131,10 @@ def _lookahead(text: str) -> int | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (see the module docstring)."""
-    p = argparse.ArgumentParser(prog=PROG, description="Execute planned batches with NSP and record every step.")
-    p.add_argument("--planner", required=True, help="planner name (nspsim.planners.PLANNER_NAMES)")
+    """The command line (see the module docstring); errors raise ``ValueError`` (one line)."""
+    p = ArgumentParser(prog=PROG, description="Execute planned batches with NSP and record every step.")
+    p.add_argument("--planner", required=True,
+                   help="planner spec: a registered name, optionally with options as name:key=value+key=value")
     p.add_argument("--planner-option", action="append", default=[], type=_option, metavar="KEY=VALUE",
                    help="planner option (JSON value), repeatable")
     p.add_argument("--trace", default="wikipedia")
@@ -146,13 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> TrainArgs:
     """Parse and validate; ``ValueError`` with a one-line message for bad values."""
     ns = build_parser().parse_args(argv)
-    values = {k: v for k, v in vars(ns).items() if k != "planner_option"}
-    args = TrainArgs(planner_options=dict(ns.planner_option), **values)
+    values = {k: v for k, v in vars(ns).items() if k not in ("planner", "planner_option")}
+    name, options = split_planner_spec(ns.planner)
+    args = TrainArgs(planner=name, planner_options={**options, **dict(ns.planner_option)}, **values)
     checks = [(args.steps > 0, f"--steps must be positive, got {args.steps}"),
               (args.start_batch >= 0, f"--start-batch must be >= 0, got {args.start_batch}"),
               (args.lr > 0, f"--lr must be positive, got {args.lr}"),
               (args.lookahead is None or args.lookahead >= 0, f"--lookahead must be >= 0, got {args.lookahead}"),
-              (args.comm_timeout_s > 0 and args.step_timeout_s > 0, "timeouts must be positive")]
+              (args.comm_timeout_s > 0 and args.step_timeout_s > 0, "timeouts must be positive"),
+              (not args.tree_recompute or args.recompute == "plan",
+               f"--tree-recompute derives the marks; it cannot be combined with --recompute {args.recompute}")]
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
@@ -163,7 +194,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
 
 
 # ---- distributed set-up ------------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Dist:
     """This process's place in the run."""
 
@@ -216,13 +247,13 @@ def resolve_workload(args: TrainArgs, d: Dist) -> Workload:
 
 
 # ---- planning one step ahead -------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Planned:
-    """A plan with what it cost to make (and its simulated prediction, if any)."""
+    """An executable plan, what it cost to make and prepare, and the simulator's prediction of it."""
 
     plan: Plan
     planning_time_s: float
-    simulated: dict[str, Any] | None
+    prediction: Prediction
 
 
 def _step_or_inf(step: float | None) -> float:
@@ -230,43 +261,50 @@ def _step_or_inf(step: float | None) -> float:
 
 
 class PlanAhead:
-    """Plans (and simulates) batch ``i + 1`` on a background thread while batch ``i`` executes."""
+    """Plans, prepares and simulates batch ``i + 1`` on a background thread while batch ``i`` executes."""
 
     def __init__(self, args: TrainArgs, workload: Workload) -> None:
         from nspsim.planners import get_planner
 
         self.workload, self.args = workload, args
         self.planner = get_planner(args.planner, **args.planner_options)
-        self.simulator = None
-        if args.simulate:
-            from nspsim.simulator import Simulator
-
-            self.simulator = Simulator.for_workload(workload)
+        self._simulators: dict[str, Any] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
         self._pending: dict[int, Future[Planned]] = {}
 
-    def _make(self, index: int) -> Planned:
-        start = time.perf_counter()
-        plan = self._prepare(self.planner.plan(self.workload.sampler.batch(index), self.workload))
-        elapsed = time.perf_counter() - start
-        simulated = None
-        if self.simulator is not None:
-            res = self.simulator.simulate(plan)
-            simulated = {"step_time_s": res.step_time_s, "breakdown_s": dict(res.breakdown_s)}
-        return Planned(plan=plan, planning_time_s=elapsed, simulated=simulated)
+    def simulate(self, plan: Plan, mode: str) -> Any:
+        """The simulator's ``StepResult`` of ``plan`` in ``mode`` (one simulator per mode)."""
+        from nspsim.simulator import SimOptions, Simulator
 
-    def _prepare(self, plan: Plan) -> Plan:
-        """Executor preparation, as ``nspsim compare`` does it: tree-level marks, then the issue order."""
+        if mode not in self._simulators:
+            self._simulators[mode] = Simulator.for_workload(self.workload, SimOptions(mode=mode))
+        return self._simulators[mode].simulate(plan)
+
+    def _make(self, index: int) -> Planned:
+        args = self.args
+        start = time.perf_counter()
+        plan = self.planner.plan(self.workload.sampler.batch(index), self.workload)
+        mode, note = simulated_mode(plan, lookahead=args.lookahead, grad_sync=args.grad_sync,
+                                    world=self.workload.cluster.num_gpus)
+        if not args.simulate:
+            mode, note = None, "not simulated: --no-simulate"
+        plan = self._prepare(plan, mode or "stream")
+        elapsed = time.perf_counter() - start
+        return Planned(plan=plan, planning_time_s=elapsed, prediction=predict(plan, mode, note, self.simulate))
+
+    def _prepare(self, plan: Plan, rank_mode: str) -> Plan:
+        """Executor preparation, as ``nspsim compare`` does it (tree-level marks, then the issue order
+        ranked by the simulator in ``rank_mode``), plus the marks ``--recompute all|none`` forces."""
         wl = self.workload
         if self.args.tree_recompute:
             from nspsim.recompute import mark_recompute
 
             plan = mark_recompute(plan, wl.memory, wl.cost)
+        plan = executed_plan(plan, self.args.recompute)
         if self.args.optimize_order:
             from nspsim.issue_order import optimize_issue_order
 
-            sim = self.simulator
-            evaluate = None if sim is None else (lambda p: _step_or_inf(sim.simulate(p).step_time_s))
+            evaluate = (lambda p: _step_or_inf(self.simulate(p, rank_mode).step_time_s)) if self.args.simulate else None
             plan = optimize_issue_order(plan, wl.cost, evaluate=evaluate)
         return plan
 
@@ -343,45 +381,28 @@ class Trainer:
         plan = planned.plan
         stream = synthetic_stream(plan.lengths, seed=self.args.seed, index=index, vocab=self.workload.model.vocab)
         result = self.executor.run(plan, rank_input(stream, self.d.rank, self.d.world))
-        opt_start = self.executor.clock.now()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         end = self.executor.clock.now()
         self.watchdog.disarm()
-        seconds = dict(result.seconds)
-        seconds["other"] += end - opt_start
-        line = self._record(step, index, planned, plan_wait, result, seconds, end - start)
+        line = self._record(step, index, planned, plan_wait, result, end - start)
         return None if line is None else (line, plan)
 
     def _record(self, step: int, index: int, planned: Planned, plan_wait: float, result: Any,
-                seconds: dict[str, float], step_s: float) -> str | None:
+                step_s: float) -> str | None:
+        """Gather every rank's times to rank 0, which returns the step's JSONL record."""
         import torch.distributed as dist
 
-        from runtime.executor import recompute_marks
-        from runtime.records import MeasuredStep
         from runtime.timing import breakdown
 
-        mine = breakdown(seconds, result.fwd_bwd_s, step_s)
+        mine = RankTimes(step_s=step_s, breakdown_s=breakdown(result.seconds, result.fwd_bwd_s, step_s),
+                         sp_comm_s=result.seconds["sp_comm"])
         gathered: list[Any] = [None] * self.d.world
-        dist.all_gather_object(gathered, (mine, seconds["sp_comm"]), group=self.d.control_group)
+        dist.all_gather_object(gathered, mine, group=self.d.control_group)
         if self.d.rank != 0:
             return None
-        plan = planned.plan
-        marks = recompute_marks(plan, self.args.recompute, self.workload.memory)
-        per_gpu = {k: [g[0][k] for g in gathered] for k in BREAKDOWN_CATEGORIES}
-        busy = [per_gpu["attn_fwd"][r] + per_gpu["attn_bwd"][r] + per_gpu["attn_remat"][r] + per_gpu["non_attn"][r]
-                for r in range(self.d.world)]
-        sim = planned.simulated or {}
-        rec = MeasuredStep(
-            step=step, batch_index=index, planner=plan.planner, plan_hash=plan.content_hash, backend=plan.backend,
-            num_gpus=self.d.world, cluster=plan.cluster.label, model=plan.model.name, num_samples=plan.num_samples,
-            num_tokens=result.num_tokens, num_micro_batches=plan.num_micro_batches,
-            samples_per_degree=plan.samples_per_degree(), recompute_policy=_policy(plan, marks),
-            remat_share=float(np.mean(marks)), loss=result.loss, step_time_s=step_s, breakdown_s=mine,
-            per_gpu_breakdown_s=per_gpu, critical_gpu=int(np.argmax(busy)), sp_comm_s=seconds["sp_comm"],
-            planning_time_s=planned.planning_time_s, plan_wait_s=plan_wait,
-            simulated_step_time_s=sim.get("step_time_s"), simulated_breakdown_s=sim.get("breakdown_s", {}))
-        return rec.to_json()
+        return measured_record(step=step, index=index, planned=planned, plan_wait_s=plan_wait, loss=result.loss,
+                               ranks=gathered, spec=self.args.planner_spec, memory=self.workload.memory).to_json()
 
     def close(self) -> None:
         """Stop background threads."""
@@ -390,10 +411,38 @@ class Trainer:
             self.planner.close()
 
 
-def _policy(plan: Plan, marks: np.ndarray) -> str:
-    if plan.recompute is not None and marks.any() and not marks.all():
-        return "tree-marks"
-    return "full-recompute" if marks.all() else "keep-all"
+@dataclass(frozen=True, kw_only=True)
+class RankTimes:
+    """One rank's measured step: wall time, breakdown (summing to it) and SP communication span."""
+
+    step_s: float
+    breakdown_s: dict[str, float]
+    sp_comm_s: float
+
+
+def critical_rank(ranks: list[RankTimes]) -> int:
+    """The rank whose forward and backward finished last: the one the others waited for at the
+    barrier before the gradient sync (least ``comm_wait``; the lowest such rank on ties)."""
+    return int(np.argmin([r.breakdown_s["comm_wait"] for r in ranks]))
+
+
+def measured_record(*, step: int, index: int, planned: Planned, plan_wait_s: float, loss: float,
+                    ranks: list[RankTimes], spec: str, memory: MemoryModel) -> MeasuredStep:
+    """The :class:`runtime.records.MeasuredStep` of one step from every rank's times."""
+    plan, pred = planned.plan, planned.prediction
+    crit = critical_rank(ranks)
+    policy, share = recompute_policy(plan, memory)
+    return MeasuredStep(
+        step=step, batch_index=index, planner_spec=spec, planner=plan.planner, plan_hash=plan.content_hash,
+        backend=plan.backend, num_gpus=len(ranks), cluster=plan.cluster.label, model=plan.model.name,
+        num_samples=plan.num_samples, num_tokens=int(sum(plan.lengths)), num_micro_batches=plan.num_micro_batches,
+        samples_per_degree=plan.samples_per_degree(), recompute_policy=policy, remat_share=share, loss=loss,
+        step_time_s=ranks[crit].step_s, breakdown_s=ranks[crit].breakdown_s, critical_gpu=crit,
+        per_gpu_step_time_s=[r.step_s for r in ranks],
+        per_gpu_breakdown_s={k: [r.breakdown_s[k] for r in ranks] for k in BREAKDOWN_CATEGORIES},
+        sp_comm_s=ranks[crit].sp_comm_s, planning_time_s=planned.planning_time_s, plan_wait_s=plan_wait_s,
+        simulated_mode=pred.mode, simulated_step_time_s=pred.step_time_s, simulated_breakdown_s=pred.breakdown_s,
+        simulated_note=pred.note)
 
 
 def output_paths(records: str) -> tuple[Path, Path, Path]:
@@ -439,7 +488,7 @@ def _open_outputs(args: TrainArgs, d: Dist, workload: Workload) -> list[Any]:
 def _emit(line: str, plan: Plan, files: list[Any]) -> None:
     rec = json.loads(line)
     sim = rec["simulated_step_time_s"]
-    print(f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner']} loss {rec['loss']:.5f} "
+    print(f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner_spec']} loss {rec['loss']:.5f} "
           f"time {rec['step_time_s']:.3f}s" + (f" (simulated {sim:.3f}s)" if sim is not None else "")
           + f" plan {rec['plan_hash']}", flush=True)
     if files:
@@ -449,27 +498,19 @@ def _emit(line: str, plan: Plan, files: list[Any]) -> None:
         files[1].flush()
 
 
-def _fail(rank: int | None, exc: BaseException, code: int) -> NoReturn:
-    where = f"rank {rank}: " if rank is not None else ""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    sys.stderr.write(f"{PROG}: {where}error: {first}\n")
-    sys.stderr.flush()
-    os._exit(code)  # a peer may be gone: skip teardown that could block
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point (see the module docstring)."""
     try:
         args = parse_args(argv)
     except ValueError as exc:
-        _fail(None, exc, 2)
+        fail(PROG, exc, 2, hard=True)
     rank = int(os.environ["RANK"]) if "RANK" in os.environ else None
     try:
         run(args)
     except ValueError as exc:
-        _fail(rank, exc, 2)
+        fail(PROG, exc, 2, rank, hard=True)
     except Exception as exc:  # noqa: BLE001 (distributed failures: one clear line, then exit)
-        _fail(rank, exc, 1)
+        fail(PROG, exc, 1, rank, hard=True)
     os._exit(0)
 
 

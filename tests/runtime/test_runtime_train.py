@@ -32,9 +32,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     argvs = [["--planner", name, *BASE, "--records", str(out / f"{name}.jsonl")] for name in PLANNER_NAMES]
     argvs[0] += ["--no-simulate"]  # one run without the simulator
     argvs[-1] += ["--plan-on", "all"]  # one run where every rank plans (the hash check proves they agree)
+    extra = {"static:degree=2": ["--planner", "static:degree=2", "--recompute", "all", "--lookahead", "0"],
+             "allreduce": ["--planner", "nsp", "--grad-sync", "allreduce"]}
+    argvs += [[*argv, *BASE, "--steps", "2", "--records", str(out / f"extra{i}.jsonl")]
+              for i, argv in enumerate(extra.values())]
     results = run_ranks(rt_workers.train_runs, 2, argvs, timeout_s=240, comm_timeout_s=60)
     assert all(r == [] for rank in results[1:] for r in rank)  # only rank 0 records
-    return {"dir": out, **{name: [json.loads(line) for line in lines] for name, lines in zip(PLANNER_NAMES, results[0])}}
+    names = [*PLANNER_NAMES, *extra]
+    return {"dir": out, **{name: [json.loads(line) for line in lines] for name, lines in zip(names, results[0])}}
 
 
 def test_the_loss_curve_does_not_depend_on_the_planner(runs: dict) -> None:
@@ -49,6 +54,7 @@ def test_records_carry_the_join_key_and_a_breakdown_that_sums_to_the_step_time(r
     for name in PLANNER_NAMES:
         for step, rec in enumerate(runs[name]):
             assert rec["step"] == step and rec["batch_index"] == step and rec["planner"] == name
+            assert rec["planner_spec"] == name and rec["schema_version"] == 2
             assert tuple(rec["breakdown_s"]) == BREAKDOWN_CATEGORIES
             assert sum(rec["breakdown_s"].values()) == pytest.approx(rec["step_time_s"], rel=1e-6)
             assert set(rec["per_gpu_breakdown_s"]) == set(BREAKDOWN_CATEGORIES)
@@ -56,6 +62,34 @@ def test_records_carry_the_join_key_and_a_breakdown_that_sums_to_the_step_time(r
             assert rec["num_gpus"] == 2 and rec["cluster"] == "cpux2" and rec["source"] == "measured"
             assert rec["breakdown_s"]["attn_fwd"] > 0 and rec["breakdown_s"]["attn_bwd"] > 0
             assert (rec["simulated_step_time_s"] is None) == (name == "static")
+            assert rec["simulated_mode"] == (None if name == "static" else "stream")
+
+
+def test_the_breakdown_is_the_critical_ranks_and_every_rank_is_kept(runs: dict) -> None:
+    for name in PLANNER_NAMES:
+        for rec in runs[name]:
+            crit, per_gpu = rec["critical_gpu"], rec["per_gpu_breakdown_s"]
+            assert rec["breakdown_s"] == {k: per_gpu[k][crit] for k in BREAKDOWN_CATEGORIES}
+            assert rec["step_time_s"] == rec["per_gpu_step_time_s"][crit]
+            assert per_gpu["comm_wait"][crit] == min(per_gpu["comm_wait"])  # the rank the others waited for
+            for r in range(2):
+                assert sum(per_gpu[k][r] for k in BREAKDOWN_CATEGORIES) == pytest.approx(
+                    rec["per_gpu_step_time_s"][r], rel=1e-6)
+
+
+def test_records_predict_the_executed_configuration(runs: dict) -> None:
+    for rec in runs["static:degree=2"]:  # --recompute all --lookahead 0
+        assert rec["planner_spec"] == "static:degree=2" and rec["planner"] == "static"
+        assert rec["samples_per_degree"] == {"2": rec["num_samples"]}
+        assert rec["simulated_mode"] == "no-stream" and rec["simulated_step_time_s"] > 0
+        assert rec["recompute_policy"] == "tree-marks" and rec["remat_share"] == 1.0
+        assert rec["breakdown_s"]["attn_remat"] > 0  # every sample's attention was recomputed
+    for rec in runs["allreduce"]:
+        assert rec["simulated_mode"] is None and rec["simulated_step_time_s"] is None
+        assert "--grad-sync allreduce" in rec["simulated_note"]
+    assert [r["loss"] for r in runs["allreduce"]] == pytest.approx([r["loss"] for r in runs["static"][:2]], rel=1e-6)
+    assert [r["loss"] for r in runs["static:degree=2"]] == pytest.approx(
+        [r["loss"] for r in runs["static"][:2]], rel=1e-6)
 
 
 def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
@@ -69,16 +103,43 @@ def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
     assert all(p.cluster.label == "cpux2" for p in executed)
 
 
-def test_bad_arguments_end_with_one_line_and_status_2() -> None:
+BAD_ARGUMENTS = (
+    (["--planner", "nope"], "unknown planner 'nope'"),
+    (["--planner", "nsp", "--steps", "0"], "--steps must be positive"),
+    (["--planner", "nsp", "--planner-option", "beam_width"], "must look like key=value"),
+    (["--planner", "static:degree"], "use name:key=value+key=value"),
+    (["--planner", "nsp", "--tree-recompute", "--recompute", "all"], "cannot be combined with --recompute all"),
+    (["--planner", "nsp", "--lookahead", "some"], "--lookahead takes 'all' or an integer"),
+    (["--planner", "nsp", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--steps", "2"], "the following arguments are required: --planner"),
+)
+
+
+@pytest.mark.parametrize("argv, message", BAD_ARGUMENTS, ids=[m for _, m in BAD_ARGUMENTS])
+def test_bad_arguments_raise_a_one_line_value_error(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_args(argv)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("argv, message", [BAD_ARGUMENTS[1], BAD_ARGUMENTS[-2]], ids=["validation", "argparse"])
+def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    for argv, message in ((["--planner", "nope"], "unknown planner 'nope'"),
-                          (["--planner", "nsp", "--steps", "0"], "--steps must be positive"),
-                          (["--planner", "nsp", "--planner-option", "beam_width"], "must look like key=value")):
-        proc = subprocess.run([sys.executable, "-m", "runtime.train", *argv], capture_output=True, text=True,
-                              cwd=ROOT, env=env, timeout=60)
-        assert proc.returncode == 2, proc.stderr
-        last = proc.stderr.strip().splitlines()[-1]
-        assert last.startswith("runtime.train: error:") and message in last, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "runtime.train", *argv], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("runtime.train: error:") and message in lines[0], proc.stderr
+
+
+def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.report import main as report
+
+    for argv in (["--skip", "x", "a.jsonl"], [str(tmp_path / "missing.jsonl")]):
+        with pytest.raises(SystemExit) as exit_info:
+            report(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("runtime.report: error:"), err
 
 
 def test_parse_args_resolves_token_counts() -> None:
