@@ -3,9 +3,11 @@
 One process per rank, one thread each (as the runtime runs under torchrun on CPU):
 
 * GEMM throughput at the tiny model's projection shapes (``matmul_flops``);
-* CPU flash-attention forward and backward throughput on a causal 512-token sample with the tiny
+* CPU flash-attention forward and backward throughput on a causal 2048-token sample with the tiny
   model's heads (``attn_fwd_flops``, ``attn_bwd_flops``; FLOPs counted as the cost model does:
-  forward ``2 * L^2 * q_width``, backward 2.5x);
+  forward ``2 * L^2 * q_width``, backward 2.5x), and the peaks they imply under the cost model's
+  ``L / (L + attn_half_length)`` saturation (``attn_fwd_peak``, ``attn_bwd_peak``: the preset's
+  ``attn_fwd_flops`` / ``attn_bwd_flops``);
 * gloo ``all_to_all_single`` and ring ``batch_isend_irecv`` over 2 and 4 local ranks, fitted as
   ``latency + bytes / bandwidth`` by least squares over 4 KiB .. 4 MiB per rank.
 
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from nspsim.analytic_cost import AnalyticCostModel
 from runtime.attention_kernels import Segments, select_kernel
 from runtime.launch import RankEnv, run_ranks
 
@@ -45,7 +48,10 @@ def gemm_flops(tokens: int = 2048, hidden: int = 64, out: int = 192) -> float:
     return 2.0 * tokens * hidden * out / _best(lambda: a @ b)
 
 
-def attention_flops(length: int = 512, heads: int = 8, kv_heads: int = 2, dim: int = 8) -> tuple[float, float]:
+ATTN_LENGTH = 2048
+
+
+def attention_flops(length: int = ATTN_LENGTH, heads: int = 8, kv_heads: int = 2, dim: int = 8) -> tuple[float, float]:
     """(forward, backward) FLOP/s of the CPU flash kernel on one causal sample."""
     kernel = select_kernel("auto", torch.device("cpu"))
     q, k, v = torch.randn(length, heads, dim), torch.randn(length, kv_heads, dim), torch.randn(length, kv_heads, dim)
@@ -100,7 +106,10 @@ def main() -> None:
     """Print the measured figures as JSON."""
     torch.set_num_threads(1)
     fwd, bwd = attention_flops()
-    report: dict[str, Any] = {"threads": 1, "gemm_flops": gemm_flops(), "attn_fwd_flops": fwd, "attn_bwd_flops": bwd}
+    saturation = ATTN_LENGTH / (ATTN_LENGTH + AnalyticCostModel.attn_half_length)  # the default saturation
+    report: dict[str, Any] = {"threads": 1, "gemm_flops": gemm_flops(), "attn_length": ATTN_LENGTH,
+                              "attn_fwd_flops": fwd, "attn_bwd_flops": bwd,
+                              "attn_fwd_peak": fwd / saturation, "attn_bwd_peak": bwd / saturation}
     for world in (2, 4):
         report[f"world{world}"] = comm_figures(world)
     print(json.dumps(report, indent=1))
