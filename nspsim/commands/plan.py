@@ -1,8 +1,9 @@
 """``nspsim plan``: route one batch with a named planner and summarise the plan.
 
 ``-o plan.json`` writes the plan and ``plan.config.json`` (the resolved workload, planner, options
-and batch index) beside it. Planner options are ``--option KEY=VALUE`` (repeatable; values parse
-as int, float, true/false, else text), e.g. ``--option beam_width=8 --option monotone=false``.
+and batch index) beside it. Planner options are ``--option KEY=VALUE`` (repeatable; values are typed
+by :mod:`nspsim.options`: true/false, int, finite float, else text), e.g. ``--option beam_width=8
+--option monotone=false``.
 """
 
 from __future__ import annotations
@@ -14,26 +15,10 @@ from typing import Any
 
 from nspsim.cli import add_workload_args, emit, workload_config
 from nspsim.config import build_workload
+from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.units import format_tokens
-
-
-def parse_option(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` with the value parsed as int, float, bool or text."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"planner option {text!r} must look like KEY=VALUE, e.g. beam_width=8")
-    value: Any = raw.strip()
-    lowered = value.lower()
-    if lowered in ("true", "false"):
-        return key.strip(), lowered == "true"
-    for kind in (int, float):
-        try:
-            return key.strip(), kind(value)
-        except ValueError:
-            pass
-    return key.strip(), value
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -75,7 +60,7 @@ def format_summary(plan: Plan, data: dict[str, Any]) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Draw the batch, plan it, print (and optionally write) the result."""
-    options = dict(parse_option(o) for o in args.option)
+    options = parse_options(args.option)
     planner = get_planner(args.planner, **options)
     workload = build_workload(workload_config(args))
     batch = workload.sampler.batch(args.batch_index)
