@@ -57,6 +57,11 @@ class MemoryModel:
         per_layer = self.attn_bytes_per_token_layer + extra_kv_heads * self.attn_kv_bytes_per_head_token
         return self.num_layers * per_layer
 
+    def node_attention_bytes(self, tokens: float, degree: int) -> float:
+        """Attention bytes one rank of a node of ``degree`` keeps for ``tokens`` tokens of its samples
+        (each rank holds 1/degree of the tokens, at :meth:`attention_bytes_per_token` each)."""
+        return tokens / degree * self.attention_bytes_per_token(degree)
+
     def base_bytes(self, tokens: float) -> float:
         """Activation bytes of ``tokens`` sharded tokens with every node's attention recomputed."""
         return tokens * (self.keep_bytes_per_token + self.working_bytes_per_token)

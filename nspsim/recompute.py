@@ -26,6 +26,7 @@ import numpy as np
 from nspsim.cost_model import CostModel
 from nspsim.memory import MemoryModel
 from nspsim.plan import Plan
+from nspsim.simulator.activation import base_bytes_per_gpu
 from nspsim.sp_tree import Node
 
 
@@ -41,7 +42,7 @@ def mark_recompute(plan: Plan, memory: MemoryModel, cost: CostModel) -> Plan:
 
 def _mark_micro_batch(plan: Plan, memory: MemoryModel, cost: CostModel, mb: int, remat: np.ndarray) -> None:
     lengths = np.asarray(plan.lengths, dtype=np.int64)
-    free = memory.activation_capacity - memory.base_bytes(1.0) * plan.tokens_per_gpu(mb)
+    free = memory.activation_capacity - base_bytes_per_gpu(plan, memory, mb)
     members: dict[Node, list[int]] = {}
     for j in np.flatnonzero(plan.sample_mask(mb)):
         members.setdefault(plan.nodes[j], []).append(int(j))
@@ -49,18 +50,13 @@ def _mark_micro_batch(plan: Plan, memory: MemoryModel, cost: CostModel, mb: int,
         samples = np.array(members[node])
         saved = _save_node(node, lengths[samples], free[node.first_rank:node.end_rank].min(), memory, cost)
         remat[samples[saved]] = False
-        free[node.first_rank:node.end_rank] -= _node_bytes(node, lengths[samples[saved]], memory)
-
-
-def _node_bytes(node: Node, lengths: np.ndarray, memory: MemoryModel) -> float:
-    """Attention bytes one rank of ``node`` keeps for samples of ``lengths``."""
-    return float(lengths.sum()) / node.degree * memory.attention_bytes_per_token(node.degree)
+        free[node.first_rank:node.end_rank] -= memory.node_attention_bytes(float(lengths[samples[saved]].sum()),
+                                                                           node.degree)
 
 
 def _save_node(node: Node, lengths: np.ndarray, room: float, memory: MemoryModel, cost: CostModel) -> np.ndarray:
     """Boolean mask of the node's samples to save within ``room`` bytes per rank."""
-    per_token = memory.attention_bytes_per_token(node.degree) / node.degree
-    sample_bytes = lengths * per_token
+    sample_bytes = lengths * memory.node_attention_bytes(1.0, node.degree)
     if sample_bytes.sum() <= room:
         return np.ones(lengths.size, dtype=bool)
     value = cost.attention_sample_costs(lengths, node.degree).fwd / np.maximum(sample_bytes, 1e-30)

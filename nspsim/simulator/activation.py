@@ -54,7 +54,7 @@ def attention_bytes_per_gpu(plan: Plan, memory: MemoryModel, samples: np.ndarray
     per_sample = np.zeros(len(lengths))
     for deg in np.unique(degrees[samples]):
         sel = samples & (degrees == deg)
-        per_sample[sel] = lengths[sel] / deg * memory.attention_bytes_per_token(int(deg))
+        per_sample[sel] = lengths[sel] * memory.node_attention_bytes(1.0, int(deg))
     return plan.tree.per_gpu_sum(per_sample[samples], degrees[samples], firsts[samples])
 
 
