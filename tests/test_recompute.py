@@ -75,3 +75,20 @@ def test_tree_marks_recompute_less_than_full_recomputation() -> None:
     assert full.breakdown_s["attn_remat"] == pytest.approx(6.8e-4, rel=1e-9)
     assert tree.breakdown_s["attn_remat"] == pytest.approx(4e-5, rel=1e-9)
     assert tree.step_time_s < full.step_time_s  # type: ignore[operator]
+
+
+def test_prepare_plan_marks_then_orders_like_the_steps_it_composes() -> None:
+    from nspsim.issue_order import optimize_issue_order
+    from nspsim.prepare import prepare_plan
+
+    setup = Setup(StubCost(comp=1e-9, pro=2e-6, epi=1e-7), memory=memory(1000))
+    plan = setup.plan([Node(4, 0)] + [Node(1, g) for g in range(4)], [1600, 200, 200, 200, 200])
+    mem = memory(1000)
+    both = prepare_plan(plan, memory=mem, cost=setup.cost)
+    assert both == optimize_issue_order(mark_recompute(plan, mem, setup.cost), setup.cost)
+    assert both.recompute == (False, True, True, True, True) and both.issue_order != plan.issue_order
+    assert prepare_plan(plan, memory=mem, cost=setup.cost, tree_recompute=False, optimize_order=False) is plan
+    sim = setup.simulator()
+    ranked = prepare_plan(plan, memory=mem, cost=setup.cost, evaluate=lambda p: sim.simulate(p).step_time_or_inf)
+    marked_only = sim.simulate(mark_recompute(plan, mem, setup.cost)).step_time_or_inf
+    assert sim.simulate(ranked).step_time_or_inf <= marked_only

@@ -60,7 +60,9 @@ def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pyt
     (["simulate", "missing.json"], "cannot read plan missing.json"),
     (["simulate", "PLAN", "--mode", "fast"], "invalid choice: 'fast'"),
     (["simulate", "PLAN", "--jitter", "2"], "jitter must be in [0, 1)"),
-    (["simulate", "PLAN", "--sim-layers", "3"], "sim_layers must be >= 6"),
+    (["simulate", "PLAN", "--sim-layers", "3"], "sim_layers must be an integer >= 6"),
+    (["simulate", "PLAN", "--jitter", "nan"], "argument --jitter: must be a finite number"),
+    (["simulate", "PLAN", "--jitter", "inf"], "argument --jitter: must be a finite number"),
 ])
 def test_simulate_bad_input_is_one_line(argv: list[str], message: str, plan_file: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:

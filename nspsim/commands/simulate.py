@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from nspsim.cli import emit, positive_int
 from nspsim.config import WorkloadConfig, build_workload
-from nspsim.issue_order import optimize_issue_order
 from nspsim.memory import GIB
+from nspsim.options import non_negative_float
 from nspsim.plan import Plan
-from nspsim.recompute import mark_recompute
+from nspsim.prepare import prepare_plan
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.step_model import MODES
 
@@ -33,14 +33,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Load, optionally prepare (tree recompute marks, issue order), simulate and report a plan."""
     plan = Plan.load(args.plan)
     workload = build_workload(plan_workload_config(plan, args.profile))
-    plan.check_compatible(workload.cluster, workload.model)
-    if args.tree_recompute:
-        plan = mark_recompute(plan, workload.memory, workload.cost)
-    if args.optimize_order:
-        plan = optimize_issue_order(plan, workload.cost)
     options = SimOptions(mode=args.mode, extrapolate=not args.no_extrapolate, jitter=args.jitter,
                          timeline=args.timeline is not None, sim_layers=args.sim_layers)
-    result = Simulator.for_workload(workload, options, seed=args.seed).simulate(plan)
+    simulator = Simulator.for_workload(workload, options, seed=args.seed)
+    ranker = Simulator.for_workload(workload, replace(options, timeline=False), seed=args.seed)
+    scored: dict[str, StepResult] = {}
+
+    def step_time(candidate: Plan) -> float:
+        scored[candidate.content_hash] = ranker.simulate(candidate)
+        return scored[candidate.content_hash].step_time_or_inf
+
+    plan = prepare_plan(plan, memory=workload.memory, cost=workload.cost, tree_recompute=args.tree_recompute,
+                        optimize_order=args.optimize_order, evaluate=step_time)
+    result = scored.get(plan.content_hash) if not options.timeline else None
+    result = result or simulator.simulate(plan)
     config = {**workload.config.to_dict(), "plan": str(args.plan), "plan_hash": plan.content_hash,
               "simulation": asdict(options) | {"seed": args.seed}, "tree_recompute": args.tree_recompute,
               "optimize_order": args.optimize_order}
@@ -89,11 +95,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                    help="stream (phase streaming), no-stream (streaming off), serial (no overlap at all)")
     p.add_argument("--tree-recompute", action="store_true",
                    help="mark save/recompute per sample top-down first (NSP tree-level recomputation)")
-    p.add_argument("--optimize-order", action="store_true", help="optimise the issue order first")
+    p.add_argument("--optimize-order", action="store_true",
+                   help="optimise the issue order first (candidates re-ranked by this simulator, as compare does)")
     p.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
     p.add_argument("--no-extrapolate", action="store_true", help="simulate every layer")
     p.add_argument("--sim-layers", type=positive_int, default=SimOptions().sim_layers,
                    help="layers to simulate before extrapolating repeated ones")
-    p.add_argument("--jitter", type=float, default=0.0, help="coefficient of variation of kernel times (0 = none)")
+    p.add_argument("--jitter", type=non_negative_float, default=0.0,
+                   help="coefficient of variation of kernel times, in [0, 1) (0 = none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the kernel-time noise")
     p.set_defaults(func=cmd_simulate)

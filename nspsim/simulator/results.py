@@ -89,6 +89,11 @@ class StepResult:
             raise ValueError(f"per-GPU breakdown must have shape ({self.num_gpus}, {len(BREAKDOWN_CATEGORIES)})")
 
     @property
+    def step_time_or_inf(self) -> float:
+        """The step time, or infinity when the step does not fit in memory (a key to rank plans by)."""
+        return math.inf if self.step_time_s is None else self.step_time_s
+
+    @property
     def breakdown_share(self) -> dict[str, float]:
         """The critical GPU's breakdown as shares of the step time."""
         if self.step_time_s is None or self.step_time_s <= 0:
