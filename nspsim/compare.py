@@ -6,20 +6,27 @@ planner) the batch is planned, made executable and simulated. Specs:
 * a registered planner name (``static``, ``flexsp``, ``basp``, ``nsp2l``, ``nsp``, ``greedy``, ...);
 * ``static-<d>``: Static SP with the fixed degree d;
 * ``static-best``: the paper's Static SP baseline, the fastest *fixed* degree over the whole run:
-  every admissible degree is planned on the same K batches (a degree that cannot hold some sample
-  raises and is skipped) and the one with the least mean simulated step time is kept;
+  every admissible degree is planned on the same K batches and the one with the least mean simulated
+  step time is kept. A degree that cannot hold some sample, or runs out of memory on any batch, is
+  not eligible (a fixed degree must run the whole run); if none is, the comparison stops with a
+  one-line error (static-best runs first, so nothing else is wasted);
 * NSP ablations (paper section 6.4): ``nsp-no-recompute`` (no tree-level marks: full recomputation
   when memory forces it), ``nsp-no-overlap`` (phase streaming off), ``nsp-greedy`` (the ``greedy``
   planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model").
 
-Executors: NSP-family plans (nsp, nsp2l, greedy and the ablations) get tree-level recomputation marks
-(:mod:`nspsim.recompute`) and an optimised issue order (:mod:`nspsim.issue_order`, re-ranked with the
-simulator); baselines run as planned (no marks: full attention recomputation when memory forces it).
+Executors: NSP-family plans (nsp, nsp2l, greedy and the ablations) are prepared by
+:func:`nspsim.prepare.prepare_plan`: tree-level recomputation marks, then an optimised issue order
+re-ranked with the simulator; baselines run as planned (no marks: full attention recomputation when
+memory forces it). Each distinct (plan, mode) is simulated once (results are memoised by content
+hash), so ranking candidates and recording the chosen plan share one simulation.
 
 Results are typed records; normalisation is to ``static-best`` when it is compared, else to ``static``
-(per-batch automatic degree), else to the first planner: ``normalized_to_static`` = mean step time /
-baseline mean step time (the paper's Figure 7 form), ``speedup_vs_static`` its inverse. Means are over
-the iterations that fit in memory; out-of-memory iterations are counted, never averaged.
+(per-batch automatic degree), else to the first planner. ``normalized_to_static`` is the planner's
+summed step time over the baseline's on the iterations where *both* ran in memory (the paper's
+Figure 7 form on the same batches; ``normalized_iterations`` says how many), ``speedup_vs_static``
+its inverse. ``mean_step_time_s`` averages the iterations that fit; out-of-memory iterations are
+counted (``oom_count``), never averaged. Every spec and planner option is validated when the
+:class:`CompareConfig` is built, before anything runs.
 """
 
 from __future__ import annotations
@@ -32,13 +39,16 @@ import numpy as np
 
 from nspsim.batching import Batch
 from nspsim.config import Workload, WorkloadConfig, build_workload
-from nspsim.issue_order import optimize_issue_order
+from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.prepare import prepare_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.recompute import mark_recompute
 from nspsim.simulator import SimOptions, Simulator, StepResult
+from nspsim.simulator.step_model import MODES
 
+DEFAULT_ITERS = 3
+DEFAULT_FLEXSP_TIME_LIMIT_S = 0.5  # per MILP solve; the artifact's 10 s costs ~100 s per 64-GPU batch
 MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
 NSP_FAMILY = ("nsp", "nsp2l", "greedy")
 ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -69,6 +79,16 @@ class PlannerSpec:
     optimize_order: bool = False
     mode: str = "stream"
 
+    def __post_init__(self) -> None:
+        if not self.label:
+            raise ValueError("a planner spec needs a label")
+        if self.mode not in MODES:
+            raise ValueError(f"planner spec {self.label!r}: unknown mode {self.mode!r} (known: {', '.join(MODES)})")
+        if self.planner not in PLANNER_NAMES:
+            raise ValueError(f"planner spec {self.label!r}: planner {self.planner!r} is not registered "
+                             f"(known: {', '.join(PLANNER_NAMES)})")
+        get_planner(self.planner, **self.options)  # unknown or invalid options fail here, before anything runs
+
 
 def parse_planner_spec(label: str, mode: str = "stream", defaults: dict[str, dict[str, Any]] | None = None) -> PlannerSpec:
     """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown.
@@ -85,24 +105,10 @@ def parse_planner_spec(label: str, mode: str = "stream", defaults: dict[str, dic
 
 
 def _parse_options(label: str, text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in filter(None, text.split("+")):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"planner spec {label!r}: options must look like name:key=value+key=value")
-        out[key] = _option_value(value)
-    return out
-
-
-def _option_value(text: str) -> Any:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    try:
+        return parse_options(filter(None, text.split("+")))
+    except ValueError as exc:
+        raise ValueError(f"planner spec {label!r}: {exc} (options look like name:key=value+key=value)") from None
 
 
 def _base_spec(label: str, mode: str) -> PlannerSpec:
@@ -136,23 +142,40 @@ class CompareConfig:
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     planners: tuple[str, ...] = field(default_factory=default_planners)
-    planner_options: dict[str, dict[str, Any]] = field(default_factory=lambda: {"flexsp": {"time_limit": 0.5}})
-    iters: int = 3
+    planner_options: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"flexsp": {"time_limit": DEFAULT_FLEXSP_TIME_LIMIT_S}})
+    iters: int = DEFAULT_ITERS
     first_batch: int = 0
     mode: str = "stream"
     timeline_iteration: int | None = 0
 
     def __post_init__(self) -> None:
-        if self.iters <= 0 or self.first_batch < 0:
-            raise ValueError(f"iters must be positive and first_batch >= 0, got {self.iters} and {self.first_batch}")
+        if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
+            raise ValueError(f"iters must be a positive integer and first_batch an integer >= 0, got {self.iters!r} "
+                             f"and {self.first_batch!r}")
+        if self.timeline_iteration is not None and not (_is_int(self.timeline_iteration)
+                                                        and 0 <= self.timeline_iteration < self.iters):
+            raise ValueError(f"timeline_iteration must be None or an iteration in 0..{self.iters - 1}, "
+                             f"got {self.timeline_iteration!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
         if not self.planners or len(set(self.planners)) != len(self.planners):
             raise ValueError(f"planners must be a non-empty list without repeats, got {', '.join(self.planners)}")
+        for name, options in self.planner_options.items():
+            if name not in PLANNER_NAMES:
+                raise ValueError(f"planner_options names {name!r}, which is not a registered planner "
+                                 f"(known: {', '.join(PLANNER_NAMES)})")
+            get_planner(name, **options)
         for label in self.planners:
             parse_planner_spec(label, self.mode, self.planner_options)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
         return asdict(self)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,12 +200,17 @@ class IterationRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class PlannerSummary:
-    """Means over the iterations of one planner (``None`` when every iteration ran out of memory)."""
+    """Means over the iterations of one planner (``None`` when every iteration ran out of memory).
+
+    ``mean_step_time_s`` and the breakdown average the iterations that fit in memory;
+    ``normalized_to_static`` compares sums over the ``normalized_iterations`` batches on which both this
+    planner and the baseline ran (``None`` when there are none)."""
 
     planner: str
     mean_step_time_s: float | None
     normalized_to_static: float | None
     speedup_vs_static: float | None
+    normalized_iterations: int
     breakdown_share: dict[str, float]
     mean_breakdown_s: dict[str, float]
     mean_planning_time_s: float
@@ -216,23 +244,25 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     workload = build_workload(config.workload)
     batches = [workload.sampler.batch(config.first_batch + i) for i in range(config.iters)]
     runner = _Runner(workload, batches, config, progress)
-    records: list[IterationRecord] = []
-    notes: dict[str, str] = {}
-    for label in config.planners:
-        recs, note = runner.run(parse_planner_spec(label, config.mode, config.planner_options))
-        records.extend(recs)
-        notes[label] = note
+    runs: dict[str, tuple[list[IterationRecord], str]] = {}
+    for label in sorted(config.planners, key=lambda p: p != "static-best"):  # a failing sweep fails first
+        runs[label] = runner.run(parse_planner_spec(label, config.mode, config.planner_options))
+    records = [r for label in config.planners for r in runs[label][0]]
     baseline = _baseline(config.planners)
-    summaries = _summaries(config.planners, records, notes, baseline)
+    summaries = _summaries(config.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
     resolved = {**config.to_dict(), "workload": config.workload.to_dict(), "baseline": baseline,
                 "static_best_degree": runner.best_degree, "token_budget": workload.token_budget,
                 "spmax": workload.tree.spmax}
     return CompareResult(config=resolved, baseline=baseline, summaries=summaries, records=tuple(records),
-                         timelines=runner.timelines)
+                         timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines})
 
 
 class _Runner:
-    """Plans, prepares and simulates planner specs on a fixed list of batches."""
+    """Plans, prepares and simulates planner specs on a fixed list of batches.
+
+    Each distinct (plan content, mode) is simulated once: issue-order candidates, the chosen plan and
+    identical plans of different specs (``static`` and a ``static-best`` degree) share results.
+    """
 
     def __init__(self, workload: Workload, batches: list[Batch], config: CompareConfig,
                  progress: Progress | None) -> None:
@@ -243,6 +273,8 @@ class _Runner:
         self.timelines: dict[str, StepResult] = {}
         self.best_degree: int | None = None
         self.simulators: dict[tuple[str, bool], Simulator] = {}
+        self.results: dict[tuple[str, str], tuple[StepResult, bool]] = {}
+        self.simulations = 0
 
     def _total_steps(self) -> int:
         sweeps = len(self.workload.tree.degrees) if "static-best" in self.config.planners else 0
@@ -260,6 +292,17 @@ class _Runner:
         if key not in self.simulators:
             self.simulators[key] = Simulator.for_workload(self.workload, SimOptions(mode=mode, timeline=timeline))
         return self.simulators[key]
+
+    def simulate(self, plan: Plan, mode: str, timeline: bool) -> StepResult:
+        """The simulated step of ``plan`` (memoised; a result with a timeline serves both kinds)."""
+        key = (plan.content_hash, mode)
+        cached = self.results.get(key)
+        if cached is not None and (cached[1] or not timeline):
+            return cached[0]
+        result = self.simulator(mode, timeline).simulate(plan)
+        self.simulations += 1
+        self.results[key] = (result, timeline)
+        return result
 
     def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
         """Records of ``spec`` on every batch, and a note (how static-best chose its degree)."""
@@ -283,6 +326,8 @@ class _Runner:
         return out, kept
 
     def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None, str]:
+        """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
+        degree cannot be the fixed degree of the run); ``ValueError`` when no degree does."""
         runs: dict[int, tuple[list[IterationRecord], StepResult | None]] = {}
         skipped = []
         for degree in self.workload.tree.degrees:
@@ -293,18 +338,25 @@ class _Runner:
                 skipped.append(f"SP{degree}: {exc}")
                 while self.done < ticks + len(self.batches):
                     self._tick(spec.label)
-        means = {d: m for d, (recs, _) in runs.items() if (m := _mean_step(recs)) is not None}
+        means = {d: m for d, (recs, _) in runs.items() if (m := _mean_step(recs)) is not None and not _any_oom(recs)}
+        skipped += [f"SP{d}: {sum(r.oom for r in recs)} of {len(recs)} batches out of memory"
+                    for d, (recs, _) in runs.items() if _any_oom(recs)]
         if not means:
-            raise ValueError("static-best: no fixed SP degree can run every batch; " + "; ".join(skipped))
+            raise ValueError("static-best: no fixed SP degree runs every batch; " + "; ".join(skipped))
         best = self.best_degree = min(means, key=lambda d: means[d])
         tried = ", ".join(f"SP{d} {m:.4f}s" for d, m in sorted(means.items()))
+        dropped = "".join(f"; SP{d} out of memory" for d, (recs, _) in sorted(runs.items()) if _any_oom(recs))
         records, kept = runs[best]
-        return [replace(r, planner=spec.label) for r in records], kept, f"fastest fixed degree SP{best} ({tried})"
+        note = f"fastest fixed degree SP{best} ({tried}{dropped})"
+        return [replace(r, planner=spec.label) for r in records], kept, note
 
     def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
         planning = float(plan.metadata.get("planning_time_s", 0.0))
-        plan = self._prepare(spec, plan)
-        result = self.simulator(spec.mode, self.config.timeline_iteration == i).simulate(plan)
+        timeline = self.config.timeline_iteration == i
+        plan = prepare_plan(plan, memory=self.workload.memory, cost=self.workload.cost,
+                            tree_recompute=spec.tree_recompute, optimize_order=spec.optimize_order,
+                            evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf)
+        result = self.simulate(plan, spec.mode, timeline)
         record = IterationRecord(
             planner=spec.label, iteration=i, batch_index=batch.index, plan_hash=plan.content_hash,
             step_time_s=result.step_time_s, breakdown_s=dict(result.breakdown_s), oom=result.oom,
@@ -313,20 +365,6 @@ class _Runner:
             recompute_policy=result.recompute_policy, routing=routing_counts(plan),
         )
         return record, result
-
-    def _prepare(self, spec: PlannerSpec, plan: Plan) -> Plan:
-        """Executor preparation: tree-level recompute marks, then the issue order (simulator re-ranked)."""
-        wl = self.workload
-        if spec.tree_recompute:
-            plan = mark_recompute(plan, wl.memory, wl.cost)
-        if spec.optimize_order:
-            sim = self.simulator(spec.mode, False)
-            plan = optimize_issue_order(plan, wl.cost, evaluate=lambda p: _step_or_inf(sim.simulate(p)))
-        return plan
-
-
-def _step_or_inf(result: StepResult) -> float:
-    return float("inf") if result.step_time_s is None else result.step_time_s
 
 
 # ---- summaries -----------------------------------------------------------------------------------------
@@ -353,21 +391,35 @@ def _mean_step(records: list[IterationRecord]) -> float | None:
     return float(np.mean(steps)) if steps else None
 
 
+def _any_oom(records: list[IterationRecord]) -> bool:
+    return any(r.oom for r in records)
+
+
 def _summaries(planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str],
                baseline: str) -> tuple[PlannerSummary, ...]:
     by_planner = {p: [r for r in records if r.planner == p] for p in planners}
-    base = _mean_step(by_planner[baseline])
+    base = {r.iteration: r.step_time_s for r in by_planner[baseline] if r.step_time_s is not None}
     return tuple(_summary(p, by_planner[p], base, notes.get(p, "")) for p in planners)
 
 
-def _summary(label: str, records: list[IterationRecord], base: float | None, note: str) -> PlannerSummary:
+def _normalised(records: list[IterationRecord], base: dict[int, float]) -> tuple[float | None, int]:
+    """(sum of step times / the baseline's sum over the same iterations, how many), over the
+    iterations where both ran (same batches, so the ratio of means is the ratio of sums)."""
+    both = [(r.step_time_s, base[r.iteration]) for r in records if r.step_time_s is not None and r.iteration in base]
+    if not both:
+        return None, 0
+    ours, theirs = (float(sum(col)) for col in zip(*both))
+    return (ours / theirs if theirs > 0 else None), len(both)
+
+
+def _summary(label: str, records: list[IterationRecord], base: dict[int, float], note: str) -> PlannerSummary:
     ok = [r for r in records if r.step_time_s is not None]
     mean = _mean_step(records)
+    norm, compared = _normalised(records, base)
     breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
     return PlannerSummary(
-        planner=label, mean_step_time_s=mean,
-        normalized_to_static=mean / base if mean is not None and base else None,
-        speedup_vs_static=base / mean if mean and base is not None else None,
+        planner=label, mean_step_time_s=mean, normalized_to_static=norm,
+        speedup_vs_static=1.0 / norm if norm else None, normalized_iterations=compared,
         breakdown_share={k: v / mean for k, v in breakdown.items()} if mean else {},
         mean_breakdown_s=breakdown, mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
         oom_count=sum(r.oom for r in records), iterations=len(records),

@@ -17,3 +17,9 @@ BREAKDOWN_CATEGORIES: tuple[str, ...] = (
     "comm_wait",          # waiting for peers to reach a collective (imbalance)
     "other",              # optimizer step, expert-parallel all-to-all, everything else
 )
+
+BREAKDOWN_SHORT: dict[str, str] = {
+    "attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_attn": "nonat",
+    "sp_exposed_comm": "sp", "fsdp_exposed_comm": "fsdp", "comm_wait": "wait", "other": "other",
+}
+"""Column labels (at most 5 characters) of the categories in text tables."""

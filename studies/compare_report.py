@@ -46,8 +46,8 @@ def render(result: CompareResult) -> str:
 
 def results_table(result: CompareResult) -> str:
     """The summary table as HTML."""
-    head = ["planner", "mean step (s)", f"normalised to {result.baseline}", "speedup", "planning (ms)", "OOM",
-            *BREAKDOWN_CATEGORIES, "note"]
+    head = ["planner", "mean step (s)", f"normalised to {result.baseline}", "speedup", "batches normalised",
+            "planning (ms)", "OOM", *BREAKDOWN_CATEGORIES, "note"]
     rows = [_row(s) for s in result.summaries]
     cells = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in row)}</tr>" for row in rows)
     return f"<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
@@ -57,8 +57,8 @@ def _row(s: PlannerSummary) -> list[str]:
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     shares = [f"{100 * s.breakdown_share.get(k, 0.0):.1f}%" for k in BREAKDOWN_CATEGORIES]
     return [s.planner, fmt(s.mean_step_time_s, ".4f"), fmt(s.normalized_to_static, ".3f"),
-            fmt(s.speedup_vs_static, ".2f"), f"{1e3 * s.mean_planning_time_s:.1f}", f"{s.oom_count}/{s.iterations}",
-            *shares, s.note]
+            fmt(s.speedup_vs_static, ".2f"), f"{s.normalized_iterations}/{s.iterations}",
+            f"{1e3 * s.mean_planning_time_s:.1f}", f"{s.oom_count}/{s.iterations}", *shares, s.note]
 
 
 def config_table(config: dict[str, Any]) -> str:
@@ -74,28 +74,40 @@ def _ok(result: CompareResult) -> list[PlannerSummary]:
 
 
 def normalized_figure(result: CompareResult) -> go.Figure:
-    """Mean step time per planner, normalised to the baseline; bars annotated with the speedup."""
-    ok = _ok(result)
+    """Normalised step time per planner with the speedup on each bar (planners that never ran on the
+    same batches as the baseline have no bar)."""
+    ok = [s for s in result.summaries if s.normalized_to_static is not None]
     fig = go.Figure(go.Bar(
         x=[s.planner for s in ok], y=[s.normalized_to_static for s in ok],
-        text=[f"{s.speedup_vs_static:.2f}x" for s in ok], textposition="outside", marker_color="#4c78a8",
+        text=[_speedup_label(s) for s in ok], textposition="outside", marker_color="#4c78a8",
     ))
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
-    fig.update_layout(title=f"Normalised step time (lower is better; baseline {result.baseline})",
+    missing = [s.planner for s in result.summaries if s.normalized_to_static is None]
+    note = f"; no common batch with the baseline: {', '.join(missing)}" if missing else ""
+    fig.update_layout(title=f"Normalised step time (lower is better; baseline {result.baseline}{note})",
                       yaxis_title="step time / baseline", height=420)
     return fig
 
 
+def _speedup_label(s: PlannerSummary) -> str:
+    text = "-" if s.speedup_vs_static is None else f"{s.speedup_vs_static:.2f}x"
+    return text if s.normalized_iterations == s.iterations else f"{text} ({s.normalized_iterations}/{s.iterations})"
+
+
 def breakdown_figure(result: CompareResult) -> go.Figure:
-    """Critical-GPU breakdown per planner, stacked, normalised to the baseline's mean step time."""
+    """Critical-GPU breakdown per planner, stacked, normalised to the baseline's mean step time (in
+    seconds when the baseline never fits in memory)."""
     ok = _ok(result)
-    base = next((s.mean_step_time_s for s in ok if s.planner == result.baseline), None) or 1.0
+    base = next((s.mean_step_time_s for s in ok if s.planner == result.baseline), None)
+    scale = base or 1.0
     fig = go.Figure()
     for cat in BREAKDOWN_CATEGORIES:
-        fig.add_trace(go.Bar(name=cat, y=[s.planner for s in ok], x=[s.mean_breakdown_s[cat] / base for s in ok],
+        fig.add_trace(go.Bar(name=cat, y=[s.planner for s in ok], x=[s.mean_breakdown_s[cat] / scale for s in ok],
                              orientation="h", marker_color=COLORS[cat]))
-    fig.update_layout(barmode="stack", title="Step-time breakdown (critical GPU, relative to the baseline)",
-                      xaxis_title="relative step time", height=120 + 45 * len(ok), yaxis_autorange="reversed")
+    unit = "relative to the baseline" if base else "seconds; the baseline never fits in memory"
+    fig.update_layout(barmode="stack", title=f"Step-time breakdown (critical GPU, {unit})",
+                      xaxis_title="relative step time" if base else "seconds", height=120 + 45 * len(ok),
+                      yaxis_autorange="reversed")
     return fig
 
 

@@ -13,16 +13,22 @@ from nspsim.compare import (
     CompareConfig, CompareResult, default_planners, parse_planner_spec, routing_counts, run_compare,
 )
 from nspsim.config import WorkloadConfig
+from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES
+from nspsim.simulator import Simulator, StepResult
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
 SMALL_ARGS = ["--gpus", "16", "--tokens-per-batch", "512k", "--max-context", "96k", "--seed", "3"]
 
 
+PROGRESS: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def static_run() -> CompareResult:
-    return run_compare(CompareConfig(workload=SMALL, planners=("static-best", "static", "static-2", "static-8"),
-                                     iters=2))
+    PROGRESS.clear()
+    return run_compare(CompareConfig(workload=SMALL, planners=("static", "static-best", "static-2", "static-8"),
+                                     iters=2), progress=lambda done, total, label: PROGRESS.append(label))
 
 
 def test_planner_specs() -> None:
@@ -40,8 +46,10 @@ def test_planner_specs() -> None:
     assert flex.label == "flexsp:time_limit=2.5+max_micro_batches=3"
     assert flex.options == {"time_limit": 2.5, "max_micro_batches": 3}
     assert parse_planner_spec("flexsp", defaults={"flexsp": {"time_limit": 0.5}}).options == {"time_limit": 0.5}
-    with pytest.raises(ValueError, match="options must look like"):
+    with pytest.raises(ValueError, match="must look like KEY=VALUE"):
         parse_planner_spec("nsp:beam_width")
+    with pytest.raises(ValueError, match="not a finite number"):
+        parse_planner_spec("flexsp:time_limit=nan")
     with pytest.raises(ValueError, match="takes no options"):
         parse_planner_spec("static-best:degree=4")
     with pytest.raises(ValueError, match="planner 'magic' is not available"):
@@ -55,6 +63,8 @@ def test_planner_specs() -> None:
 def test_every_planner_sees_the_same_batches(static_run: CompareResult) -> None:
     by_planner = {p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["planners"]}
     assert all(v == [0, 1] for v in by_planner.values())
+    assert [s.planner for s in static_run.summaries] == ["static", "static-best", "static-2", "static-8"]
+    assert PROGRESS[0] == "static-best" and PROGRESS[-1] == "static-8"  # the sweep runs first (it may fail)
 
 
 def test_static_best_is_the_fastest_fixed_degree(static_run: CompareResult) -> None:
@@ -67,8 +77,11 @@ def test_static_best_is_the_fastest_fixed_degree(static_run: CompareResult) -> N
 
 def test_normalisation_and_shares(static_run: CompareResult) -> None:
     assert static_run.baseline == "static-best"
+    base = next(s for s in static_run.summaries if s.planner == "static-best")
     for s in static_run.summaries:
-        assert s.normalized_to_static == pytest.approx(s.mean_step_time_s / static_run.summaries[0].mean_step_time_s)
+        assert s.normalized_iterations == s.iterations == 2 and s.oom_count == 0
+        assert s.normalized_to_static == pytest.approx(
+            s.mean_step_time_s / base.mean_step_time_s)  # type: ignore[operator]
         assert s.speedup_vs_static == pytest.approx(1 / s.normalized_to_static)  # type: ignore[operator]
         assert sum(s.breakdown_share.values()) == pytest.approx(1.0, rel=1e-9)
         for shares in s.routing_share.values():
@@ -113,11 +126,25 @@ def test_compare_cli_table_and_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["compare", "--iters", "0"]) == 2
     assert main(["compare", "--planners", "static", "-o", "report.txt", "--quiet"]) == 2
     assert "must end with .html" in capsys.readouterr().err
+    for bad in ("nan", "inf", "0", "-1"):
+        assert main(["compare", "--flexsp-time-limit", bad, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("nspsim: error: argument --flexsp-time-limit") and err.count("\n") == 1
 
 
-def test_nsp_executor_and_ablations_run_on_the_same_batch() -> None:
+def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    simulated: list[tuple[str, str]] = []
+    original = Simulator.simulate
+
+    def counting(self: Simulator, plan: Plan) -> StepResult:
+        simulated.append((plan.content_hash, self.options.mode))
+        return original(self, plan)
+
+    monkeypatch.setattr(Simulator, "simulate", counting)
     result = run_compare(CompareConfig(workload=SMALL, iters=1, timeline_iteration=None, planners=(
         "static-best", "nsp", "nsp-no-recompute", "nsp-no-overlap", "nsp-greedy", "nsp-attn-fwd")))
+    assert len(simulated) == len(set(simulated))  # every distinct (plan, mode) simulated once
+    assert {r.plan_hash for r in result.records} <= {h for h, _ in simulated}
     steps = {s.planner: s.mean_step_time_s for s in result.summaries}
     assert all(v is not None and v > 0 for v in steps.values())
     nsp = next(r for r in result.records if r.planner == "nsp")

@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nspsim.cli import add_workload_args, emit, positive_int, workload_config
-from nspsim.compare import ABLATIONS, CompareConfig, CompareResult, default_planners, run_compare
-from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.compare import (
+    ABLATIONS, DEFAULT_FLEXSP_TIME_LIMIT_S, DEFAULT_ITERS, CompareConfig, CompareResult, default_planners, run_compare,
+)
+from nspsim.options import positive_float
+from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator.step_model import MODES
-
-DEFAULT_ITERS = 3
-SHORT = {"attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_attn": "nonat",
-         "sp_exposed_comm": "sp", "fsdp_exposed_comm": "fsdp", "comm_wait": "wait", "other": "other"}
 
 
 class ProgressBar:
@@ -79,12 +78,14 @@ def _write_report(path: Path, result: CompareResult, report: Any) -> None:
 
 
 def format_table(result: CompareResult) -> str:
-    """The comparison as a text table, then how static-best was chosen."""
-    cats = " ".join(f"{SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
-    lines = [f"{'planner':<18s} {'step(s)':>8s} {'norm':>6s} {'speedup':>7s}  {cats}  {'plan(ms)':>8s} {'OOM':>4s}"]
+    """The comparison as a text table, then how static-best was chosen. A ``*`` marks a normalisation
+    over fewer batches than the run (those where this planner or the baseline ran out of memory)."""
+    cats = " ".join(f"{BREAKDOWN_SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
+    lines = [f"{'planner':<18s} {'step(s)':>8s} {'norm':>7s} {'speedup':>7s}  {cats}  {'plan(ms)':>8s} {'OOM':>4s}"]
     for s in result.summaries:
         step = f"{s.mean_step_time_s:8.4f}" if s.mean_step_time_s is not None else f"{'OOM':>8s}"
-        norm = f"{s.normalized_to_static:6.3f}" if s.normalized_to_static is not None else f"{'-':>6s}"
+        partial = "*" if 0 < s.normalized_iterations < s.iterations else " "
+        norm = f"{s.normalized_to_static:6.3f}{partial}" if s.normalized_to_static is not None else f"{'-':>7s}"
         speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
         shares = " ".join(f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" for k in BREAKDOWN_CATEGORIES)
         lines.append(f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
@@ -92,6 +93,8 @@ def format_table(result: CompareResult) -> str:
     wl = result.config["workload"]
     lines.append(f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
                  f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step")
+    if any(0 < s.normalized_iterations < s.iterations for s in result.summaries):
+        lines.append("* normalised over the batches on which both this planner and the baseline fit in memory")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
     return "\n".join(lines)
 
@@ -105,7 +108,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--planners", default=None,
                    help="comma-separated planner specs (default: static-best and every registered main planner); "
                         f"also static-<d>, the ablations {', '.join(ABLATIONS)}, and options as name:key=value+key=value")
-    p.add_argument("--flexsp-time-limit", type=float, default=0.5,
+    p.add_argument("--flexsp-time-limit", type=positive_float, default=DEFAULT_FLEXSP_TIME_LIMIT_S,
                    help="seconds per FlexSP MILP solve (the artifact uses 10; the demo default keeps it under 2 min)")
     p.add_argument("--mode", choices=MODES, default="stream", help="executor overlap mode for every planner")
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")

@@ -68,10 +68,15 @@ class SimOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
-        if self.sim_layers < MIN_SIM_LAYERS:
-            raise ValueError(f"sim_layers must be >= {MIN_SIM_LAYERS} to detect repeated layers, got {self.sim_layers}")
-        if not 0 <= self.jitter < 1 or not math.isfinite(self.jitter):
-            raise ValueError(f"jitter must be in [0, 1), got {self.jitter}")
+        layers = self.sim_layers
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers < MIN_SIM_LAYERS:
+            raise ValueError(f"sim_layers must be an integer >= {MIN_SIM_LAYERS} to detect repeated layers, "
+                             f"got {self.sim_layers!r}")
+        if isinstance(self.jitter, bool) or not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter < 1:
+            raise ValueError(f"jitter must be in [0, 1), got {self.jitter!r}")
+        for name in ("extrapolate", "timeline", "symmetry"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
 
 @contextmanager
