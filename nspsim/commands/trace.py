@@ -10,6 +10,17 @@ from nspsim.trace import builtin_trace_names, load_trace
 from nspsim.trace_stats import format_stats, trace_stats
 
 
+MAX_SAMPLES = 100_000_000  # 800 MB of int64 lengths; beyond that materialising ends in MemoryError
+
+
+def sample_count(text: str) -> int:
+    """argparse type for ``--samples``: a positive integer up to :data:`MAX_SAMPLES`."""
+    value = positive_int(text)
+    if value > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SAMPLES:,} samples, got {value:,}")
+    return value
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """Length statistics of a trace file or built-in trace."""
     trace = load_trace(args.trace)
@@ -32,8 +43,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, parser_class=Parser)
     stats = trace_sub.add_parser("stats", help="length statistics of a trace")
     stats.add_argument("trace", help=f"trace file or built-in name ({', '.join(builtin_trace_names())})")
-    stats.add_argument("--samples", type=positive_int, default=None,
-                       help="lengths to draw from a generative trace (default 1,000,000)")
+    stats.add_argument("--samples", type=sample_count, default=None,
+                       help=f"lengths to draw from a generative trace (default 1,000,000, at most {MAX_SAMPLES:,})")
     stats.add_argument("--seed", type=int, default=0, help="seed for generative traces")
     stats.add_argument("--json", action="store_true", help="print JSON")
     stats.set_defaults(func=cmd_stats)
