@@ -9,7 +9,9 @@ The fields mean the same as the simulator's: ``breakdown_s`` (keys ``nspsim.reco
 in that order, summing to ``step_time_s``) is the partition of the *critical* rank's step, the rank
 whose forward and backward finished last (the one every other rank waited for at the barrier before
 the gradient sync, so its ``comm_wait`` is the smallest), and ``step_time_s`` is that rank's step
-time; ``per_gpu_breakdown_s`` and ``per_gpu_step_time_s`` hold every rank's (rank 0's is index 0).
+time; ``per_gpu_breakdown_s``, ``per_gpu_step_time_s`` and ``per_gpu_sp_comm_s`` hold every rank's
+(rank 0's is index 0). ``sp_comm_s`` is the issue-to-completion span of the critical rank's SP
+collectives, overlapped or not.
 ``recompute_policy`` and ``remat_share`` are the simulator's label and share for the executed plan.
 ``simulated_*`` is the simulator's prediction of the executed configuration (``simulated_mode``: the
 simulation mode that matches the executed options); when there is none, ``simulated_step_time_s`` is
@@ -54,6 +56,7 @@ class MeasuredStep:
     per_gpu_step_time_s: list[float]
     per_gpu_breakdown_s: dict[str, list[float]]
     sp_comm_s: float
+    per_gpu_sp_comm_s: list[float]
     planning_time_s: float
     plan_wait_s: float
     simulated_mode: str | None = None
@@ -71,7 +74,7 @@ class MeasuredStep:
             raise ValueError(f"breakdown sums to {sum(self.breakdown_s.values())} s, not the step's {self.step_time_s} s")
         if not 0 <= self.critical_gpu < self.num_gpus or len(self.per_gpu_step_time_s) != self.num_gpus:
             raise ValueError(f"critical_gpu {self.critical_gpu} and per-GPU step times must cover {self.num_gpus} GPUs")
-        if any(len(v) != self.num_gpus for v in self.per_gpu_breakdown_s.values()):
+        if any(len(v) != self.num_gpus for v in [*self.per_gpu_breakdown_s.values(), self.per_gpu_sp_comm_s]):
             raise ValueError(f"per-GPU breakdowns must have one entry per GPU ({self.num_gpus})")
         if (self.simulated_step_time_s is None) == (not self.simulated_note):
             raise ValueError("a record has a simulated step time or a note saying why it has none")

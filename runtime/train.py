@@ -41,8 +41,11 @@ import numpy as np
 
 from nspsim.config import Workload, WorkloadConfig, build_workload
 from nspsim.memory import MemoryModel
+from nspsim.options import parse_options
 from nspsim.plan import Plan
+from nspsim.prepare import prepare_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.units import parse_tokens
 from runtime.cli import ArgumentParser, fail
 from runtime.prediction import Prediction, executed_plan, predict, recompute_policy, simulated_mode
@@ -92,26 +95,20 @@ class TrainArgs:
 
 
 def _spec_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+    """``value`` as :func:`nspsim.options.parse_value` reads it back."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _option(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"planner option {text!r} must look like key=value")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
-
-
-def split_planner_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``name:key=value+key=value`` (the ``nspsim compare`` label format) -> (name, options)."""
+def planner_options(spec: str, extra: list[str]) -> tuple[str, dict[str, Any]]:
+    """(name, options) of ``--planner name:key=value+key=value`` and ``--planner-option key=value``
+    (one parser for every entry point: :func:`nspsim.options.parse_options`; a key given twice is an
+    error)."""
     name, _, text = spec.partition(":")
     try:
-        return name, dict(_option(item) for item in text.split("+") if item)
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(f"--planner {spec!r}: {exc}; use name:key=value+key=value") from None
+        return name, dict(parse_options([*filter(None, text.split("+")), *extra]))
+    except ValueError as exc:
+        raise ValueError(f"planner options: {exc} (--planner name:key=value+key=value, --planner-option key=value)"
+                         ) from None
 
 
 def _tokens(text: str) -> int:
@@ -135,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG, description="Execute planned batches with NSP and record every step.")
     p.add_argument("--planner", required=True,
                    help="planner spec: a registered name, optionally with options as name:key=value+key=value")
-    p.add_argument("--planner-option", action="append", default=[], type=_option, metavar="KEY=VALUE",
-                   help="planner option (JSON value), repeatable")
+    p.add_argument("--planner-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="planner option (nspsim.options value rules), repeatable")
     p.add_argument("--trace", default="wikipedia")
     p.add_argument("--model", default="tiny", help="model preset (tiny, tiny-moe, ...)")
     p.add_argument("--cluster", default=None, help="cluster preset describing this machine (default: cpu on CPU)")
@@ -175,8 +172,8 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     """Parse and validate; ``ValueError`` with a one-line message for bad values."""
     ns = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(ns).items() if k not in ("planner", "planner_option")}
-    name, options = split_planner_spec(ns.planner)
-    args = TrainArgs(planner=name, planner_options={**options, **dict(ns.planner_option)}, **values)
+    name, options = planner_options(ns.planner, ns.planner_option)
+    args = TrainArgs(planner=name, planner_options=options, **values)
     checks = [(args.steps > 0, f"--steps must be positive, got {args.steps}"),
               (args.start_batch >= 0, f"--start-batch must be >= 0, got {args.start_batch}"),
               (args.lr > 0, f"--lr must be positive, got {args.lr}"),
@@ -256,10 +253,6 @@ class Planned:
     prediction: Prediction
 
 
-def _step_or_inf(step: float | None) -> float:
-    return float("inf") if step is None else step
-
-
 class PlanAhead:
     """Plans, prepares and simulates batch ``i + 1`` on a background thread while batch ``i`` executes."""
 
@@ -268,14 +261,12 @@ class PlanAhead:
 
         self.workload, self.args = workload, args
         self.planner = get_planner(args.planner, **args.planner_options)
-        self._simulators: dict[str, Any] = {}
+        self._simulators: dict[str, Simulator] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
         self._pending: dict[int, Future[Planned]] = {}
 
-    def simulate(self, plan: Plan, mode: str) -> Any:
-        """The simulator's ``StepResult`` of ``plan`` in ``mode`` (one simulator per mode)."""
-        from nspsim.simulator import SimOptions, Simulator
-
+    def simulate(self, plan: Plan, mode: str) -> StepResult:
+        """The simulator's result for ``plan`` in ``mode`` (one simulator per mode)."""
         if mode not in self._simulators:
             self._simulators[mode] = Simulator.for_workload(self.workload, SimOptions(mode=mode))
         return self._simulators[mode].simulate(plan)
@@ -293,20 +284,13 @@ class PlanAhead:
         return Planned(plan=plan, planning_time_s=elapsed, prediction=predict(plan, mode, note, self.simulate))
 
     def _prepare(self, plan: Plan, rank_mode: str) -> Plan:
-        """Executor preparation, as ``nspsim compare`` does it (tree-level marks, then the issue order
-        ranked by the simulator in ``rank_mode``), plus the marks ``--recompute all|none`` forces."""
-        wl = self.workload
-        if self.args.tree_recompute:
-            from nspsim.recompute import mark_recompute
-
-            plan = mark_recompute(plan, wl.memory, wl.cost)
-        plan = executed_plan(plan, self.args.recompute)
-        if self.args.optimize_order:
-            from nspsim.issue_order import optimize_issue_order
-
-            evaluate = (lambda p: _step_or_inf(self.simulate(p, rank_mode).step_time_s)) if self.args.simulate else None
-            plan = optimize_issue_order(plan, wl.cost, evaluate=evaluate)
-        return plan
+        """The executable plan: the marks ``--recompute all|none`` forces, then the preparation
+        ``nspsim compare`` and ``nspsim simulate`` apply (:func:`nspsim.prepare.prepare_plan`: tree-level
+        marks, the issue order re-ranked by the simulator in ``rank_mode``), as the flags ask."""
+        args, wl = self.args, self.workload
+        evaluate = (lambda p: self.simulate(p, rank_mode).step_time_or_inf) if args.simulate else None
+        return prepare_plan(executed_plan(plan, args.recompute), memory=wl.memory, cost=wl.cost,
+                            tree_recompute=args.tree_recompute, optimize_order=args.optimize_order, evaluate=evaluate)
 
     def prefetch(self, index: int) -> None:
         """Start planning batch ``index``."""
@@ -440,7 +424,7 @@ def measured_record(*, step: int, index: int, planned: Planned, plan_wait_s: flo
         step_time_s=ranks[crit].step_s, breakdown_s=ranks[crit].breakdown_s, critical_gpu=crit,
         per_gpu_step_time_s=[r.step_s for r in ranks],
         per_gpu_breakdown_s={k: [r.breakdown_s[k] for r in ranks] for k in BREAKDOWN_CATEGORIES},
-        sp_comm_s=ranks[crit].sp_comm_s, planning_time_s=planned.planning_time_s, plan_wait_s=plan_wait_s,
+        sp_comm_s=ranks[crit].sp_comm_s, per_gpu_sp_comm_s=[r.sp_comm_s for r in ranks], planning_time_s=planned.planning_time_s, plan_wait_s=plan_wait_s,
         simulated_mode=pred.mode, simulated_step_time_s=pred.step_time_s, simulated_breakdown_s=pred.breakdown_s,
         simulated_note=pred.note)
 

@@ -105,6 +105,7 @@ def test_the_record_reports_the_critical_ranks_breakdown_and_every_ranks() -> No
     assert rec.critical_gpu == 1 and rec.step_time_s == 2.1 and rec.breakdown_s == ranks[1].breakdown_s
     assert rec.per_gpu_step_time_s == [2.0, 2.1, 1.9, 2.0]
     assert rec.per_gpu_breakdown_s["comm_wait"] == [0.5, 0.0, 0.3, 0.5]
+    assert rec.per_gpu_sp_comm_s == [0.5, 0.0, 0.3, 0.5] and rec.sp_comm_s == 0.0
     assert rec.planner_spec == "static:degree=2" and rec.planner == "hand"
     assert rec.simulated_step_time_s is None and rec.simulated_note == "not simulated: test"
 

@@ -106,8 +106,9 @@ def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
 BAD_ARGUMENTS = (
     (["--planner", "nope"], "unknown planner 'nope'"),
     (["--planner", "nsp", "--steps", "0"], "--steps must be positive"),
-    (["--planner", "nsp", "--planner-option", "beam_width"], "must look like key=value"),
-    (["--planner", "static:degree"], "use name:key=value+key=value"),
+    (["--planner", "nsp", "--planner-option", "beam_width"], "must look like KEY=VALUE"),
+    (["--planner", "static:degree"], "must look like KEY=VALUE"),
+    (["--planner", "static:degree=2", "--planner-option", "degree=4"], "'degree' is given twice"),
     (["--planner", "nsp", "--tree-recompute", "--recompute", "all"], "cannot be combined with --recompute all"),
     (["--planner", "nsp", "--lookahead", "some"], "--lookahead takes 'all' or an integer"),
     (["--planner", "nsp", "--bogus"], "unrecognized arguments: --bogus"),
