@@ -1,8 +1,9 @@
 """Names shared by simulated and measured step records, so the two can be joined.
 
 The simulator's ``StepResult`` and the runtime's JSONL step records both report a step-time
-breakdown under exactly these keys (seconds, on the critical GPU / rank 0), following the NSP
-paper's Figure 8 categories.
+breakdown under exactly these keys (seconds, of the critical GPU: the one whose work finishes last,
+which every other GPU waits for; both also keep every GPU's), following the NSP paper's Figure 8
+categories.
 """
 
 from __future__ import annotations
