@@ -304,6 +304,12 @@ class _Runner:
         self.results[key] = (result, timeline)
         return result
 
+    def _drop_timelines(self, keep: tuple[str, str]) -> None:
+        """Forget cached results that carry a timeline (tens of thousands of events each), except ``keep``:
+        only the chosen plan's timeline is reported."""
+        for key in [k for k, (_, has) in self.results.items() if has and k != keep]:
+            del self.results[key]
+
     def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
         """Records of ``spec`` on every batch, and a note (how static-best chose its degree)."""
         if spec.label == "static-best":
@@ -357,6 +363,8 @@ class _Runner:
                             tree_recompute=spec.tree_recompute, optimize_order=spec.optimize_order,
                             evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf)
         result = self.simulate(plan, spec.mode, timeline)
+        if timeline:
+            self._drop_timelines(keep=(plan.content_hash, spec.mode))
         record = IterationRecord(
             planner=spec.label, iteration=i, batch_index=batch.index, plan_hash=plan.content_hash,
             step_time_s=result.step_time_s, breakdown_s=dict(result.breakdown_s), oom=result.oom,

@@ -153,3 +153,14 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
     # Streaming can move SP transfers under FSDP ones (link sharing), so "off" may tie or win by a hair.
     assert steps["nsp-no-overlap"] >= 0.99 * steps["nsp"]  # type: ignore[operator]
     assert result.timelines == {}
+
+
+def test_runner_keeps_only_the_chosen_plan_timeline() -> None:
+    from nspsim.compare import _Runner
+    from nspsim.config import build_workload
+
+    runner = _Runner(build_workload(SMALL), [], CompareConfig(workload=SMALL, planners=("static",), iters=1), None)
+    fake = object()
+    runner.results = {("a", "stream"): (fake, True), ("b", "stream"): (fake, True), ("c", "stream"): (fake, False)}  # type: ignore[dict-item]
+    runner._drop_timelines(keep=("a", "stream"))
+    assert set(runner.results) == {("a", "stream"), ("c", "stream")}
