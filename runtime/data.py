@@ -22,7 +22,7 @@ NOISE = 0.1
 MAX_STRIDE = 7
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenStream:
     """Token ids, next-token targets and per-sample positions of a packed batch."""
 

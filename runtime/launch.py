@@ -29,7 +29,7 @@ from typing import Any
 PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "runtime.executor", "runtime.model", "runtime.data"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankEnv:
     """What a rank function gets: its rank, the world size, the process-group timeout and backend."""
 
@@ -46,7 +46,7 @@ class RankEnv:
         return torch.device("cuda", self.rank) if self.backend == "nccl" else torch.device("cpu")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankOutcome:
     """How one rank ended: ``ok`` (value), ``error`` (message), ``died`` (exit code) or ``killed``."""
 
@@ -105,8 +105,8 @@ def spawn_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, 
                           timeout=timedelta(seconds=timeout_s))
     ctx = _context()
     results = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(fn, RankEnv(r, world, comm_timeout_s, backend), store.port, arg, results),
-                         daemon=True) for r in range(world)]
+    envs = [RankEnv(rank=r, world=world, timeout_s=comm_timeout_s, backend=backend) for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(fn, env, store.port, arg, results), daemon=True) for env in envs]
     for p in procs:
         p.start()
     try:
