@@ -48,9 +48,10 @@ def check_valid(plan: Plan, workload: Workload, lengths: Sequence[int]) -> None:
 
 
 def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: int = 64 * 1024,
-                   cluster: str = "h100") -> Workload:
+                   cluster: str = "h100", gpus_per_node: int | None = None) -> Workload:
     """A real model's cost model on a few GPUs with an explicit token budget, memory check skipped
-    (tiny clusters cannot hold the model states; only the routing proxy matters here)."""
+    (tiny clusters cannot hold the model states; only the routing proxy matters here).
+    ``gpus_per_node`` shrinks the NVLink host so small groups already cross hosts."""
     from dataclasses import replace
 
     from nspsim.analytic_cost import AnalyticCostModel
@@ -61,6 +62,8 @@ def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: in
 
     base = tiny_workload(gpus=gpus, token_budget=token_budget)
     spec, hw = get_model(model), get_cluster(cluster, gpus)
+    if gpus_per_node is not None:
+        hw = replace(hw, gpus_per_node=gpus_per_node)
     cost = AnalyticCostModel(model=spec, cluster=hw, training=base.training)
     spmax = resolve_spmax(spec, hw, "ulysses", None)
     config = replace(base.config, model=model, cluster=cluster)

@@ -94,11 +94,13 @@ class Placement:
 
 @dataclass(frozen=True)
 class Context:
-    """Everything a planner needs about one batch: workload, full-proxy cost table, levels."""
+    """Everything a planner needs about one batch: workload, full-proxy cost table, levels, and the
+    per-GPU token budget routing must keep (B_tok, or a tighter planning budget)."""
 
     batch: Batch
     workload: Workload
     table: CostTable
+    token_budget: int
 
     @property
     def num_gpus(self) -> int:
@@ -107,8 +109,8 @@ class Context:
 
     @property
     def budget(self) -> int:
-        """B_tok."""
-        return self.workload.token_budget
+        """The routing token budget (B_tok unless the planner tightened it)."""
+        return self.token_budget
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -116,23 +118,28 @@ class Context:
         return self.workload.tree.degrees
 
 
-def make_context(batch: Batch, workload: Workload) -> Context:
-    """Cost table of ``batch`` (full proxy); ``ValueError`` if a sample fits no admissible group."""
-    table = CostTable(workload.cost, workload.tree, batch.lengths, workload.token_budget)
+def make_context(batch: Batch, workload: Workload, token_budget: int | None = None) -> Context:
+    """Cost table of ``batch`` (full proxy) routed under ``token_budget`` (default B_tok; a tighter
+    budget must still hold the longest sample at spmax); ``ValueError`` if a sample fits no group."""
+    budget = workload.token_budget if token_budget is None else min(int(token_budget), workload.token_budget)
+    table = CostTable(workload.cost, workload.tree, batch.lengths, budget)
     check_feasible(table, batch, workload.tree.spmax)
-    return Context(batch=batch, workload=workload, table=table)
+    return Context(batch=batch, workload=workload, table=table, token_budget=budget)
+
+
+def micro_batch_estimate(ctx: Context, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_]) -> float:
+    """Step estimate of the masked sorted samples run as one micro-batch (module doc)."""
+    fsdp = ctx.workload.cost.fsdp()
+    layers = ctx.workload.cost.num_layers
+    gather, bwd_comm = layers * fsdp.allgather, layers * (fsdp.allgather + fsdp.reduce_scatter)
+    loads = ctx.table.evaluate(degrees, firsts, mask)
+    return max(float(loads.d_fwd.max()), gather) + max(float(loads.d_bwd.max()), bwd_comm)
 
 
 def step_estimate(ctx: Context, placement: Placement) -> float:
     """Per-micro-batch proxy stage maxima with FSDP collectives repeated per micro-batch (module doc)."""
-    fsdp = ctx.workload.cost.fsdp()
-    layers = ctx.workload.cost.num_layers
-    gather, bwd_comm = layers * fsdp.allgather, layers * (fsdp.allgather + fsdp.reduce_scatter)
-    total = 0.0
-    for mb in range(placement.num_micro_batches):
-        loads = ctx.table.evaluate(placement.degrees, placement.firsts, placement.micro_batches == mb)
-        total += max(float(loads.d_fwd.max()), gather) + max(float(loads.d_bwd.max()), bwd_comm)
-    return total
+    return sum(micro_batch_estimate(ctx, placement.degrees, placement.firsts, placement.micro_batches == mb)
+               for mb in range(placement.num_micro_batches))
 
 
 def proxy_load(ctx: Context, placement: Placement) -> float:
@@ -169,6 +176,8 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
         "load_over_lower_bound": load / bound if bound > 0 else float("inf"),
         "step_estimate_s": step_estimate(ctx, placement), "micro_batches": placement.num_micro_batches,
     }
+    if ctx.budget != ctx.workload.token_budget:
+        metadata["effective_token_budget"] = ctx.budget
     metadata.update(placement.metadata)
     metadata.update(extra or {})
     inverse = np.empty_like(table.order)
@@ -177,6 +186,6 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
     nodes, orders = _nodes_and_orders(deg, first, mbs)
     return make_plan(
         planner=name, cluster=ctx.workload.cluster, model=ctx.workload.model, batch=ctx.batch,
-        spmax=ctx.workload.tree.spmax, token_budget=ctx.budget, nodes=nodes, micro_batches=mbs.tolist(),
+        spmax=ctx.workload.tree.spmax, token_budget=ctx.workload.token_budget, nodes=nodes, micro_batches=mbs.tolist(),
         backend=ctx.workload.config.backend, issue_order=orders, metadata=metadata,
     )
