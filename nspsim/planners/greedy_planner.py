@@ -27,6 +27,7 @@ from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
+from nspsim.planners.token_balance import check_ratio, effective_budget
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -102,15 +103,20 @@ def greedy_route(table: CostTable, select: IntArray, levels: tuple[int, ...]) ->
 
 @dataclass(frozen=True, kw_only=True)
 class GreedyPlanner:
-    """The "w/o router" ablation; no options."""
+    """The "w/o router" ablation; option ``token_balance_ratio`` as NSP's."""
 
+    token_balance_ratio: float | str = "auto"
     name: ClassVar[str] = "greedy"
+
+    def __post_init__(self) -> None:
+        check_ratio(self.token_balance_ratio)
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route every sample greedily (fewest micro-batches that fit when one pass cannot)."""
         started = Stopwatch.start()
-        ctx = make_context(batch, workload)
-        return finish(self.name, ctx, _route_batch(ctx), started)
+        ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
+        extra = {"token_balance_ratio": str(self.token_balance_ratio)}
+        return finish(self.name, ctx, _route_batch(ctx), started, extra)
 
 
 def _route_batch(ctx: Context) -> Placement:

@@ -27,6 +27,13 @@ Defaults, each chosen by measurement (docs/planners.md):
 * ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.02-0.5% better than 1 on the
   code trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion).
 
+Token balance: ``token_balance_ratio`` (default ``"auto"``) tightens the routing budget to r times the
+mean tokens per GPU when the batch is memory-bound (:mod:`nspsim.planners.token_balance`). The static
+seed is packed under the same tightened budget, so the guarantee reads: NSP's Load is never worse
+than the best one-pass static Load *under the same routing budget*. (Seeding with a static plan under
+the full B_tok would let the Load comparison undo the balance the ratio asks for: the Load proxy is
+what cannot see the recomputation that token imbalance causes.)
+
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
 micro-batches that work (token-balanced) and each is routed alone - an extension; the paper uses one.
@@ -50,6 +57,7 @@ from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
 from nspsim.planners.static_planner import pack_single_pass
 from nspsim.planners.tail import TreeStates, complete
+from nspsim.planners.token_balance import check_ratio, effective_budget
 
 AUTO_PREFIX_SHARE = 0.25
 AUTO_WIDE_BEAM_MAX_GPUS = 256
@@ -73,7 +81,7 @@ def _check_positive(value: object, what: str) -> None:
 @dataclass(frozen=True, kw_only=True)
 class NSPPlanner:
     """Algorithm 1 with options ``prefix_k``, ``beam_width``, ``monotone``, ``lookahead``, ``proxy``,
-    ``seed_static`` (see the module docstring for their defaults)."""
+    ``seed_static``, ``token_balance_ratio`` (see the module docstring for their defaults)."""
 
     prefix_k: int | str = "auto"
     beam_width: int | str = "auto"
@@ -81,6 +89,7 @@ class NSPPlanner:
     lookahead: bool = True
     proxy: str = "full"
     seed_static: bool = True
+    token_balance_ratio: float | str = "auto"
     name: ClassVar[str] = "nsp"
 
     def __post_init__(self) -> None:
@@ -93,6 +102,7 @@ class NSPPlanner:
                 raise ValueError(f"option {flag} must be true or false, got {getattr(self, flag)!r}")
         if self.proxy not in PROXIES:
             raise ValueError(f"option proxy must be one of {', '.join(PROXIES)}, got {self.proxy!r}")
+        check_ratio(self.token_balance_ratio)
 
     def levels(self, workload: Workload) -> tuple[int, ...]:
         """Tree levels the planner may use (all admissible degrees)."""
@@ -101,14 +111,14 @@ class NSPPlanner:
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route the batch (see the module docstring)."""
         started = Stopwatch.start()
-        ctx = make_context(batch, workload)
+        ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
         search = ctx.table if self.proxy == "full" else CostTable(
-            workload.cost, workload.tree, batch.lengths, workload.token_budget, kind=self.proxy)
+            workload.cost, workload.tree, batch.lengths, ctx.budget, kind=self.proxy)
         placement = self._route_batch(ctx, search)
         extra: dict[str, float | int | str] = {
             "prefix_k": str(self.prefix_k), "beam_width": beam_width(self.beam_width, ctx.num_gpus),
-            "monotone": int(self.monotone),
-                 "lookahead": int(self.lookahead), "proxy": self.proxy}
+            "monotone": int(self.monotone), "lookahead": int(self.lookahead), "proxy": self.proxy,
+            "token_balance_ratio": str(self.token_balance_ratio)}
         return finish(self.name, ctx, placement, started, extra)
 
     def _route_batch(self, ctx: Context, search: CostTable) -> Placement:

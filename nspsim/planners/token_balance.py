@@ -1,0 +1,69 @@
+"""The token-balance ratio (NSP paper 4.1.2): "the implementation sets B_tok from the available
+activation memory and the desired token-balance ratio".
+
+The routing proxy does not see tree-level recomputation: when a batch is memory-bound (attention of
+every sample cannot be kept), how much a GPU must recompute grows with its sharded-token count, so a
+plan that is balanced in proxy time but uneven in tokens becomes uneven in real time, and every
+FSDP gather (which synchronises all GPUs each layer) turns that unevenness into waiting. A
+token-balance ratio r caps every GPU at r times the mean:
+
+    effective budget = min(B_tok, max(ceil(r * sum_j L_j / P), ceil(max_j L_j / spmax)))
+
+(the second term keeps the longest sample placeable). ``"auto"`` applies ``AUTO_RATIO`` only when the
+batch is memory-bound - its mean sharded tokens per GPU exceed what fits with all attention kept at
+degree 1 - and leaves compute-bound batches (where nothing is recomputed) unconstrained; ``"off"``
+never applies a ratio; a number >= 1 always does. The ratio was chosen by simulating Qwen3-235B on
+64 H200s (docs/planners.md). Trade-off: a tight ratio forbids placements the proxy prefers, so the
+proxy Load rises a little while the simulated step falls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nspsim.config import Workload
+from nspsim.memory import MemoryModel
+
+AUTO_RATIO = 1.05
+RATIO_WORDS = ("auto", "off")
+
+
+def check_ratio(value: object) -> None:
+    """``ValueError`` unless ``value`` is "auto", "off" or a number >= 1."""
+    if value in RATIO_WORDS:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+        raise ValueError(f"option token_balance_ratio must be 'auto', 'off' or a number >= 1, got {value!r}")
+
+
+def kept_attention_capacity(memory: MemoryModel) -> float:
+    """Sharded tokens per GPU that fit with every node's attention kept (degree 1, the cheapest)."""
+    per_token = memory.base_bytes(1.0) + memory.attention_bytes_per_token(1)
+    return memory.activation_capacity / per_token
+
+
+def is_memory_bound(workload: Workload, total_tokens: int) -> bool:
+    """Whether the mean sharded tokens per GPU exceed what fits with all attention kept."""
+    return total_tokens / workload.tree.num_gpus > kept_attention_capacity(workload.memory)
+
+
+def resolved_ratio(option: float | str, workload: Workload, total_tokens: int) -> float | None:
+    """The ratio to apply to a batch of ``total_tokens`` (``None``: no extra limit)."""
+    if option == "off":
+        return None
+    if option == "auto":
+        return AUTO_RATIO if is_memory_bound(workload, total_tokens) else None
+    return float(option)
+
+
+def effective_budget(option: float | str, workload: Workload, lengths: tuple[int, ...]) -> int:
+    """The routing token budget for a batch of ``lengths`` under the ratio ``option`` (module doc)."""
+    total = int(np.sum(lengths, dtype=np.int64))
+    ratio = resolved_ratio(option, workload, total)
+    if ratio is None:
+        return workload.token_budget
+    tree = workload.tree
+    floor = max(math.ceil(ratio * total / tree.num_gpus - 1e-9), math.ceil(max(lengths) / tree.spmax))
+    return min(workload.token_budget, floor)
