@@ -1,4 +1,4 @@
-"""FlexSP pieces: DP bucketing, sequence blaster, the MILP against brute force, the planner; BASP."""
+"""FlexSP pieces: DP bucketing, sequence blaster, the MILP against brute force, the planner, determinism."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import itertools
 import numpy as np
 import pytest
 
+from nspsim.config import Workload, WorkloadConfig, build_workload
 from nspsim.planners import get_planner
-from nspsim.planners.basp_planner import batch_aware_degree
-from nspsim.planners.base import make_context
 from nspsim.planners.bucketing import _dp_bounds, bucketize
-from nspsim.planners.flexsp_milp import MilpProblem, solve
+from nspsim.planners.base import make_context
+from nspsim.planners.flexsp_milp import (DEFAULT_WORK_LIMIT, Limits, MilpProblem, _bounds, _layout, _matrix,
+                                         _start_vector, solve)
+from nspsim.planners.flexsp_planner import _problem, static_incumbent
 from nspsim.planners.microbatch import blaster_split, token_split
 from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
 
@@ -87,8 +89,9 @@ def brute_force_makespan(p: MilpProblem) -> float:
 @pytest.mark.parametrize("counts,lengths", [([2, 1], [1, 5]), ([3, 2], [2, 3]), ([1, 1, 2], [1, 4, 6])])
 def test_milp_matches_brute_force_on_four_gpus(counts: list[int], lengths: list[int]) -> None:
     p = tiny_problem(counts, lengths)
-    sol = solve(p, time_limit=10)
-    assert sol is not None and sol.status == "optimal"
+    run = solve(p, limits=Limits(time_limit=10, work_limit=10_000))
+    sol = run.solution
+    assert sol is not None and sol.status == run.status == "optimal"
     assert sol.makespan == pytest.approx(brute_force_makespan(p), rel=1e-6)
     assert sol.assignment.sum(axis=0).tolist() == counts
     assert int(sol.slot_sizes.sum()) <= 4
@@ -97,7 +100,7 @@ def test_milp_matches_brute_force_on_four_gpus(counts: list[int], lengths: list[
 @pytest.mark.skipif(importlib.util.find_spec("pyscipopt") is None, reason="PySCIPOpt not installed (extra 'scip')")
 def test_scip_solver_agrees_with_highs() -> None:
     p = tiny_problem([3, 2], [2, 3])
-    highs, scip = solve(p, solver="highs"), solve(p, solver="scip")
+    highs, scip = solve(p, solver="highs").solution, solve(p, solver="scip").solution
     assert highs is not None and scip is not None
     assert scip.makespan == pytest.approx(highs.makespan, rel=1e-6)
 
@@ -127,13 +130,59 @@ def test_flexsp_options_are_validated() -> None:
         get_planner("flexsp", solver="gurobi")
     with pytest.raises(ValueError, match="min_group"):
         get_planner("flexsp", min_group=3)
+    with pytest.raises(ValueError, match="work_limit"):
+        get_planner("flexsp", work_limit=0)
 
 
-def test_basp_degree_follows_the_micro_batch_size() -> None:
-    wl = tiny_workload(gpus=8, token_budget=1000)
-    ctx = make_context(batch_of([900, 800, 700, 10, 10, 10, 10, 10, 10, 10]), wl)
-    assert batch_aware_degree(ctx, np.arange(2)) == 4   # 2 sequences: 8 / 2 GPUs each
-    assert batch_aware_degree(ctx, np.arange(3)) == 2   # 3 sequences: largest power of two <= 8/3
-    assert batch_aware_degree(ctx, np.arange(10)) == 1  # more sequences than GPUs
-    ctx2 = make_context(batch_of([3500] + [10] * 20), wl)
-    assert batch_aware_degree(ctx2, np.arange(21)) == 4  # memory: 3500 tokens need 4 GPUs of 1000
+def small_trace_workload() -> Workload:
+    return build_workload(WorkloadConfig(gpus=8, tokens_per_batch=128 * 1024, max_context=64 * 1024,
+                                         token_budget=64 * 1024))
+
+
+def test_flexsp_plans_are_reproducible_under_the_default_limits() -> None:
+    wl = small_trace_workload()
+    batch = wl.sampler.batch(0)  # 169 sequences: the MILP does not finish, the work limit stops it
+    first = get_planner("flexsp", max_micro_batches=1).plan(batch, wl)
+    again = get_planner("flexsp", max_micro_batches=1, time_limit=100.0).plan(batch, wl)
+    for plan in (first, again):
+        assert "work-limit" in str(plan.metadata["milp_status"])
+        assert plan.metadata["milp_time_limited"] == 0
+        assert plan.metadata["milp_work_limit"] == DEFAULT_WORK_LIMIT
+    assert first.metadata["milp_time_limit_s"] == 10.0 and again.metadata["milp_time_limit_s"] == 100.0
+    assert first.content_hash == again.content_hash
+
+
+def test_the_time_limit_still_stops_a_solve_and_is_recorded() -> None:
+    wl = small_trace_workload()
+    plan = get_planner("flexsp", max_micro_batches=1, time_limit=1e-3, work_limit=10**6).plan(wl.sampler.batch(0), wl)
+    assert plan.metadata["milp_time_limited"] == 1
+    assert "time-limit" in str(plan.metadata["milp_status"])
+
+
+def test_work_limit_counts_highs_limit_checks() -> None:
+    p = tiny_problem([3, 2], [2, 3])
+    assert solve(p, limits=Limits(work_limit=1)).status == "work-limit"
+    assert solve(p, limits=Limits(work_limit=1)).work == 1
+    full = solve(p, limits=Limits(work_limit=10**6))
+    assert full.status == "optimal" and 1 < full.work < 10**6
+
+
+def test_the_incumbent_start_point_is_feasible_for_the_milp() -> None:
+    wl = small_trace_workload()
+    ctx = make_context(wl.sampler.batch(0), wl)
+    buckets = bucketize(ctx.table.lengths, 16)
+    problem = _problem(ctx, buckets, (2, 4, 8))
+    incumbent = static_incumbent(problem)
+    assert incumbent is not None
+    p = MilpProblem(**{**problem.__dict__, "upper": incumbent.makespan * (1 + 1e-9),
+                       "start": (incumbent.slot_sizes, incumbent.assignment)})
+    lay = _layout(p)
+    mat, lo, hi = _matrix(p, lay)
+    x = _start_vector(lay, p)
+    assert x is not None
+    lower, upper, integrality = _bounds(lay, p)
+    row = mat @ x
+    assert np.all(row >= lo - 1e-9) and np.all(row <= hi + 1e-9)
+    assert np.all(x >= lower) and np.all(x <= upper)
+    assert np.array_equal(x[integrality > 0], np.rint(x[integrality > 0]))
+    assert x[-1] == pytest.approx(incumbent.makespan, rel=1e-12)

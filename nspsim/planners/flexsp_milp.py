@@ -15,9 +15,10 @@ longest sequence in memory: the minimum-degree constraint); binary m[k] = slot k
 t(b, s) is the proxy cost per GPU of one sequence of the bucket's longest length at degree s, lat(s)
 the node's collective latency. The GPU-count row is ``<= P`` rather than the artifact's ``= P``: it
 admits the same solutions plus idle GPUs, which matters only when a micro-batch has too few
-sequences to occupy every GPU (otherwise the optimum uses them all). Solved with
-``scipy.optimize.milp`` (HiGHS) or, when installed and asked for, PySCIPOpt (SCIP, the artifact's
-solver), each under a time limit; the best solution found is used if the limit stops the search.
+sequences to occupy every GPU (otherwise the optimum uses them all). Solved with HiGHS
+(:mod:`nspsim.planners.highs_solve`: single-threaded, stopped by a deterministic work limit before a
+wall-clock safety limit) or, when installed and asked for, PySCIPOpt (SCIP, the artifact's solver;
+its node limit plays the work limit); the best solution found is used if a limit stops the search.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
+
+from nspsim.planners.highs_solve import solve_highs
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 SOLVERS = ("highs", "scip")
+DEFAULT_WORK_LIMIT = 10  # HiGHS limit checks per solve; measured in docs/planners.md
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,13 @@ class MilpProblem:
     num_gpus: int
     token_budget: float
     upper: float | None = None
+    start: tuple[IntArray, IntArray] | None = None  # a feasible point: slot sizes, (slots, buckets) counts
 
 
 @dataclass(frozen=True)
 class MilpSolution:
-    """Per used slot: its size and the count of each bucket; the makespan; solver facts."""
+    """Per used slot: its size and the count of each bucket; the makespan; solver facts (``status``
+    is the stop reason, ``work`` the work units used: HiGHS limit checks or SCIP nodes)."""
 
     slot_sizes: IntArray
     assignment: IntArray
@@ -59,6 +64,7 @@ class MilpSolution:
     status: str
     solve_time_s: float
     solver: str
+    work: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,20 +144,40 @@ def _matrix(p: MilpProblem, lay: _Layout) -> tuple[sparse.csr_matrix, FloatArray
     return mat, np.concatenate(lo), np.concatenate(hi)
 
 
-def solve(p: MilpProblem, *, solver: str = "highs", time_limit: float = 10.0, mip_gap: float = 1e-4) -> MilpSolution | None:
-    """Solve the MILP; ``None`` if the solver found no feasible solution within the limit."""
+@dataclass(frozen=True)
+class Limits:
+    """When a solve stops: ``work_limit`` deterministic work units (HiGHS limit checks, SCIP nodes),
+    ``time_limit`` wall-clock seconds (safety net), relative gap ``mip_gap``."""
+
+    time_limit: float = 10.0
+    work_limit: int = DEFAULT_WORK_LIMIT
+    mip_gap: float = 1e-4
+
+
+@dataclass(frozen=True)
+class MilpRun:
+    """One solve: the best solution found (``None``: none within the limits) and why it stopped."""
+
+    solution: MilpSolution | None
+    status: str
+    solve_time_s: float
+    work: int
+    solver: str
+
+
+def solve(p: MilpProblem, *, solver: str = "highs", limits: Limits = Limits()) -> MilpRun:
+    """Solve the MILP within ``limits``."""
     check_coverable(p)
     lay = _layout(p)
     mat, lo, hi = _matrix(p, lay)
     start = time.perf_counter()
     if solver == "scip":
-        x, status = _solve_scip(mat, lo, hi, lay, p, time_limit, mip_gap)
+        x, status, work = _solve_scip(mat, lo, hi, lay, p, limits)
     else:
-        x, status = _solve_highs(mat, lo, hi, lay, p, time_limit, mip_gap)
+        x, status, work = _solve_highs(mat, lo, hi, lay, p, limits)
     elapsed = time.perf_counter() - start
-    if x is None:
-        return None
-    return _solution(x, lay, p, status, elapsed, solver)
+    solution = None if x is None else _solution(x, lay, p, status, elapsed, solver, work)
+    return MilpRun(solution=solution, status=status, solve_time_s=elapsed, work=work, solver=solver)
 
 
 def _bounds(lay: _Layout, p: MilpProblem) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -162,18 +188,39 @@ def _bounds(lay: _Layout, p: MilpProblem) -> tuple[FloatArray, FloatArray, Float
 
 
 def _solve_highs(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem,
-                 time_limit: float, mip_gap: float) -> tuple[FloatArray | None, str]:
+                 limits: Limits) -> tuple[FloatArray | None, str, int]:
     lower, upper, integrality = _bounds(lay, p)
     c = np.zeros(lower.size)
     c[-1] = 1.0
-    res = milp(c, constraints=LinearConstraint(mat, lo, hi), integrality=integrality, bounds=Bounds(lower, upper),
-               options={"time_limit": float(time_limit), "mip_rel_gap": float(mip_gap), "disp": False})
-    status = {0: "optimal", 1: "time-limit", 2: "infeasible", 3: "unbounded", 4: "error"}.get(res.status, "error")
-    return (None if res.x is None else np.asarray(res.x, dtype=np.float64)), status
+    res = solve_highs(c, mat, (lo, hi), (lower, upper), integrality, time_limit=limits.time_limit,
+                      work_limit=limits.work_limit, mip_gap=limits.mip_gap, start=_start_vector(lay, p))
+    return res.x, res.status, res.checks
+
+
+def _start_vector(lay: _Layout, p: MilpProblem) -> FloatArray | None:
+    """``p.start`` as a point x = [A pairs..., m slots..., M]: the i-th start slot of size s is the
+    i-th layout slot of that size (the symmetry-breaking order)."""
+    if p.start is None:
+        return None
+    sizes, counts = p.start
+    na, ns = lay.num_a, lay.slot_size.size
+    pair_of = np.full((p.counts.size, ns), -1, dtype=np.int64)
+    pair_of[lay.pairs[:, 0], lay.pairs[:, 1]] = np.arange(na)
+    x = np.zeros(na + ns + 1)
+    makespan = 0.0
+    for size in np.unique(sizes).tolist():
+        slots = np.flatnonzero(lay.slot_size == size)[:int(np.count_nonzero(sizes == size))]
+        for slot, row in zip(slots.tolist(), counts[sizes == size]):
+            buckets = np.flatnonzero(row)
+            x[pair_of[buckets, slot]] = row[buckets]
+            x[na + slot] = 1.0
+            makespan = max(makespan, float(row @ p.time[int(size)]) + p.latency[int(size)])
+    x[-1] = makespan
+    return x
 
 
 def _solve_scip(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem,
-                time_limit: float, mip_gap: float) -> tuple[FloatArray | None, str]:
+                limits: Limits) -> tuple[FloatArray | None, str, int]:
     try:
         import pyscipopt
     except ImportError:
@@ -181,8 +228,9 @@ def _solve_scip(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _La
     lower, upper, integrality = _bounds(lay, p)
     model = pyscipopt.Model()
     model.hideOutput()
-    model.setParam("limits/time", float(time_limit))
-    model.setParam("limits/gap", float(mip_gap))
+    model.setParam("limits/time", float(limits.time_limit))
+    model.setParam("limits/nodes", int(limits.work_limit))
+    model.setParam("limits/gap", float(limits.mip_gap))
     xs = [model.addVar(lb=lower[i], ub=None if np.isinf(upper[i]) else upper[i],
                        vtype="I" if integrality[i] else "C") for i in range(lower.size)]
     coo = mat.tocoo()
@@ -198,18 +246,22 @@ def _solve_scip(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _La
                 model.addCons(expr <= hi[r])
     model.setObjective(xs[-1], "minimize")
     model.optimize()
+    nodes = int(model.getNTotalNodes())
+    scip_status = str(model.getStatus())
+    stop = {"optimal": "optimal", "gaplimit": "optimal", "nodelimit": "work-limit", "totalnodelimit": "work-limit",
+            "timelimit": "time-limit", "infeasible": "infeasible"}.get(scip_status, scip_status)
     if model.getNSols() == 0:
-        return None, str(model.getStatus())
+        return None, stop, nodes
     best = model.getBestSol()
-    status = "optimal" if model.getStatus() == "optimal" else "time-limit"
-    return np.array([best[v] for v in xs], dtype=np.float64), status
+    return np.array([best[v] for v in xs], dtype=np.float64), stop, nodes
 
 
-def _solution(x: FloatArray, lay: _Layout, p: MilpProblem, status: str, elapsed: float, solver: str) -> MilpSolution:
+def _solution(x: FloatArray, lay: _Layout, p: MilpProblem, status: str, elapsed: float, solver: str,
+              work: int) -> MilpSolution:
     na, ns = lay.num_a, lay.slot_size.size
     counts = np.rint(x[:na]).astype(np.int64)
     table = np.zeros((ns, p.counts.size), dtype=np.int64)
     np.add.at(table, (lay.pairs[:, 1], lay.pairs[:, 0]), counts)
     used = table.sum(axis=1) > 0
     return MilpSolution(slot_sizes=lay.slot_size[used], assignment=table[used], makespan=float(x[-1]),
-                        status=status, solve_time_s=elapsed, solver=solver)
+                        status=status, solve_time_s=elapsed, solver=solver, work=work)

@@ -8,11 +8,17 @@ onto disjoint power-of-two groups of at least ``min_group`` GPUs (2, as in the a
 with the smallest step estimate (per-micro-batch FSDP included, :mod:`nspsim.planners.base`) wins.
 
 Incumbent: HiGHS rarely closes this MILP's gap (the LP relaxation is weak and slots of one size are
-interchangeable), and within a short limit it may return nothing. Each MILP therefore gets, as an
-upper bound on M (``M <= U`` and ``time_k <= U m_k``), the best static packing of the same bucketed
-sequences over groups of one size; the MILP must beat it, and if the solver finds nothing better
-within ``time_limit`` that packing is used. The plan's metadata records the MILP solve time,
-solver, statuses and how many micro-batches fell back to the incumbent.
+interchangeable), and within a short limit it may find nothing on its own. Each MILP therefore gets
+the best static packing of the same bucketed sequences over groups of one size, both as an upper
+bound on M (``M <= U`` and ``time_k <= U m_k``) and as the solver's starting solution; if the solver
+finds nothing better within its limits that packing is used. The plan's metadata records the MILP solve time, solver,
+limits, stop reasons and how many micro-batches fell back to the incumbent.
+
+Determinism: every solve stops after ``work_limit`` deterministic work units (HiGHS MIP limit
+checks, single-threaded, fixed seed; :mod:`nspsim.planners.highs_solve`) or ``time_limit`` seconds,
+whichever comes first. The default work limit binds long before the default time limit, so the same
+batch always gives the same plan; ``milp_time_limited`` in the metadata counts the solves the clock
+stopped instead (their result depends on machine load).
 
 Bucketed sequences count at their bucket's longest length, so the MILP's times and memory are
 conservative; the realised plan places the actual sequences of each bucket on the slots the MILP
@@ -32,7 +38,7 @@ from nspsim.config import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, step_estimate
 from nspsim.planners.bucketing import Buckets, bucketize
-from nspsim.planners.flexsp_milp import SOLVERS, MilpProblem, MilpSolution, solve
+from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.planners.packing import pack_balanced
 from nspsim.planners.proxy import CostTable
@@ -52,10 +58,12 @@ class _Routed:
 
 @dataclass(frozen=True, kw_only=True)
 class FlexSPPlanner:
-    """FlexSP: options ``time_limit`` (s per MILP solve), ``max_micro_batches``, ``buckets``,
-    ``min_group``, ``solver`` ("highs" or "scip"), ``mip_gap``."""
+    """FlexSP: options ``time_limit`` (s per MILP solve, safety net), ``work_limit`` (deterministic
+    work units per solve), ``max_micro_batches``, ``buckets``, ``min_group``, ``solver`` ("highs" or
+    "scip"), ``mip_gap``."""
 
     time_limit: float = DEFAULT_TIME_LIMIT_S
+    work_limit: int = DEFAULT_WORK_LIMIT
     max_micro_batches: int = 5
     buckets: int = 16
     min_group: int = 2
@@ -66,7 +74,7 @@ class FlexSPPlanner:
     def __post_init__(self) -> None:
         if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) or self.time_limit <= 0:
             raise ValueError(f"option time_limit must be a positive number of seconds, got {self.time_limit!r}")
-        for opt in ("max_micro_batches", "buckets", "min_group"):
+        for opt in ("work_limit", "max_micro_batches", "buckets", "min_group"):
             value = getattr(self, opt)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"option {opt} must be a positive integer, got {value!r}")
@@ -84,8 +92,9 @@ class FlexSPPlanner:
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
         last = min(max(first, min(first + 4, self.max_micro_batches)), ctx.table.num_samples)
         best: tuple[float, Placement] | None = None
+        solves: list[MilpSolution] = []
         for m in range(first, max(first, last) + 1):
-            placement = self._try_count(ctx, m)
+            placement = self._try_count(ctx, m, solves)
             if placement is not None:
                 step = step_estimate(ctx, placement)
                 if best is None or step < best[0]:
@@ -93,7 +102,18 @@ class FlexSPPlanner:
         if best is None:
             raise ValueError(f"FlexSP found no plan with {first}..{last} micro-batches under B_tok={ctx.budget}; "
                              "raise max_micro_batches or the token budget")
-        return finish(self.name, ctx, best[1], started)
+        return finish(self.name, ctx, best[1], started, self._limit_facts(solves))
+
+    def _limit_facts(self, solves: list[MilpSolution]) -> dict[str, float | int | str]:
+        """Limits and, over every solve of the sweep, how many the clock stopped (not reproducible)."""
+        return {"milp_time_limit_s": float(self.time_limit), "milp_work_limit": self.work_limit,
+                "milp_solves": len(solves), "milp_time_limited": sum("time-limit" in s.status for s in solves),
+                "milp_work_total": sum(s.work for s in solves)}
+
+    @property
+    def limits(self) -> Limits:
+        """Per-solve limits from the options."""
+        return Limits(time_limit=float(self.time_limit), work_limit=self.work_limit, mip_gap=float(self.mip_gap))
 
     def sizes(self, ctx: Context) -> tuple[int, ...]:
         """Allowed group sizes: powers of two from min_group (clamped to spmax) to spmax."""
@@ -101,7 +121,7 @@ class FlexSPPlanner:
         low = min(self.min_group, spmax)
         return tuple(d for d in ctx.levels if d >= low)
 
-    def _try_count(self, ctx: Context, m: int) -> Placement | None:
+    def _try_count(self, ctx: Context, m: int, solves: list[MilpSolution]) -> Placement | None:
         chunks = blaster_split(ctx.table.lengths, m)
         if any(int(ctx.table.lengths[c].sum()) > ctx.num_gpus * ctx.budget for c in chunks):
             return None
@@ -111,6 +131,7 @@ class FlexSPPlanner:
             if r is None:
                 return None
             routed.append(r)
+            solves.append(r.solution)
         return _placement(ctx, routed)
 
     def _route_chunk(self, ctx: Context, chunk: IntArray) -> _Routed | None:
@@ -120,12 +141,13 @@ class FlexSPPlanner:
         incumbent = static_incumbent(problem)
         if incumbent is None:
             return None
-        bounded = MilpProblem(**{**problem.__dict__, "upper": incumbent.makespan * (1 + 1e-9)})
-        solved = solve(bounded, solver=self.solver, time_limit=float(self.time_limit), mip_gap=float(self.mip_gap))
-        if solved is None or solved.makespan > incumbent.makespan:
-            status = solved.status if solved is not None else "no-solution"
+        bounded = MilpProblem(**{**problem.__dict__, "upper": incumbent.makespan * (1 + 1e-9),
+                                 "start": (incumbent.slot_sizes, incumbent.assignment)})
+        run = solve(bounded, solver=self.solver, limits=self.limits)
+        solved = run.solution
+        if solved is None or solved.makespan >= incumbent.makespan:  # no better than its start: keep the incumbent
             solved = MilpSolution(incumbent.slot_sizes, incumbent.assignment, incumbent.makespan,
-                                  f"incumbent({status})", 0.0 if solved is None else solved.solve_time_s, self.solver)
+                                  f"incumbent({run.status})", run.solve_time_s, self.solver, run.work)
         degrees, firsts = realise(solved, buckets, chunk, ctx.table)
         return _Routed(chunk, degrees, firsts, solved)
 
