@@ -7,7 +7,7 @@ import pytest
 
 from nspsim.planners import get_planner
 from nspsim.planners.base import make_context
-from nspsim.planners.beam import Beam, Placing, _block_max, _scores, expand, node_layout
+from nspsim.planners.beam import Beam, Placing, _scores, expand, node_layout, node_maxima
 from nspsim.planners.lower_bound import lower_bound
 from nspsim.planners.nsp_planner import prefix_size
 from nspsim.planners.proxy import CostTable
@@ -24,14 +24,41 @@ def random_beam(rng: np.random.Generator, states: int, gpus: int = 16) -> Beam:
                 rng.random((states, layout.size)) < 0.3, rng.choice(LEVELS, states).astype(np.int64), [])
 
 
-def test_block_max_matches_a_loop_over_nodes() -> None:
+def test_node_maxima_match_a_loop_over_nodes() -> None:
     rng = np.random.default_rng(0)
     layout = node_layout(16, LEVELS)
     values = rng.uniform(0, 1, (3, 16))
-    got = _block_max(values, layout)
+    got = node_maxima(values, layout)
     for u in range(layout.size):
         d, f = int(layout.degree[u]), int(layout.first[u])
         assert np.array_equal(got[:, u], values[:, f:f + d].max(axis=1))
+
+
+@pytest.mark.parametrize("levels", [(8, 1), (16, 4, 1), (2,)])
+def test_node_maxima_skip_levels_not_in_the_layout(levels: tuple[int, ...]) -> None:
+    values = np.random.default_rng(6).uniform(0, 1, (2, 16))
+    layout = node_layout(16, levels)
+    got = node_maxima(values, layout)
+    for u in range(layout.size):
+        d, f = int(layout.degree[u]), int(layout.first[u])
+        assert np.array_equal(got[:, u], values[:, f:f + d].max(axis=1))
+
+
+def test_expand_updates_kept_states_in_place_or_copies_them_consistently() -> None:
+    rng = np.random.default_rng(7)
+    layout = node_layout(16, LEVELS)
+    beam: Beam | None = Beam.empty(16, layout)
+    for _ in range(40):
+        assert beam is not None
+        item = Placing(int(rng.integers(1, 500)), rng.uniform(0, 1, len(LEVELS)), rng.uniform(0, 0.1, len(LEVELS)), 0.0)
+        parent_loads = beam.loads.copy()
+        beam = expand(beam, item, layout, 1e9, width=int(rng.integers(1, 4)), monotone=False, lookahead=True)
+        assert beam is not None
+        parent, node = beam.steps[-1]
+        for i, (p, u) in enumerate(zip(parent.tolist(), node.tolist())):
+            d, f = int(layout.degree[u]), int(layout.first[u])
+            added = beam.loads[i] - parent_loads[p]
+            assert np.all(added[f:f + d] > 0) and np.all(np.delete(added, np.arange(f, f + d)) == 0)
 
 
 @pytest.mark.parametrize("lookahead", [False, True])

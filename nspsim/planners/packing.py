@@ -139,10 +139,17 @@ def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArr
     out = np.empty((states, cost.size), dtype=np.int64)
     rows = np.arange(states)[:, None]
     pos = 0
-    while pos < cost.size:
+    limit = budget * (1 + BUDGET_RTOL)
+    top = float(tok.max()) if cost.size else 0.0  # an upper bound on the token maximum, exact when checked
+    free = not sur.any()  # the surcharge never changes in these rounds
+    while free and pos < cost.size:
         c, t = cost[pos:pos + units], item_tokens[pos:pos + units]
-        if sur.any() or float(tok.max()) + float(t.max()) > budget * (1 + BUDGET_RTOL):
-            break
+        biggest = float(t.max())
+        if top + biggest > limit:  # a round adds at most one item per unit: re-check exactly
+            top = float(tok.max())
+            if top + biggest > limit:
+                break
+        top += biggest
         order = np.argsort(load, axis=1, kind="stable")[:, :c.size]
         start = load[rows, order]
         ends = start + c

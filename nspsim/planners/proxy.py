@@ -107,6 +107,7 @@ class CostTable:
         self.fit = fit_non_attention(cost, float(max(token_budget, 2)))
         self._distinct, self._inverse = np.unique(self.lengths, return_inverse=True)
         self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
+        self._totals: dict[int, FloatArray] = {}
 
     @property
     def num_samples(self) -> int:
@@ -120,9 +121,13 @@ class CostTable:
         return self._tables[degree]
 
     def total(self, degree: int) -> FloatArray:
-        """fwd + bwd per sorted sample at ``degree``: its contribution to C_p."""
-        fwd, bwd = self.sample_costs(degree)
-        return fwd + bwd
+        """fwd + bwd per sorted sample at ``degree``: its contribution to C_p (cached, read-only)."""
+        if degree not in self._totals:
+            fwd, bwd = self.sample_costs(degree)
+            total = fwd + bwd
+            total.flags.writeable = False
+            self._totals[degree] = total
+        return self._totals[degree]
 
     def _compute(self, degree: int) -> tuple[FloatArray, FloatArray]:
         att = self._cost.attention_sample_costs(self._distinct, degree)
