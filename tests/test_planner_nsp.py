@@ -7,7 +7,7 @@ import pytest
 
 from nspsim.planners import get_planner
 from nspsim.planners.base import make_context
-from nspsim.planners.beam import Beam, Placing, _scores, expand, node_layout, node_maxima
+from nspsim.planners.beam import Beam, Placing, _block_max, _scores, _select, expand, node_layout
 from nspsim.planners.lower_bound import lower_bound
 from nspsim.planners.nsp_planner import prefix_size
 from nspsim.planners.proxy import CostTable
@@ -24,21 +24,11 @@ def random_beam(rng: np.random.Generator, states: int, gpus: int = 16) -> Beam:
                 rng.random((states, layout.size)) < 0.3, rng.choice(LEVELS, states).astype(np.int64), [])
 
 
-def test_node_maxima_match_a_loop_over_nodes() -> None:
+def test_block_max_matches_a_loop_over_nodes() -> None:
     rng = np.random.default_rng(0)
     layout = node_layout(16, LEVELS)
     values = rng.uniform(0, 1, (3, 16))
-    got = node_maxima(values, layout)
-    for u in range(layout.size):
-        d, f = int(layout.degree[u]), int(layout.first[u])
-        assert np.array_equal(got[:, u], values[:, f:f + d].max(axis=1))
-
-
-@pytest.mark.parametrize("levels", [(8, 1), (16, 4, 1), (2,)])
-def test_node_maxima_skip_levels_not_in_the_layout(levels: tuple[int, ...]) -> None:
-    values = np.random.default_rng(6).uniform(0, 1, (2, 16))
-    layout = node_layout(16, levels)
-    got = node_maxima(values, layout)
+    got = _block_max(values, layout)
     for u in range(layout.size):
         d, f = int(layout.degree[u]), int(layout.first[u])
         assert np.array_equal(got[:, u], values[:, f:f + d].max(axis=1))
@@ -59,6 +49,21 @@ def test_expand_updates_kept_states_in_place_or_copies_them_consistently() -> No
             d, f = int(layout.degree[u]), int(layout.first[u])
             added = beam.loads[i] - parent_loads[p]
             assert np.all(added[f:f + d] > 0) and np.all(np.delete(added, np.arange(f, f + d)) == 0)
+
+
+def test_width_one_picks_the_lexicographic_best_with_the_lowest_index() -> None:
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        score, total, block = (rng.integers(0, 3, n).astype(float) for _ in range(3))
+        score[rng.random(n) < 0.2] = np.inf
+        got = _select(score[None, :], total[None, :], block[None, :], None, 1)
+        finite = np.flatnonzero(score < np.inf)
+        if finite.size == 0:
+            assert got is None
+            continue
+        expect = min(finite.tolist(), key=lambda j: (score[j], total[j], block[j], j))
+        assert got is not None and got[1].tolist() == [expect]
 
 
 @pytest.mark.parametrize("lookahead", [False, True])

@@ -5,8 +5,8 @@ per-GPU proxy load C_p, the per-GPU token load T_p and which nodes already run (
 latency is paid once). Expanding the beam by sample j scores every (state, node) pair at once, for
 all levels together (nodes laid out level by level, largest degree first):
 
-* block maxima of C and T over the aligned rank blocks of level d are built bottom-up, level 2d as
-  the pairwise maximum of level d written straight into its slice of the ``(S, nodes)`` result;
+* block maxima of C and T over the aligned rank blocks of level d are a reshape ``(S, P/d, d)``
+  reduced on the last axis, built bottom-up (level 2d from level d);
 * placing j on node u adds delta = c_j(d) (+ latency if u is idle) to the block, so the new critical
   load is ``max(max of C outside u, blockmax_u + delta)``; the outside maximum is the larger of a
   prefix maximum before u's first rank and a suffix maximum after its last;
@@ -25,10 +25,12 @@ symmetric copies (e.g. any empty subtree; such copies are bitwise equal) and are
 beam holds w distinct states.
 
 Speed: numpy's per-call overhead dominates at these sizes, so an expansion is written as ~40 array
-calls whatever the beam width and level count (one per level for the block maxima); a kept state
-is updated in place when the beam keeps every parent once; feasibility masks are skipped when
-nothing can be infeasible. (Keeping the maxima incrementally instead was measured slower: its
-per-state fancy-index updates cost more than one pass over the levels.)
+calls whatever the beam width and level count: block maxima are written level by level into one
+preallocated (S, nodes) array; feasibility masks are skipped when nothing can be infeasible; a beam
+that keeps every state once is updated in place; with width 1 the ties of the best score (often
+hundreds of equivalent nodes) are filtered key by key instead of sorted. (Measured and dropped:
+block maxima kept incrementally per state, and one lexsort over all candidates for width 2 - both
+cost more calls than they saved.)
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ def node_layout(num_gpus: int, levels: tuple[int, ...]) -> NodeLayout:
 
 @dataclass
 class Beam:
-    """S states over P GPUs: per-GPU loads and tokens (S, P), ``idle`` (S, nodes), True where a node
-    has no sample yet; ``steps`` hold (parent, node) per placed sample."""
+    """S states over P GPUs; ``idle`` is (S, nodes), True where a node has no sample yet;
+    ``steps`` hold (parent, node) per placed sample."""
 
     loads: FloatArray
     tokens: FloatArray
@@ -128,20 +130,19 @@ class Placing:
         return cost, idle, fits
 
 
-def node_maxima(values: FloatArray, layout: NodeLayout) -> FloatArray:
-    """(S, nodes): the max of per-GPU ``values`` (S, P) over every node's ranks. Level 2d is the
-    pairwise max of level d, written straight into its slice of the result (one call per level)."""
-    count, gpus = values.shape
-    out = np.empty((count, layout.size))
+def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
+    """(S, nodes): max of ``values`` over every node's ranks; level 2d is the pairwise max of level d."""
+    out = np.empty((values.shape[0], layout.size))
     level, deg = values, 1
-    if 1 in layout.offset:
-        out[:, layout.offset[1]:layout.offset[1] + gpus] = values
-    while deg < layout.levels[0]:
-        deg *= 2
+    while True:
         start = layout.offset.get(deg)
-        dst = None if start is None else out[:, start:start + gpus // deg]
-        level = np.maximum(level[:, 0::2], level[:, 1::2], out=dst)
-    return out
+        if deg == layout.levels[0]:
+            out[:, start:start + level.shape[1]] = level
+            return out
+        nxt = np.maximum(level[:, 0::2], level[:, 1::2])
+        if start is not None:
+            out[:, start:start + level.shape[1]] = level
+        level, deg = nxt, 2 * deg
 
 
 def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float) -> BoolArray | None:
@@ -149,7 +150,7 @@ def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float
     limit = budget * (1 + BUDGET_RTOL)
     if float(beam.tokens.max()) + item.length <= limit:
         return None
-    out: BoolArray = node_maxima(beam.tokens, layout) + item.length / layout.degree <= limit
+    out: BoolArray = _block_max(beam.tokens, layout) + item.length / layout.degree <= limit
     return out
 
 
@@ -164,7 +165,7 @@ def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monoto
     """
     cost, cost_idle, fits = item.per_node(layout, budget)
     delta = np.where(beam.idle, cost_idle, cost)
-    new_block = node_maxima(beam.loads, layout)
+    new_block = _block_max(beam.loads, layout)
     new_block += delta
     score = np.maximum(beam.loads.max(axis=1)[:, None], new_block)
     added = delta * layout.share
@@ -181,29 +182,56 @@ def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monoto
     return score, added, new_block, delta, feasible
 
 
+def _distinct_order(keys: tuple[FloatArray, FloatArray, FloatArray], pool: IntArray, width: int) -> IntArray:
+    """The ``width`` best of ``pool`` by the keys in order, candidates equal in every key kept once."""
+    ranked = pool[np.lexsort((keys[2][pool], keys[1][pool], keys[0][pool]))]
+    a, b, c = keys[0][ranked], keys[1][ranked], keys[2][ranked]
+    keep = np.ones(ranked.size, dtype=bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (c[1:] != c[:-1])
+    chosen: IntArray = ranked[keep][:width]
+    return chosen
+
+
+def _best(score: FloatArray, total: FloatArray, new_block: FloatArray, nodes: int) -> tuple[IntArray, IntArray] | None:
+    """The single best candidate (flat arrays): lowest score, then total, then new block max, then
+    index - by successive filtering of the ties (often hundreds of equivalent nodes), not sorting."""
+    low = score.min()
+    if low == np.inf:
+        return None
+    ties = np.flatnonzero(score == low)
+    if ties.size > 1:
+        t = total[ties]
+        ties = ties[t == t.min()]
+        ties = ties[np.argmin(new_block[ties]):][:1]
+    return np.divmod(ties[:1], nodes)
+
+
 def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray | None,
             width: int) -> tuple[IntArray, IntArray] | None:
     """(state, node) of the ``width`` best distinct feasible candidates; ``None`` if none is feasible.
 
-    Candidates are ranked by (score, total, new block max), stably (lower index first among equal
-    keys); a candidate equal in all three keys to a better-ranked one is a symmetric copy and skipped.
-    One lexsort over all candidates: cheaper in calls than partitioning a pool first."""
+    Ranks a pool of the best-scoring candidates, widening it while symmetric copies leave fewer than
+    ``width`` distinct ones."""
     masked = (score if feasible is None else np.where(feasible, score, np.inf)).ravel()
-    if width == 1:  # the best candidate: lowest score, then total, then new block max
-        low = masked.min()
-        if low == np.inf:
-            return None
-        ties = np.flatnonzero(masked == low)
-        best = ties[np.lexsort((new_block.ravel()[ties], total.ravel()[ties]))[:1]]
-        return np.divmod(best, score.shape[1])
-    a, b, c = masked, total.ravel(), new_block.ravel()
-    ranked = np.lexsort((c, b, a))
-    a, b, c = a[ranked], b[ranked], c[ranked]
-    keep = (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (c[1:] != c[:-1])
-    chosen = np.concatenate([ranked[:1], ranked[1:][keep]])[:width]
-    chosen = chosen[masked[chosen] < np.inf]
-    if chosen.size == 0:
-        return None
+    keys = (masked, total.ravel(), new_block.ravel())
+    if width == 1:
+        return _best(masked, keys[1], keys[2], score.shape[1])
+    pool_size = 16 * width
+    while True:
+        if pool_size >= masked.size:
+            pool = np.flatnonzero(masked < np.inf)
+            if pool.size == 0:
+                return None
+            chosen = _distinct_order(keys, pool, width)
+            break
+        cut = np.partition(masked, pool_size - 1)[pool_size - 1]
+        if cut == np.inf:
+            pool_size = masked.size
+            continue
+        chosen = _distinct_order(keys, np.flatnonzero(masked <= cut), width)
+        if chosen.size == width:
+            break
+        pool_size *= 8
     return np.divmod(chosen, score.shape[1])
 
 
@@ -216,14 +244,15 @@ def expand(beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: 
     if picked is None:
         return None
     parent, node = picked
-    if parent.size == beam.size and bool((parent == np.arange(parent.size)).all()):  # each state kept once, in order
-        new = Beam(beam.loads, beam.tokens, beam.idle, layout.degree[node], beam.steps)
+    added = delta[parent, node]
+    if parent.size == beam.size and bool((parent == np.arange(parent.size)).all()):
+        loads, tokens, idle = beam.loads, beam.tokens, beam.idle  # every state kept once, in order: in place
     else:
-        new = Beam(beam.loads[parent], beam.tokens[parent], beam.idle[parent], layout.degree[node], beam.steps)
-    for i, (u, dl) in enumerate(zip(node.tolist(), delta[parent, node].tolist())):
+        loads, tokens, idle = beam.loads[parent], beam.tokens[parent], beam.idle[parent]
+    for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
         d, f = int(layout.degree[u]), int(layout.first[u])
-        new.loads[i, f:f + d] += dl
-        new.tokens[i, f:f + d] += item.length / d
-    new.idle[np.arange(node.size), node] = False
-    new.steps.append((parent, node))  # the parent beam is discarded: its arrays and list are reused
-    return new
+        loads[i, f:f + d] += dl
+        tokens[i, f:f + d] += item.length / d
+    idle[np.arange(node.size), node] = False
+    beam.steps.append((parent, node))  # the parent beam is discarded: its arrays and list are reused
+    return Beam(loads, tokens, idle, layout.degree[node], beam.steps)

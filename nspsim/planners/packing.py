@@ -156,9 +156,8 @@ def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArr
         take = c.size
         if c.size > 1:
             ok = start[:, 1:] < np.minimum.accumulate(ends, axis=1)[:, :-1]
-            bad = ~ok.all(axis=1)
-            if bad.any():
-                take = 1 + int(np.argmin(ok[bad], axis=1).min())
+            if not ok.all():  # some state's order changes within the round: stop at its first change
+                take = 1 + int(np.argmin(ok[~ok.all(axis=1)], axis=1).min())
         chosen = order[:, :take]
         out[:, pos:pos + take] = chosen
         load[rows, chosen] = ends[:, :take]

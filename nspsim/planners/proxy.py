@@ -86,6 +86,18 @@ class ProxyLoad:
         return float(self.d_fwd.max() + self.d_bwd.max())
 
 
+def _distinct_sorted(values: IntArray) -> tuple[IntArray, IntArray]:
+    """Distinct values of a sorted array and each element's index among them (what ``np.unique``
+    returns, in the array's order, without sorting again)."""
+    if values.size == 0:
+        return values.copy(), np.zeros(0, dtype=np.int64)
+    starts = np.empty(values.size, dtype=bool)
+    starts[0] = True
+    np.not_equal(values[1:], values[:-1], out=starts[1:])
+    inverse: IntArray = np.cumsum(starts) - 1
+    return values[starts], inverse
+
+
 class CostTable:
     """Per-sample, per-degree proxy costs of one batch, samples sorted by non-increasing length.
 
@@ -105,7 +117,7 @@ class CostTable:
         self.layers = cost.num_layers
         self._cost = cost
         self.fit = fit_non_attention(cost, float(max(token_budget, 2)))
-        self._distinct, self._inverse = np.unique(self.lengths, return_inverse=True)
+        self._distinct, self._inverse = _distinct_sorted(self.lengths)
         self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
         self._totals: dict[int, FloatArray] = {}
 
