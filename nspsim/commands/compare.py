@@ -109,7 +109,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                    help="comma-separated planner specs (default: static-best and every registered main planner); "
                         f"also static-<d>, the ablations {', '.join(ABLATIONS)}, and options as name:key=value+key=value")
     p.add_argument("--flexsp-time-limit", type=positive_float, default=DEFAULT_FLEXSP_TIME_LIMIT_S,
-                   help="seconds per FlexSP MILP solve (the artifact uses 10; the demo default keeps it under 2 min)")
+                   help="seconds per FlexSP MILP solve, a safety net (default: the artifact's 10); its deterministic "
+                        "work limit (flexsp:work_limit=N) stops the solves first and bounds planning time")
     p.add_argument("--mode", choices=MODES, default="stream", help="executor overlap mode for every planner")
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")
