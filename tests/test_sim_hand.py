@@ -215,7 +215,8 @@ def test_fsdp_prefetch_depth_is_honoured(prefetch: int, expected_ms: float, expo
     # gather waits for the layer before, 3 * (1 + 2) + 3 * (1 + 4) = 24 ms. One layer ahead: only the
     # first gather of each pass is exposed (gathers 0-1 back to back, 2 after layer 0 frees its
     # buffer): 1 + 6 + 1 + 12 = 20 ms. Two ahead hides nothing more here (compute-bound layers).
-    setup = Setup(StubCost(layers=3, nonattn=2e-6, allgather=1e-3), training=TrainingSpec(fsdp_prefetch_layers=prefetch))
+    setup = Setup(StubCost(layers=3, nonattn=2e-6, allgather=1e-3),
+                  training=TrainingSpec(fsdp_prefetch_layers=prefetch))
     result = setup.simulator().simulate(setup.plan([Node(1, g) for g in range(8)], [1000] * 8))
     assert result.step_time_s == pytest.approx(expected_ms * 1e-3, rel=REL)
     assert result.breakdown_s["fsdp_exposed_comm"] == pytest.approx(exposed_ms * 1e-3, rel=REL)

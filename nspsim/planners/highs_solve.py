@@ -4,13 +4,14 @@
 MILP spends most of a short solve at the root node (presolve, cut rounds, sub-MIP heuristics), where
 a node limit never binds, so a wall-clock stop made the plan depend on machine load (the same batch
 gave different plans). HiGHS's own MIP search is deterministic when single-threaded; only *where* it
-is stopped is not. This module runs HiGHS (the copy scipy >= 1.15 bundles, or ``highspy`` if
-installed) single-threaded with a fixed random seed and stops it after ``work_limit`` of its
+is stopped is not. This module runs HiGHS (the copy recent scipy releases bundle, else ``highspy``)
+single-threaded with a fixed random seed and stops it after ``work_limit`` of its
 MIP limit checks - the points at which HiGHS itself tests its node, time and gap limits (every
 root separation round, heuristic call and search node of the main solve). The number of checks a
 solve has made is a function of the model and options only, so the stopping point, and the
-solution, is reproducible. The wall-clock ``time_limit`` stays as a safety net; the result records
-which limit stopped the solve (``"work-limit"`` is reproducible, ``"time-limit"`` is not).
+solution, is reproducible for a given HiGHS build. The wall-clock ``time_limit`` stays as a safety
+net; the result records which limit stopped the solve (``"work-limit"`` is reproducible,
+``"time-limit"`` is not).
 
 Trade-off: a check is a coarse unit of work (a root sub-MIP heuristic can run for a while between
 two checks), so the work limit maps to wall time only roughly; docs/planners.md gives measured
@@ -30,7 +31,7 @@ import numpy.typing as npt
 from scipy import sparse
 
 FloatArray = npt.NDArray[np.float64]
-_SOURCES = ("highspy._core", "scipy.optimize._highspy._core")
+_SOURCES = ("scipy.optimize._highspy._core", "highspy._core")  # scipy's copy first: the environment pins it
 FIXED_OPTIONS: Mapping[str, bool | int | float | str] = MappingProxyType(
     {"output_flag": False, "threads": 1, "random_seed": 0})
 
@@ -45,13 +46,14 @@ class HighsResult:
 
 
 def _core() -> Any:
-    """The low-level HiGHS bindings (``highspy`` if installed, else scipy's bundled copy)."""
+    """The low-level HiGHS bindings (scipy's bundled copy, else ``highspy``)."""
     for name in _SOURCES:
         try:
             return importlib.import_module(name)
         except ImportError:
             continue
-    raise ValueError("FlexSP's deterministic HiGHS solve needs scipy >= 1.15 (bundled HiGHS) or highspy")
+    raise ValueError("FlexSP's deterministic HiGHS solve needs the HiGHS bindings recent scipy releases bundle "
+                     "(scipy.optimize._highspy) or the highspy package: upgrade scipy or pip install highspy")
 
 
 def _finite(values: FloatArray, core: Any) -> FloatArray:
