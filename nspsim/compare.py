@@ -196,6 +196,7 @@ class IterationRecord:
     num_micro_batches: int
     recompute_policy: str
     routing: dict[str, dict[int, int]]
+    load_over_lower_bound: float | None = None  # the routed plan's proxy Load / the batch's lower bound
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,6 +219,7 @@ class PlannerSummary:
     iterations: int
     sim_wall_time_s: float
     routing_share: dict[str, dict[int, float]]
+    mean_load_over_lower_bound: float | None = None
     note: str = ""
 
 
@@ -358,6 +360,7 @@ class _Runner:
 
     def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
         planning = float(plan.metadata.get("planning_time_s", 0.0))
+        ratio = plan.metadata.get("load_over_lower_bound")
         timeline = self.config.timeline_iteration == i
         plan = prepare_plan(plan, memory=self.workload.memory, cost=self.workload.cost,
                             tree_recompute=spec.tree_recompute, optimize_order=spec.optimize_order,
@@ -371,6 +374,7 @@ class _Runner:
             oom_detail=result.oom_detail, planning_time_s=planning, sim_wall_time_s=result.sim_wall_time_s,
             events=result.events, num_micro_batches=plan.num_micro_batches,
             recompute_policy=result.recompute_policy, routing=routing_counts(plan),
+            load_over_lower_bound=None if ratio is None else float(ratio),
         )
         return record, result
 
@@ -432,8 +436,14 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
         mean_breakdown_s=breakdown, mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
         oom_count=sum(r.oom for r in records), iterations=len(records),
         sim_wall_time_s=float(sum(r.sim_wall_time_s for r in records)), routing_share=_routing_share(records),
-        note=note,
+        mean_load_over_lower_bound=_mean_ratio(records), note=note,
     )
+
+
+def _mean_ratio(records: list[IterationRecord]) -> float | None:
+    """Mean Load / lower bound over the iterations whose plan reports it."""
+    ratios = [r.load_over_lower_bound for r in records if r.load_over_lower_bound is not None]
+    return float(np.mean(ratios)) if ratios else None
 
 
 def _routing_share(records: list[IterationRecord]) -> dict[str, dict[int, float]]:

@@ -87,6 +87,10 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["frobnicate"], "invalid choice"),
         (["inspect", "{malformed}"], "not valid JSON"),
         (["inspect", "{plan}", "--cluster", "a100", "--gpus", "8"], "plan was made for cluster"),
+        (["inspect", "{forged}"], "content hash"),
+        (["inspect", "{future}"], "schema"),
+        (["inspect", "{truncated}"], "missing"),
+        (["simulate", "{forged}"], "content hash"),
     ],
 )
 def test_bad_input_gives_one_line_error(argv: list[str], message: str, tmp_path: Path,
@@ -96,6 +100,14 @@ def test_bad_input_gives_one_line_error(argv: list[str], message: str, tmp_path:
                      spmax=4, token_budget=10_000, nodes=[Node(1, 0)])
     files["plan"] = str(tmp_path / "plan.json")
     plan.save(files["plan"])
+    body = json.loads(Path(files["plan"]).read_text())
+    edits = {"forged": lambda b: b.update(token_budget=20_000), "future": lambda b: b.update(schema_version=99),
+             "truncated": lambda b: b.pop("samples")}
+    for name, edit in edits.items():
+        copy = json.loads(json.dumps(body))
+        edit(copy)
+        files[name] = str(tmp_path / f"{name}.json")
+        Path(files[name]).write_text(json.dumps(copy))
     code, out, err = run([a.format(**files) for a in argv], capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("nspsim: error: ")

@@ -3,6 +3,7 @@ HTML report (on a small workload: Qwen3-30B on 16 H100s, 512K-token batches)."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixtu
         for key in ("planner", "mean_step_time_s", "normalized_to_static", "speedup_vs_static", "breakdown_share",
                     "mean_planning_time_s", "oom_count", "sim_wall_time_s"):
             assert key in r
+        assert r["mean_load_over_lower_bound"] >= 1 - 1e-12
+    assert all(it["load_over_lower_bound"] >= 1 - 1e-12 for it in data["iterations"])
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "plotly" in page and "Routing" in page and "Timeline" in page
     assert json.loads(out.with_suffix(".config.json").read_text())["workload"]["gpus"] == 16
@@ -164,3 +167,24 @@ def test_runner_keeps_only_the_chosen_plan_timeline() -> None:
     runner.results = {("a", "stream"): (fake, True), ("b", "stream"): (fake, True), ("c", "stream"): (fake, False)}  # type: ignore[dict-item]
     runner._drop_timelines(keep=("a", "stream"))
     assert set(runner.results) == {("a", "stream"), ("c", "stream")}
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_prints_every_tenth_off_a_terminal_and_one_updating_line_on_one() -> None:
+    from nspsim.commands.compare import ProgressBar
+
+    plain, tty = io.StringIO(), _Tty()
+    for stream in (plain, tty):
+        bar = ProgressBar(stream, width=10)
+        for done in range(1, 21):
+            bar(done, 20, "nsp")
+    lines = plain.getvalue().splitlines()
+    assert len(lines) == 10 and lines[0].startswith("[#.........] 2/20 nsp")
+    assert lines[-1].startswith("[##########] 20/20 nsp")
+    out = tty.getvalue()
+    assert out.count("\r") == 20 and out.count("\n") == 1 and out.endswith("s\n")
+    assert "[#####.....] 10/20" in out

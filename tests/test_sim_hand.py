@@ -3,6 +3,8 @@ comm wait from a late peer, the breakdown's accounting)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import simpy
@@ -10,6 +12,7 @@ from helpers import make_batch, toy_cluster, toy_cost, toy_model
 from sim_helpers import Setup, StubCost, roomy_memory
 
 from nspsim.analytic_cost import AnalyticCostModel
+from nspsim.cost_model import NonAttentionCost
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import Simulator
@@ -220,3 +223,30 @@ def test_fsdp_prefetch_depth_is_honoured(prefetch: int, expected_ms: float, expo
     result = setup.simulator().simulate(setup.plan([Node(1, g) for g in range(8)], [1000] * 8))
     assert result.step_time_s == pytest.approx(expected_ms * 1e-3, rel=REL)
     assert result.breakdown_s["fsdp_exposed_comm"] == pytest.approx(exposed_ms * 1e-3, rel=REL)
+
+
+@dataclass(frozen=True)
+class MoeStubCost(StubCost):
+    """StubCost plus an expert-parallel all-to-all of ``ep_comm`` seconds per token (fwd; twice bwd)."""
+
+    ep_comm: float = 0.0
+
+    def non_attention(self, tokens: float) -> NonAttentionCost:
+        return NonAttentionCost(self.nonattn * tokens, 2 * self.nonattn * tokens,
+                                self.ep_comm * tokens, 2 * self.ep_comm * tokens)
+
+
+def test_expert_parallel_alltoalls_wrap_the_expert_compute_paced_by_the_groups_busiest_member() -> None:
+    # EP 2 on 8 GPUs: groups (0,1), (2,3), ... Each all-to-all is half the layer's EP time of the group's
+    # busiest member. GPU 0 holds 2000 tokens, the rest 1000. Group (0,1): fwd 1 (a2a) + 2 (compute) +
+    # 1 (a2a) = 4 ms, bwd 2 + 4 + 2 = 8 ms: 12 ms. Other groups: 2 + 4 = 6 ms, then wait for nothing
+    # (no FSDP): the step is group (0,1)'s, and GPU 1 waits 1 ms each pass inside the combine.
+    setup = Setup(MoeStubCost(nonattn=1e-6, ep_comm=1e-6), training=TrainingSpec(expert_parallel=2))
+    result = setup.simulator().simulate(setup.plan([Node(1, g) for g in range(8)], [2000] + [1000] * 7))
+    assert result.step_time_s == pytest.approx(12e-3, rel=REL)
+    crit = result.breakdown_s
+    assert crit["non_attn"] == pytest.approx(6e-3, rel=REL)
+    assert crit["non_attn"] + crit["other"] + crit["comm_wait"] == pytest.approx(12e-3, rel=REL)
+    dense = Setup(MoeStubCost(nonattn=1e-6, ep_comm=1e-6)).simulator()
+    assert dense.simulate(setup.plan([Node(1, g) for g in range(8)], [2000] + [1000] * 7)).step_time_s == \
+        pytest.approx(6e-3, rel=REL)  # EP 1: no all-to-all, GPU 0's 2 + 4 ms of compute

@@ -81,18 +81,20 @@ def format_table(result: CompareResult) -> str:
     """The comparison as a text table, then how static-best was chosen. A ``*`` marks a normalisation
     over fewer batches than the run (those where this planner or the baseline ran out of memory)."""
     cats = " ".join(f"{BREAKDOWN_SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
-    lines = [f"{'planner':<18s} {'step(s)':>8s} {'norm':>7s} {'speedup':>7s}  {cats}  {'plan(ms)':>8s} {'OOM':>4s}"]
+    lines = [f"{'planner':<18s} {'step(s)':>8s} {'norm':>7s} {'speedup':>7s}  {cats}  {'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"]
     for s in result.summaries:
         step = f"{s.mean_step_time_s:8.4f}" if s.mean_step_time_s is not None else f"{'OOM':>8s}"
         partial = "*" if 0 < s.normalized_iterations < s.iterations else " "
         norm = f"{s.normalized_to_static:6.3f}{partial}" if s.normalized_to_static is not None else f"{'-':>7s}"
         speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
+        bound = f"{s.mean_load_over_lower_bound:7.3f}" if s.mean_load_over_lower_bound is not None else f"{'-':>7s}"
         shares = " ".join(f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" for k in BREAKDOWN_CATEGORIES)
         lines.append(f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
-                     f"{s.oom_count:>2d}/{s.iterations}")
+                     f"{bound} {s.oom_count:>2d}/{s.iterations}")
     wl = result.config["workload"]
     lines.append(f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
-                 f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step")
+                 f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step; "
+                 f"Load/LB: routed proxy Load over the batch's lower bound")
     if any(0 < s.normalized_iterations < s.iterations for s in result.summaries):
         lines.append("* normalised over the batches on which both this planner and the baseline fit in memory")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
