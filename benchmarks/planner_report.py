@@ -154,6 +154,8 @@ def sweep_section(quick: bool) -> list[str]:
         ("lookahead, monotone", {"lookahead": True, "monotone": True}),
         ("default: lookahead, not monotone, width auto", {}),
         ("width 1", {"beam_width": 1}), ("width 4", {"beam_width": 4}), ("width 8", {"beam_width": 8}),
+        ("prefix share 0.25 at every scale", {"prefix_k": "share0.25"}),
+        ("prefix share 0.35 at every scale", {"prefix_k": "share0.35"}),
         ("prefix share 0.5 of mean work", {"prefix_k": "share0.5"}),
         ("prefix share 1.0 of mean work", {"prefix_k": "share1.0"}),
         ("fixed prefix 16", {"prefix_k": 16}), ("fixed prefix 64", {"prefix_k": 64}),
@@ -161,6 +163,7 @@ def sweep_section(quick: bool) -> list[str]:
     loads = {"64/wikipedia": WorkloadConfig(), "64/code": WorkloadConfig(trace="code"),
              "64/longtail-paper": WorkloadConfig(trace="longtail-paper"),
              "64/235B-h200": WorkloadConfig(model="qwen3-235b-a22b", cluster="h200"),
+             "1024/wikipedia": WorkloadConfig(gpus=1024, tokens_per_batch=32 * 1024**2),
              "1024/code": WorkloadConfig(trace="code", gpus=1024, tokens_per_batch=32 * 1024**2)}
     lines = ["## Choosing NSP's defaults", "",
              "NSP without the static seed (`seed_static=False`), so the search alone is measured. Cells: mean "
@@ -176,15 +179,16 @@ def sweep_section(quick: bool) -> list[str]:
         cells = []
         for key in loads:
             options = dict(opts)
-            share = nsp_module.AUTO_PREFIX_SHARE
+            share, large = nsp_module.AUTO_PREFIX_SHARE, nsp_module.AUTO_PREFIX_SHARE_LARGE
             if str(options.get("prefix_k", "")).startswith("share"):
-                nsp_module.AUTO_PREFIX_SHARE = float(str(options.pop("prefix_k"))[5:])
+                forced = float(str(options.pop("prefix_k"))[5:])
+                nsp_module.AUTO_PREFIX_SHARE = nsp_module.AUTO_PREFIX_SHARE_LARGE = forced
             ratios, times = [], []
             for b, s in zip(batches[key], static[key]):
                 plan = get_planner("nsp", seed_static=False, **options).plan(b, built[key])
                 ratios.append(float(plan.metadata["load_s"]) / s)
                 times.append(float(plan.metadata["planning_time_s"]))
-            nsp_module.AUTO_PREFIX_SHARE = share
+            nsp_module.AUTO_PREFIX_SHARE, nsp_module.AUTO_PREFIX_SHARE_LARGE = share, large
             cells.append(f"{statistics.mean(ratios):.4f} / {1e3 * median(times):.0f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)

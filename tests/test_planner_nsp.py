@@ -9,7 +9,7 @@ from nspsim.planners import get_planner
 from nspsim.planners.base import make_context
 from nspsim.planners.beam import Beam, Placing, _block_max, _scores, _select, expand, node_layout
 from nspsim.planners.lower_bound import lower_bound
-from nspsim.planners.nsp_planner import prefix_size
+from nspsim.planners.nsp_planner import prefix_share, prefix_size
 from nspsim.planners.proxy import CostTable
 from nspsim.planners.packing import least_loaded_fill, least_loaded_fill_many
 from nspsim.planners.tail import TreeStates, complete, effective_degrees
@@ -174,6 +174,21 @@ def test_auto_prefix_counts_samples_a_leaf_cannot_absorb() -> None:
     ctx = make_context(batch_of(lengths), wl)
     assert prefix_size(ctx.table, np.arange(len(lengths)), wl.tree.degrees, "auto") == 1
     assert prefix_size(ctx.table, np.arange(len(lengths)), wl.tree.degrees, 7) == 7
+
+
+def test_auto_prefix_share_grows_above_256_gpus() -> None:
+    assert prefix_share(8) == prefix_share(256) == 0.25 and prefix_share(512) == prefix_share(1024) == 0.35
+    lengths = [9_000] * 4 + [7_000] * 4 + [200] * 400  # per-GPU mean work sits between the two shares' cuts
+    counts = []
+    for gpus in (256, 512):
+        wl = model_workload(gpus=gpus, token_budget=65_536)
+        ctx = make_context(batch_of(lengths), wl)
+        leaf = ctx.table.total(1)
+        mean = float(leaf.sum()) / gpus
+        expected = int(np.count_nonzero(leaf >= prefix_share(gpus) * mean))
+        counts.append(prefix_size(ctx.table, np.arange(len(lengths)), wl.tree.degrees, "auto"))
+        assert counts[-1] == max(1, expected)
+    assert counts[0] >= counts[1]
 
 
 def test_static_seed_wins_when_the_beam_is_crippled() -> None:
