@@ -8,7 +8,7 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 
-.PHONY: install install-dev demo test typecheck unit bench
+.PHONY: install install-dev demo test typecheck unit bench bench-report
 install: $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e .
 
@@ -31,3 +31,8 @@ test: install-dev
 
 bench: install-dev
 	$(BIN)/pytest benchmarks -m benchmark --benchmark-only -p no:xdist
+
+# Rewrite the measured tables in benchmarks/results/ (planner latency/Load/optimality, simulator speed).
+bench-report: install-dev
+	$(BIN)/python benchmarks/planner_report.py
+	$(BIN)/python benchmarks/simulator_report.py
