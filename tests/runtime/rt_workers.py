@@ -144,7 +144,8 @@ def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str,
 
 def repeated_steps(env: RankEnv, plans: list[str]) -> list[dict[str, Any]]:
     """One executor runs the plans as consecutive steps; after each step report the sizes of its
-    per-step state (index cache, collective log) and the log's first entry."""
+    per-step state (index cache, collective log), the log's first entry and the process groups the
+    step created (``GroupCache.created`` entries added by it, as (degree, index))."""
     from datetime import timedelta
 
     if not plans:
@@ -158,9 +159,11 @@ def repeated_steps(env: RankEnv, plans: list[str]) -> list[dict[str, Any]]:
     for plan_json in plans:
         plan = Plan.from_json(plan_json)
         stream = synthetic_stream(plan.lengths, seed=0, index=plan.batch.index, vocab=spec.vocab)
+        before = len(groups.created)
         ex.run(plan, rank_input(stream, env.rank, env.world))
         model.zero_grad(set_to_none=True)
-        out.append({"memo": len(ex.ctx.memo), "log": len(ex.comm.log), "first": ex.comm.log[0][1]})
+        out.append({"memo": len(ex.ctx.memo), "log": len(ex.comm.log), "first": ex.comm.log[0][1],
+                    "created": [(n.degree, n.index) for n in groups.created[before:]]})
     return out
 
 

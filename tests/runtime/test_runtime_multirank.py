@@ -8,6 +8,8 @@ samples for recomputation. Tolerance: 1e-5 absolute on fp32 losses and gradients
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -23,7 +25,7 @@ from nspsim.sp_tree import Node
 from runtime.executor import ExecOptions
 from runtime.launch import run_ranks
 from runtime.layout import rank_layout
-from runtime.schedule import order_conflicts, rank_steps
+from runtime.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_conflicts, rank_steps
 
 WORLDS = [2, 4, 8]
 TOL = 1e-5
@@ -177,39 +179,79 @@ def test_every_rank_issues_shared_collectives_in_one_order(run: dict) -> None:
             assert order_conflicts(logs) == [], (section, i)
 
 
-def test_ulysses_collectives_follow_the_streamed_schedule(run: dict) -> None:
-    """The executor issues exactly the collectives the pure schedule predicts, in its order."""
+def _forward_log(log: list[tuple[tuple[int, ...], str]]) -> list[tuple[tuple[int, ...], str]]:
+    """The SP collectives a rank issued before its first backward one (Ring's recompute walk reuses
+    the forward hop label ``kv``, so forward entries are told apart by position, not by label)."""
+    sp = _sp_log(log)
+    end = next((i for i, (_, label) in enumerate(sp) if label.split(":")[1].startswith(("bwd-", "remat-"))), len(sp))
+    return sp[:end]
+
+
+def _forward_labels(backend: str, step: Step) -> list[str]:
+    """The collectives one forward phase of an SP node issues. Ulysses: Q, K, V in the prologue, the
+    output in the epilogue. Ring has no output collective (its forward epilogue is empty: the output
+    is already local); its prologue issues the first of the ``k - 1`` K/V hops and its compute phase
+    the other ``k - 2`` (each overlapping a block kernel)."""
+    if backend == "ulysses":
+        return {PROLOGUE: ["fwd-qkv"], COMPUTE: [], EPILOGUE: ["fwd-out"]}[step.phase]
+    return {PROLOGUE: ["kv"], COMPUTE: ["kv"] * (step.node.degree - 2), EPILOGUE: []}[step.phase]
+
+
+def test_collectives_follow_the_streamed_schedule(run: dict) -> None:
+    """The executor issues exactly the forward collectives the pure schedule predicts, in its order,
+    for both backends."""
     world = run["world"]
+    backends = set()
     for case, *per_rank in zip(run["payload"]["attention"], *[r["attention"] for r in run["results"]]):
         plan = Plan.from_json(case.plan_json)
-        if plan.backend != "ulysses":
-            continue
+        backends.add(plan.backend)
         for rank, rep in enumerate(per_rank):
-            expected = []
-            for step in rank_steps(plan.issue_order[0], rank, case.lookahead):
-                node = step.node
-                if node.degree == 1 or step.phase == "compute":
-                    continue
-                expected.append((tuple(node.ranks), f"{node}:fwd-{'qkv' if step.phase == 'prologue' else 'out'}"))
-            fwd = [e for e in _sp_log(rep["log"]) if ":fwd-" in e[1]]
-            assert fwd == expected, (world, rank)
+            expected = [(tuple(step.node.ranks), f"{step.node}:{label}")
+                        for step in rank_steps(plan.issue_order[0], rank, case.lookahead) if step.node.degree > 1
+                        for label in _forward_labels(plan.backend, step)]
+            assert _forward_log(rep["log"]) == expected, (world, plan.backend, case.lookahead, rank)
             assert rank_layout(plan, 0, rank).num_rows == rep["rows"].numel()
+    assert backends == {"ulysses", "ring"}
 
 
 def test_recompute_marks_rerun_exactly_the_marked_nodes_in_backward(run: dict) -> None:
-    """Ulysses nodes (degree > 1) with marked samples re-send Q, K, V in backward; no other node does,
-    and only ranks with marked samples spend time recomputing."""
+    """SP nodes (degree > 1) with marked samples re-send their inputs in backward (Ulysses: Q, K, V,
+    ``remat-qkv``; Ring: the first K/V hop of the recompute walk, ``remat-kv``); no other node does,
+    and only ranks with marked samples spend time recomputing. Ring's recompute walk sends its other
+    ``k - 2`` hops under the forward label ``kv``: exactly those of the marked nodes appear in backward."""
+    remat_label = {"ulysses": ":remat-qkv", "ring": ":remat-kv"}
     for case, *per_rank in zip(run["payload"]["attention"], *[r["attention"] for r in run["results"]]):
         plan = Plan.from_json(case.plan_json)
-        if plan.backend != "ulysses":
-            continue
         marked = {node for node, m in zip(plan.nodes, case.marks) if m}
         for rank, rep in enumerate(per_rank):
-            remat = sorted({label.split(":")[0] for _, label in rep["log"] if label.endswith(":remat-qkv")})
-            want = sorted(str(n) for n in marked if n.degree > 1 and n.contains_rank(rank))
-            assert remat == want, (rank, remat, want)
+            mine = [n for n in marked if n.degree > 1 and n.contains_rank(rank)]
+            remat = sorted({label.split(":")[0] for _, label in rep["log"]
+                            if label.endswith(remat_label[plan.backend])})
+            assert remat == sorted(str(n) for n in mine), (rank, plan.backend, remat)
+            backward = _sp_log(rep["log"])[len(_forward_log(rep["log"])):]
+            rewalk = Counter(label.split(":")[0] for _, label in backward if label.endswith(":kv"))
+            want = {str(n): n.degree - 2 for n in mine if n.degree > 2} if plan.backend == "ring" else {}
+            assert rewalk == want, (rank, plan.backend, rewalk, want)
             has_marks = any(n.contains_rank(rank) for n in marked)
-            assert (rep["seconds"]["attn_remat"] > 0) == has_marks, (rank, rep["seconds"])
+            assert (rep["seconds"]["attn_remat"] > 0) == has_marks, (rank, plan.backend, rep["seconds"])
+
+
+def test_groups_are_created_once_in_one_global_order_on_every_rank(run: dict) -> None:
+    """``GroupCache`` creates each non-root SP group once (the root reuses the world group, leaves need
+    none), every step's new groups in (degree desc, index) order, the same sequence on every rank
+    (``new_group`` is a world collective). The order holds per ``ensure`` call: a later step may add a
+    larger group than an earlier step's, so the whole run's list is not sorted."""
+    world = run["world"]
+    per_rank = [[s["created"] for s in res["repeat"]] for res in run["results"]]
+    assert all(steps == per_rank[0] for steps in per_rank), per_rank
+    steps = per_rank[0]
+    created = [dn for step in steps for dn in step]
+    assert len(created) == len(set(created)), created
+    assert all(step == sorted(step, key=lambda dn: (-dn[0], dn[1])) for step in steps), steps
+    assert steps[4] == [], steps
+    wanted = {(n.degree, n.index) for p in run["payload"]["repeat"] for n in Plan.from_json(p).nodes
+              if 1 < n.degree < world}
+    assert set(created) == wanted and (world == 2 or wanted), (created, wanted)
 
 
 def test_per_step_state_does_not_grow_over_a_run(run: dict) -> None:
