@@ -22,6 +22,23 @@ SHORT = {"attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_att
          "sp_exposed_comm": "spcomm", "fsdp_exposed_comm": "fsdp", "comm_wait": "wait", "other": "other"}
 
 
+STEP_KEYS = ("step_time_s", "planner", "backend", "loss", "breakdown_s")
+
+
+def load_step_records(path: str) -> list[dict[str, Any]]:
+    """The step records in ``path``; ``ValueError`` naming the file if it holds none or other records
+    (e.g. a ``*.plans.jsonl`` file, which ``nspsim simulate`` replays)."""
+    records = read_records(Path(path).read_text())
+    if not records:
+        raise ValueError(f"{path} holds no step records")
+    for n, rec in enumerate(records, 1):
+        missing = [k for k in STEP_KEYS if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise ValueError(f"{path} record {n} is not a runtime.train step record (no {missing[0]!r}); "
+                             "pass the --records files (plans files are replayed with nspsim simulate)")
+    return records
+
+
 def summarise(records: list[dict[str, Any]], skip: int) -> dict[str, Any]:
     """Means over the records after the first ``skip``."""
     kept = records[skip:] or records
@@ -58,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip", type=int, default=1, help="warm-up steps to leave out (default 1)")
     try:
         args = p.parse_args(argv)
-        rows = [summarise(read_records(Path(f).read_text()), args.skip) for f in args.records]
+        rows = [summarise(load_step_records(f), args.skip) for f in args.records]
     except (OSError, ValueError, KeyError, IndexError) as exc:
         fail(PROG, exc, 2)
     print(table(rows, [Path(f).stem for f in args.records]))

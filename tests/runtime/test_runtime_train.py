@@ -143,11 +143,17 @@ def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], me
 def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from runtime.report import main as report
 
-    for argv in (["--skip", "x", "a.jsonl"], [str(tmp_path / "missing.jsonl")]):
+    (tmp_path / "run.plans.jsonl").write_text('{"schema": "nspsim-plan", "planner": "nsp"}\n')
+    (tmp_path / "empty.jsonl").write_text("\n")
+    cases = {"x": ["--skip", "x", "a.jsonl"], "missing.jsonl": [str(tmp_path / "missing.jsonl")],
+             "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "run.plans.jsonl")],
+             "holds no step records": [str(tmp_path / "empty.jsonl")]}
+    for message, argv in cases.items():
         with pytest.raises(SystemExit) as exit_info:
             report(argv)
         err = capsys.readouterr().err.splitlines()
         assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("runtime.report: error:"), err
+        assert message in err[0], err
 
 
 def test_parse_args_resolves_token_counts() -> None:
