@@ -1,8 +1,9 @@
 """Names shared by simulated and measured step records, so the two can be joined.
 
 The simulator's ``StepResult`` and the runtime's JSONL step records both report a step-time
-breakdown under exactly these keys (seconds, of the critical GPU: the one whose work finishes last,
-which every other GPU waits for; both also keep every GPU's), following the NSP paper's Figure 8
+breakdown under exactly these keys (seconds, of the critical GPU: the one every other GPU waits for,
+i.e. the least ``comm_wait`` once all are counted to the step's end; both also keep every GPU's),
+following the NSP paper's Figure 8
 categories.
 """
 

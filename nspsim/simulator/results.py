@@ -2,7 +2,8 @@
 
 The breakdown uses exactly :data:`nspsim.records.BREAKDOWN_CATEGORIES`, so simulated steps join
 measured runtime records. ``breakdown_s`` is the partition of the *critical GPU*'s step (the GPU
-that finishes last; its categories sum to ``step_time_s``); ``per_gpu_breakdown_s`` has every GPU's
+the others waited for: least ``comm_wait``, as the runtime defines it; its categories sum to
+``step_time_s``); ``per_gpu_breakdown_s`` has every GPU's
 partition of the same wall time (a GPU that finishes early waits for the others: ``comm_wait``).
 An out-of-memory step has no timing: ``step_time_s`` is ``None`` and ``oom_detail`` says why.
 """

@@ -184,7 +184,10 @@ class Simulator:
             per_unit += rep.copies * acc[rep.segment]
         per_gpu = per_unit[unit]
         per_gpu[:, COMM_WAIT] += ends.max() - ends
-        critical = int(np.argmax(ends))
+        # The GPU the others waited for: least comm wait once every GPU is topped up to the step's
+        # end (the runtime's definition). Ending last alone is ambiguous: a final world collective makes
+        # every GPU end together, and argmax picked the lowest index, often a GPU that mostly waited.
+        critical = int(np.argmin(per_gpu[:, COMM_WAIT]))
         step = float(ends.max() + extra)
         timeline = build_timeline(program, ex.blame or [], repeats, work.unit_members()) if self.options.timeline else ()
         return StepResult(
