@@ -33,6 +33,9 @@ from nspsim.trace import LengthTrace
 DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
 DEFAULT_MAX_CONTEXT = 192 * 1024
 MAX_DRAWS_PER_BATCH = 1 << 24
+MAX_TOKENS_PER_BATCH = 1 << 30
+"""1G tokens, 512 times the paper's 2M: about a million samples of a typical trace, which takes the
+planners and the simulator minutes; 10G would take hours and tens of GB, an apparent hang."""
 _FIRST_BLOCK = 1 << 10
 _LAST_BLOCK = 1 << 20
 
@@ -129,6 +132,10 @@ class BatchSampler:
         _check_pos_int(self.tokens_per_batch, "tokens_per_batch")
         _check_pos_int(self.max_context, "max_context")
         _check_nonneg_int(self.seed, "seed")
+        if self.tokens_per_batch > MAX_TOKENS_PER_BATCH:
+            raise ValueError(f"tokens_per_batch={self.tokens_per_batch} is over the limit of 1G "
+                             f"({MAX_TOKENS_PER_BATCH:,}) tokens per batch: planning a batch that large would take "
+                             "hours; use more batches instead")
         if self.max_context > self.tokens_per_batch:
             raise ValueError(f"max_context ({self.max_context}) must be <= tokens_per_batch ({self.tokens_per_batch}): "
                              "a sample longer than the batch budget could never be placed")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from nspsim.cluster_spec import CLUSTER_PRESETS
@@ -54,6 +56,50 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type for an integer >= 0 (seeds, indices)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def output_file(text: str, *, flag: str, inputs: Iterable[str | None] = (), siblings: Iterable[str] = (),
+                make_parent: bool = False) -> Path:
+    """Check an output path before any work is done, so a long run cannot fail at its very end.
+
+    Refuses an empty path, a directory, a missing (or, with ``make_parent``, uncreatable) or
+    unwritable parent directory, and a path that is one of the command's ``inputs`` (the output, or
+    a file written beside it with one of the ``siblings`` suffixes, would overwrite it).
+    """
+    if not text.strip():
+        raise ValueError(f"{flag}: the output path is empty")
+    path = Path(text)
+    if path.is_dir():
+        raise ValueError(f"{flag} {text} is a directory; give a file name")
+    parent = path.parent
+    if make_parent and not parent.exists():
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"{flag} {text}: cannot create the directory {parent} ({exc.strerror})") from None
+    if parent.exists() and not parent.is_dir():
+        raise ValueError(f"{flag} {text}: {parent} is a file, not a directory")
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {text}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {text}: the directory {parent} is not writable")
+    outputs = [path, *(path.with_suffix(suffix) for suffix in siblings)]
+    for source in (Path(i) for i in inputs if i):
+        for out in outputs:
+            if out.exists() and source.exists() and out.samefile(source):
+                raise ValueError(f"{flag} {text} would overwrite the input file {source}; write elsewhere")
+    return path
+
+
 def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True) -> None:
     """Flags shared by every command that needs a workload (info, plan, simulate, compare)."""
     if trace:
@@ -65,7 +111,7 @@ def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True) ->
                         help="global token budget per batch, e.g. 2M")
     parser.add_argument("--max-context", type=tokens_arg, default=DEFAULT_MAX_CONTEXT,
                         help="drop samples longer than this, e.g. 192k")
-    parser.add_argument("--seed", type=int, default=0, help="batch sampler seed")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="batch sampler seed")
     parser.add_argument("--backend", choices=("ulysses", "ring"), default="ulysses", help="SP backend")
     parser.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
     parser.add_argument("--token-budget", type=tokens_arg, default=None, help="override the per-GPU token budget")

@@ -159,8 +159,10 @@ class CompareConfig:
                              f"got {self.timeline_iteration!r}")
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
-        if not self.planners or len(set(self.planners)) != len(self.planners):
-            raise ValueError(f"planners must be a non-empty list without repeats, got {', '.join(self.planners)}")
+        if not self.planners:
+            raise ValueError("no planners given: name at least one, e.g. --planners static-best,nsp")
+        if len(set(self.planners)) != len(self.planners):
+            raise ValueError(f"planners must be a list without repeats, got {', '.join(self.planners)}")
         for name, options in self.planner_options.items():
             if name not in PLANNER_NAMES:
                 raise ValueError(f"planner_options names {name!r}, which is not a registered planner "

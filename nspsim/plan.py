@@ -39,6 +39,16 @@ SCHEMA_VERSION = 1
 _BUDGET_SLACK = 1e-9
 
 
+def _check_int(value: object, what: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_str(value: object, what: str) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {value!r}")
+
+
 def _fingerprint(obj: object) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -56,6 +66,11 @@ class ClusterRef:
     name: str
     num_gpus: int
     fingerprint: str
+
+    def __post_init__(self) -> None:
+        _check_str(self.name, "cluster name")
+        _check_int(self.num_gpus, "cluster num_gpus", 1)
+        _check_str(self.fingerprint, "cluster fingerprint")
 
     @staticmethod
     def of(cluster: ClusterSpec) -> ClusterRef:
@@ -75,6 +90,10 @@ class ModelRef:
     name: str
     fingerprint: str
 
+    def __post_init__(self) -> None:
+        _check_str(self.name, "model name")
+        _check_str(self.fingerprint, "model fingerprint")
+
     @staticmethod
     def of(model: ModelSpec) -> ModelRef:
         """Reference to ``model``."""
@@ -91,6 +110,14 @@ class BatchRef:
     tokens_per_batch: int
     max_context: int
     fingerprint: str
+
+    def __post_init__(self) -> None:
+        _check_str(self.trace, "batch trace")
+        _check_int(self.seed, "batch seed", 0)
+        _check_int(self.index, "batch index", 0)
+        _check_int(self.tokens_per_batch, "batch tokens_per_batch", 1)
+        _check_int(self.max_context, "batch max_context", 1)
+        _check_str(self.fingerprint, "batch fingerprint")
 
     @staticmethod
     def of(batch: Batch) -> BatchRef:
@@ -358,6 +385,8 @@ def _plan_from_json(text: str, origin: str) -> Plan:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{origin} is not valid JSON ({exc.msg} at line {exc.lineno}); the file is corrupt") from None
+    except RecursionError:
+        raise ValueError(f"{origin} is not a plan: its JSON is nested too deeply to read") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{origin} is not an nspsim plan (missing \"schema\": \"{SCHEMA}\")")
     if data.get("schema_version") != SCHEMA_VERSION:
@@ -368,6 +397,8 @@ def _plan_from_json(text: str, origin: str) -> Plan:
         plan = _build_from_dict(data)
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{origin} is corrupt: missing or malformed field {exc}") from None
+    except OverflowError as exc:  # int() of an infinite or out-of-range number (1e400, 2**70)
+        raise ValueError(f"{origin} is invalid: a number is out of range ({exc})") from None
     except ValueError as exc:
         raise ValueError(f"{origin} is invalid: {exc}") from None
     if data.get("content_hash") != plan.content_hash:

@@ -127,6 +127,8 @@ def load_profile(path: str | Path) -> Profile:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a cost profile (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a profile must be a JSON object")
     return parse_profile(data, str(path))

@@ -357,6 +357,8 @@ class HistogramTrace(LengthTrace):
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} line {exc.lineno}: invalid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: not a length histogram (JSON nested too deeply)") from None
         return cls.from_json_dict(data, where=str(path))
 
     @classmethod
@@ -747,8 +749,20 @@ def _positive_int(token: str) -> int | None:
     return value if 0 < value < 2**63 else None
 
 
+_SHOWN_TOKEN = 40
+_SHOWN_NAMES = 8
+
+
+def _names(names: Sequence[str]) -> str:
+    """Column or field names for an error message: the first few, each cut to a readable length."""
+    shown = ", ".join(repr(n if len(n) <= _SHOWN_TOKEN else n[:_SHOWN_TOKEN] + "...") for n in names[:_SHOWN_NAMES])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > _SHOWN_NAMES else "")
+
+
 def _bad_value(where: str, token: str) -> ValueError:
-    return ValueError(f"{where}: {token!r} is not a positive integer")
+    """The error for a token that is not a length; a long token (a binary file read as text) is cut."""
+    shown = repr(token) if len(token) <= _SHOWN_TOKEN else f"{token[:_SHOWN_TOKEN]!r}... ({len(token):,} characters)"
+    return ValueError(f"{where}: {shown} is not a positive integer")
 
 
 def _read_text(path: Path) -> IntArray:
@@ -794,7 +808,7 @@ def _csv_header(path: Path) -> tuple[int, int]:
             if line.strip() and not line.lstrip().startswith("#"):
                 columns = [c.strip() for c in next(csv.reader([line]))]
                 if "length" not in columns:
-                    found = ", ".join(repr(c) for c in columns)
+                    found = _names(columns)
                     raise ValueError(f"{path} line {number}: no 'length' column in the CSV header "
                                      f"(columns found: {found})")
                 return number, columns.index("length")
@@ -833,8 +847,10 @@ def _jsonl_length(path: Path, number: int, line: str) -> int:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} line {number}: invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path} line {number}: not an object with a 'length' field (JSON nested too deeply)") from None
     if not isinstance(obj, dict) or "length" not in obj:
-        found = ", ".join(repr(k) for k in obj) if isinstance(obj, dict) else type(obj).__name__
+        found = _names(list(obj)) if isinstance(obj, dict) else type(obj).__name__
         raise ValueError(f"{path} line {number}: no 'length' field (fields found: {found})")
     value = obj["length"]
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:

@@ -41,7 +41,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Normalise ``x``."""
         var = x.float().pow(2).mean(dim=-1, keepdim=True)
-        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+        # Scale in fp32, then return x's dtype: under bf16 autocast the fp32 weight would otherwise
+        # promote q and k (q_norm, k_norm) to fp32 while v stays bf16, which attention kernels refuse.
+        return (x.float() * torch.rsqrt(var + self.eps) * self.weight.float()).to(x.dtype)
 
 
 def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:

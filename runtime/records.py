@@ -96,4 +96,6 @@ def read_records(text: str) -> list[dict[str, Any]]:
             out.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise ValueError(f"records line {n} is not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ValueError(f"records line {n} is not a record (JSON nested too deeply)") from None
     return out

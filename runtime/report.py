@@ -28,7 +28,14 @@ STEP_KEYS = ("step_time_s", "planner", "backend", "loss", "breakdown_s")
 def load_step_records(path: str) -> list[dict[str, Any]]:
     """The step records in ``path``; ``ValueError`` naming the file if it holds none or other records
     (e.g. a ``*.plans.jsonl`` file, which ``nspsim simulate`` replays)."""
-    records = read_records(Path(path).read_text())
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text (JSONL) records file") from None
+    try:
+        records = read_records(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     if not records:
         raise ValueError(f"{path} holds no step records")
     for n, rec in enumerate(records, 1):

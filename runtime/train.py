@@ -41,7 +41,8 @@ import numpy as np
 
 from nspsim.config import Workload, WorkloadConfig, build_workload
 from nspsim.memory import MemoryModel
-from nspsim.options import parse_options
+from nspsim.cli import output_file
+from nspsim.options import parse_options, positive_float
 from nspsim.plan import Plan
 from nspsim.prepare import prepare_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
@@ -118,6 +119,18 @@ def _tokens(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+MAX_TIMEOUT_S = 1e6
+"""Largest --comm-timeout / --step-timeout (11.6 days): gloo and NCCL take the timeout as a C integer
+of milliseconds, and 1e15 s already overflows it."""
+
+
+def _timeout(text: str) -> float:
+    value = positive_float(text)  # refuses nan, inf, 0 and negatives
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TIMEOUT_S:.0f} seconds, got {text!r}")
+    return value
+
+
 def _lookahead(text: str) -> int | None:
     if text == "all":
         return None
@@ -145,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("ulysses", "ring"), default="ulysses")
     p.add_argument("--token-budget", type=_tokens, default=None, help="per-GPU token budget B_tok override")
     p.add_argument("--spmax", type=int, default=None)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=positive_float, default=1e-3)
     p.add_argument("--grad-sync", choices=("fsdp", "allreduce"), default="fsdp")
     p.add_argument("--recompute", choices=("plan", "all", "none"), default="plan")
     p.add_argument("--lookahead", type=_lookahead, default=None,
@@ -162,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reorder each plan's issue order for phase streaming (nspsim.issue_order; simulator-ranked "
                         "unless --no-simulate)")
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
-    p.add_argument("--comm-timeout", dest="comm_timeout_s", type=float, default=120.0, help="collective timeout, s")
-    p.add_argument("--step-timeout", dest="step_timeout_s", type=float, default=600.0, help="watchdog per step, s")
+    p.add_argument("--comm-timeout", dest="comm_timeout_s", type=_timeout, default=120.0, help="collective timeout, s")
+    p.add_argument("--step-timeout", dest="step_timeout_s", type=_timeout, default=600.0, help="watchdog per step, s")
     p.add_argument("--records", default=None, help="JSONL output (rank 0); config and plans are written beside it")
     return p
 
@@ -184,6 +197,9 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
+    if args.records is not None:  # every rank checks, so a bad path ends them all before any set-up
+        output_file(args.records, flag="--records", inputs=(args.trace,), siblings=(".config.json", ".plans.jsonl"),
+                    make_parent=True)
     from nspsim.planners import get_planner
 
     get_planner(args.planner, **args.planner_options)  # unknown names and options fail before any set-up

@@ -59,12 +59,17 @@ def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["token_budget"] > 0
 
 
+DEEP = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError on it
+
+
 def _bad_files(tmp_path: Path) -> dict[str, Path]:
-    files = {"malformed": "100\nabc\n", "negative": "100\n-4\n", "empty": ""}
+    files = {"malformed": "100\nabc\n", "negative": "100\n-4\n", "empty": "", "garbage": "x" * 100_000 + "\n",
+             "deep.json": DEEP, "deep.jsonl": DEEP + "\n"}
     out = {}
     for name, text in files.items():
-        out[name] = tmp_path / f"{name}.txt"
-        out[name].write_text(text)
+        key, _, suffix = name.partition(".")
+        out[key if not suffix else f"deep_{suffix}"] = path = tmp_path / (name if suffix else f"{name}.txt")
+        path.write_text(text)
     return out
 
 
@@ -74,6 +79,18 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["trace", "stats", "{malformed}"], "line 2"),
         (["trace", "stats", "{negative}"], "line 2"),
         (["trace", "stats", "{empty}"], "empty"),
+        (["trace", "stats", "{garbage}"], "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (100,000 characters) is not"),
+        (["trace", "stats", "{deep_json}"], "nested too deeply"),
+        (["trace", "stats", "{deep_jsonl}"], "line 1: not an object with a 'length' field (JSON nested too deeply)"),
+        (["info", "--profile", "{deep_json}"], "not a cost profile (JSON nested too deeply)"),
+        (["inspect", "{deep_json}"], "nested too deeply"),
+        (["simulate", "{deep_json}"], "nested too deeply"),
+        (["inspect", "{infinite}"], "a number is out of range"),
+        (["inspect", "{huge}"], "a number is out of range"),
+        (["inspect", "{gpus_inf}"], "cluster num_gpus must be an integer >= 1, got inf"),
+        (["inspect", "{batch_index}"], "batch index must be an integer >= 0, got -1"),
+        (["inspect", "{plan}", "--gpus", "16"], "--gpus only applies with --cluster"),
+        (["inspect", "{plan}", "--cluster", ""], "unknown cluster preset ''"),
         (["trace", "stats", "no/such/file.txt"], "not found"),
         (["trace", "stats", "wikipedia", "--samples", "100000000000"], "at most 100,000,000 samples"),
         (["info", "--model", "gpt5"], "unknown model preset 'gpt5'"),
@@ -81,6 +98,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["info", "--gpus", "48"], "power of two"),
         (["info", "--max-context", "12q"], "invalid token count"),
         (["info", "--tokens-per-batch", "0"], "must be positive"),
+        (["plan", "--tokens-per-batch", "10G"], "over the limit of 1G"),
         (["info", "--model", "qwen3-235b-a22b", "--gpus", "8"], "impossible memory budget"),
         (["info", "--spmax", "64"], "spmax 64 is not admissible"),
         (["info", "--trace", "nope"], "not found"),
@@ -102,7 +120,11 @@ def test_bad_input_gives_one_line_error(argv: list[str], message: str, tmp_path:
     plan.save(files["plan"])
     body = json.loads(Path(files["plan"]).read_text())
     edits = {"forged": lambda b: b.update(token_budget=20_000), "future": lambda b: b.update(schema_version=99),
-             "truncated": lambda b: b.pop("samples")}
+             "truncated": lambda b: b.pop("samples"),
+             "infinite": lambda b: b["samples"]["length"].__setitem__(0, float("inf")),  # 1e400 / Infinity
+             "huge": lambda b: b["samples"]["length"].__setitem__(0, 2**70),
+             "gpus_inf": lambda b: b["cluster"].update(num_gpus=float("inf")),
+             "batch_index": lambda b: b["batch"].update(index=-1)}
     for name, edit in edits.items():
         copy = json.loads(json.dumps(body))
         edit(copy)

@@ -135,6 +135,32 @@ def test_compare_cli_table_and_errors(capsys: pytest.CaptureFixture[str]) -> Non
         assert err.startswith("nspsim: error: argument --flexsp-time-limit") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--planners", ""], "no planners given"),
+    (["-o", ""], "report path '' must end with .html"),
+    (["-o", "{file}/report.html"], "file is a file, not a directory"),
+    (["-o", "{file}/sub/report.html"], "cannot create the directory"),
+    (["-o", "{dir}.html"], "is a directory; give a file name"),
+    (["--trace", "{dir}/t.config.json", "-o", "{dir}/t.html"], "would overwrite the input file"),
+    (["--seed", "-1"], "argument --seed: must be >= 0"),
+])
+def test_compare_refuses_bad_input_before_running(argv: list[str], message: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty planner list or an unusable report path fails at once, not after the whole comparison."""
+    import nspsim.commands.compare as command
+
+    monkeypatch.setattr(command, "run_compare", lambda *a, **k: pytest.fail("the comparison ran"))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir.html").mkdir()
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "t.config.json").write_text("100\n")
+    argv = [a.format(file=tmp_path / "file", dir=tmp_path / "dir") for a in argv]
+    assert main(["compare", "--quiet", "--planners", "static", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nspsim: error: ") and message in err and err.count("\n") == 1
+
+
 def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     simulated: list[tuple[str, str]] = []
     original = Simulator.simulate

@@ -50,6 +50,10 @@ def test_plan_text_summary_and_output_files(capsys: pytest.CaptureFixture[str], 
     (["-O", "beam=3"], "has no option 'beam'"),
     (["-O", "nonsense"], "must look like KEY=VALUE"),
     (["--token-budget", "10"], "fits no admissible SP group"),
+    (["-o", ""], "-o: the output path is empty"),
+    (["-o", "."], "is a directory; give a file name"),
+    (["-o", "no/such/dir/p.json"], "the directory no/such/dir does not exist"),
+    (["--seed", "-1"], "argument --seed: must be >= 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     base = [a for a in TINY if a not in ("--token-budget", "32k")] if "--token-budget" in argv else TINY
@@ -61,3 +65,16 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], ar
 def test_unknown_planner_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "plan", "--planner", "magic", *TINY)
     assert code == 2 and "invalid choice" in err
+
+
+@pytest.mark.parametrize("trace_name, output_name", [("lengths.txt", "lengths.txt"),
+                                                     ("lengths.config.json", "lengths.json")])
+def test_plan_output_never_overwrites_its_trace_file(trace_name: str, output_name: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither the plan nor the .config.json written beside it may replace the trace it was made from."""
+    trace = tmp_path / trace_name
+    trace.write_text("1000\n2000\n")
+    code, out, err = run(capsys, "plan", "--planner", "static", *TINY, "--trace", str(trace),
+                         "-o", str(tmp_path / output_name))
+    assert code == 2 and out == "" and "would overwrite the input file" in err and err.count("\n") == 1
+    assert trace.read_text() == "1000\n2000\n"

@@ -63,12 +63,19 @@ def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pyt
     (["simulate", "PLAN", "--sim-layers", "3"], "sim_layers must be an integer >= 6"),
     (["simulate", "PLAN", "--jitter", "nan"], "argument --jitter: must be a finite number"),
     (["simulate", "PLAN", "--jitter", "inf"], "argument --jitter: must be a finite number"),
+    (["simulate", "PLAN", "--seed", "-1"], "argument --seed: must be >= 0"),
+    (["simulate", "PLAN", "--timeline", "PLAN"], "would overwrite the input file"),
+    (["simulate", "PLAN", "--timeline", ""], "--timeline: the output path is empty"),
+    (["simulate", "PLAN", "--timeline", "."], "is a directory; give a file name"),
+    (["simulate", "PLAN", "--timeline", "no/such/dir/t.json"], "the directory no/such/dir does not exist"),
 ])
 def test_simulate_bad_input_is_one_line(argv: list[str], message: str, plan_file: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
+    before = plan_file.read_bytes()
     assert main([str(plan_file) if a == "PLAN" else a for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nspsim: error: ") and message in err and err.count("\n") == 1
+    assert plan_file.read_bytes() == before
 
 
 def test_simulate_refuses_a_plan_for_an_unknown_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from nspsim.cli import add_workload_args, emit, positive_int, workload_config
+from nspsim.cli import add_workload_args, emit, output_file, positive_int, workload_config
 from nspsim.compare import (
     ABLATIONS, DEFAULT_FLEXSP_TIME_LIMIT_S, DEFAULT_ITERS, CompareConfig, CompareResult, default_planners, run_compare,
 )
@@ -48,17 +48,22 @@ class ProgressBar:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run the comparison, print the table or JSON, and write the report if asked."""
-    planners = tuple(p.strip() for p in args.planners.split(",") if p.strip()) if args.planners else default_planners()
+    planners = (default_planners() if args.planners is None
+                else tuple(p.strip() for p in args.planners.split(",") if p.strip()))
     config = CompareConfig(workload=workload_config(args), planners=planners, iters=args.iters,
                            first_batch=args.first_batch, mode=args.mode,
                            planner_options={"flexsp": {"time_limit": args.flexsp_time_limit}},
-                           timeline_iteration=0 if args.output else None)
-    if args.output and Path(args.output).suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"report path {args.output} must end with .html")
-    report = _report_module() if args.output else None
+                           timeline_iteration=0 if args.output is not None else None)
+    path = None
+    if args.output is not None:
+        if Path(args.output).suffix.lower() not in (".html", ".htm"):
+            raise ValueError(f"report path {args.output!r} must end with .html")
+        path = output_file(args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",),
+                           make_parent=True)
+    report = _report_module() if path is not None else None
     result = run_compare(config, progress=None if args.quiet else ProgressBar(sys.stderr))
-    if args.output:
-        _write_report(Path(args.output), result, report)
+    if path is not None:
+        _write_report(path, result, report)
     emit(args, result.to_dict(), format_table(result))
     return 0
 
@@ -72,7 +77,6 @@ def _report_module() -> Any:
 
 
 def _write_report(path: Path, result: CompareResult, report: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report.render(result))
     path.with_suffix(".config.json").write_text(json.dumps(result.config, indent=2))
 

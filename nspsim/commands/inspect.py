@@ -12,7 +12,9 @@ from nspsim.plan import Plan
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Load, validate and summarise a plan."""
-    cluster = get_cluster(args.cluster, args.gpus) if args.cluster else None
+    if args.cluster is None and args.gpus is not None:
+        raise ValueError("--gpus only applies with --cluster (the plan records its own GPU count)")
+    cluster = get_cluster(args.cluster, 64 if args.gpus is None else args.gpus) if args.cluster is not None else None
     plan = Plan.load(args.plan, cluster)
     tokens = max(float(plan.tokens_per_gpu(mb).max()) for mb in range(plan.num_micro_batches))
     data = {
@@ -36,6 +38,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     inspect = sub.add_parser("inspect", help="validate and summarise a plan file")
     inspect.add_argument("plan", help="plan JSON file")
     inspect.add_argument("--cluster", default=None, help="refuse the plan unless it was made for this cluster")
-    inspect.add_argument("--gpus", type=positive_int, default=64, help="GPU count of --cluster")
+    inspect.add_argument("--gpus", type=positive_int, default=None, help="GPU count of --cluster (default 64)")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(func=cmd_inspect)

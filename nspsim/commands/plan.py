@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from nspsim.cli import add_workload_args, emit, workload_config
+from nspsim.cli import add_workload_args, emit, output_file, workload_config
 from nspsim.config import build_workload
 from nspsim.options import parse_options
 from nspsim.plan import Plan
@@ -60,6 +59,8 @@ def format_summary(plan: Plan, data: dict[str, Any]) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Draw the batch, plan it, print (and optionally write) the result."""
+    path = None if args.output is None else output_file(
+        args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",))
     options = parse_options(args.option)
     planner = get_planner(args.planner, **options)
     workload = build_workload(workload_config(args))
@@ -68,8 +69,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config = {**workload.config.to_dict(), "planner": args.planner, "planner_options": options,
               "batch_index": args.batch_index}
     data = {"config": config, **plan_summary(plan)}
-    if args.output is not None:
-        path = Path(args.output)
+    if path is not None:
         plan.save(path)
         path.with_suffix(".config.json").write_text(json.dumps(config, indent=2))
     emit(args, data, format_summary(plan, data))

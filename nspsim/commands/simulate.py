@@ -13,7 +13,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli import emit, positive_int
+from nspsim.cli import emit, non_negative_int, output_file, positive_int
 from nspsim.config import WorkloadConfig, build_workload
 from nspsim.memory import GIB
 from nspsim.options import non_negative_float
@@ -31,6 +31,8 @@ def plan_workload_config(plan: Plan, profile: str | None) -> WorkloadConfig:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Load, optionally prepare (tree recompute marks, issue order), simulate and report a plan."""
+    timeline = None if args.timeline is None else output_file(
+        args.timeline, flag="--timeline", inputs=(args.plan, args.profile), siblings=(".config.json",))
     plan = Plan.load(args.plan)
     workload = build_workload(plan_workload_config(plan, args.profile))
     options = SimOptions(mode=args.mode, extrapolate=not args.no_extrapolate, jitter=args.jitter,
@@ -50,8 +52,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     config = {**workload.config.to_dict(), "plan": str(args.plan), "plan_hash": plan.content_hash,
               "simulation": asdict(options) | {"seed": args.seed}, "tree_recompute": args.tree_recompute,
               "optimize_order": args.optimize_order}
-    if args.timeline is not None:
-        _write_timeline(Path(args.timeline), result, config)
+    if timeline is not None:
+        _write_timeline(timeline, result, config)
     emit(args, {"config": config, **result.to_dict()}, format_result(plan, result))
     return 0
 
@@ -103,5 +105,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                    help="layers to simulate before extrapolating repeated ones")
     p.add_argument("--jitter", type=non_negative_float, default=0.0,
                    help="coefficient of variation of kernel times, in [0, 1) (0 = none)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the kernel-time noise")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the kernel-time noise")
     p.set_defaults(func=cmd_simulate)

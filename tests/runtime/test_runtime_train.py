@@ -118,6 +118,13 @@ BAD_ARGUMENTS = (
     (["--planner", "static:degree=2", "--planner-option", "degree=4"], "'degree' is given twice"),
     (["--planner", "nsp", "--tree-recompute", "--recompute", "all"], "cannot be combined with --recompute all"),
     (["--planner", "nsp", "--lookahead", "some"], "--lookahead takes 'all' or an integer"),
+    (["--planner", "nsp", "--lr", "inf"], "argument --lr: must be a finite number"),
+    (["--planner", "nsp", "--comm-timeout", "inf"], "argument --comm-timeout: must be a finite number"),
+    (["--planner", "nsp", "--comm-timeout", "1e300"], "argument --comm-timeout: at most 1000000 seconds"),
+    (["--planner", "nsp", "--step-timeout", "0"], "argument --step-timeout: must be positive"),
+    (["--planner", "nsp", "--records", ""], "--records: the output path is empty"),
+    (["--planner", "nsp", "--records", "."], "--records . is a directory"),
+    (["--planner", "nsp", "--records", "/proc/no/such/r.jsonl"], "cannot create the directory /proc/no"),
     (["--planner", "nsp", "--bogus"], "unrecognized arguments: --bogus"),
     (["--steps", "2"], "the following arguments are required: --planner"),
 )
@@ -140,12 +147,26 @@ def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], me
     assert len(lines) == 1 and lines[0].startswith("runtime.train: error:") and message in lines[0], proc.stderr
 
 
+def test_a_single_process_bf16_run_on_cpu(tmp_path: Path) -> None:
+    """bf16 autocast with the CPU flash kernel: q, k (after q_norm/k_norm) and v share one dtype."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, "-m", "runtime.train", "--planner", "nsp", *BASE[:4], "--steps", "1",
+                           "--tokens-per-batch", "1k", "--max-context", "512", "--dtype", "bf16"],
+                          capture_output=True, text=True, cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "step 0 batch 0 planner nsp loss" in proc.stdout
+
+
 def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from runtime.report import main as report
 
     (tmp_path / "run.plans.jsonl").write_text('{"schema": "nspsim-plan", "planner": "nsp"}\n')
     (tmp_path / "empty.jsonl").write_text("\n")
+    (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (tmp_path / "binary.jsonl").write_bytes(b"\x00\xff\xfe")
     cases = {"x": ["--skip", "x", "a.jsonl"], "missing.jsonl": [str(tmp_path / "missing.jsonl")],
+             "records line 1 is not a record (JSON nested too deeply)": [str(tmp_path / "deep.jsonl")],
+             "binary.jsonl is not a text (JSONL) records file": [str(tmp_path / "binary.jsonl")],
              "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "run.plans.jsonl")],
              "holds no step records": [str(tmp_path / "empty.jsonl")]}
     for message, argv in cases.items():
