@@ -150,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         handler: Handler = args.func
         return handler(args)
+    except BrokenPipeError:  # e.g. `nspsim trace stats T | head`: the reader left, nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit-time flush of stdout would fail again
+        return 141
     except (CliError, ValueError, OSError) as exc:
         print(f"nspsim: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE

@@ -154,3 +154,16 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_closed_output_pipe_ends_quietly() -> None:
+    """`nspsim ... | head`: the reader leaves; no traceback and no error line (exit 141, like SIGPIPE)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "nspsim.cli", "trace", "stats", "wikipedia", "--samples", "1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the child writes anything
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141 and err == "", err
