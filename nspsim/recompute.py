@@ -48,13 +48,13 @@ def _mark_micro_batch(plan: Plan, memory: MemoryModel, cost: CostModel, mb: int,
         members.setdefault(plan.nodes[j], []).append(int(j))
     for node in sorted(members, key=lambda n: (-n.degree, n.index)):
         samples = np.array(members[node])
-        saved = _save_node(node, lengths[samples], free[node.first_rank:node.end_rank].min(), memory, cost)
+        saved = save_node(node, lengths[samples], free[node.first_rank:node.end_rank].min(), memory, cost)
         remat[samples[saved]] = False
         free[node.first_rank:node.end_rank] -= memory.node_attention_bytes(float(lengths[samples[saved]].sum()),
                                                                            node.degree)
 
 
-def _save_node(node: Node, lengths: np.ndarray, room: float, memory: MemoryModel, cost: CostModel) -> np.ndarray:
+def save_node(node: Node, lengths: np.ndarray, room: float, memory: MemoryModel, cost: CostModel) -> np.ndarray:
     """Boolean mask of the node's samples to save within ``room`` bytes per rank."""
     sample_bytes = lengths * memory.node_attention_bytes(1.0, node.degree)
     if sample_bytes.sum() <= room:

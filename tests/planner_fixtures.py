@@ -69,3 +69,18 @@ def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: in
     config = replace(base.config, model=model, cluster=cluster)
     return replace(base, config=config, model=spec, cluster=hw, cost=cost,
                    tree=SPTree(num_gpus=gpus, spmax=spmax, gpus_per_node=hw.gpus_per_node))
+
+
+def guarantee_score(plan: Plan, wl: Workload) -> float:
+    """What NSP's final choice minimises for a single-pass plan: its proxy Load, or on a memory-bound
+    batch Load plus estimated recomputation (nspsim.planners.remat_estimate) under ``wl``'s memory."""
+    from nspsim.planners.proxy import CostTable
+    from nspsim.planners.remat_estimate import remat_aware_load
+    from nspsim.planners.token_balance import is_memory_bound
+
+    lengths, degrees, firsts, _ = plan.arrays
+    if not is_memory_bound(wl, int(np.sum(lengths))):
+        return float(plan.metadata["load_s"])
+    table = CostTable(wl.cost, wl.tree, lengths, wl.token_budget)
+    select = np.arange(table.num_samples)
+    return remat_aware_load(table, wl.memory, wl.cost, select, degrees[table.order], firsts[table.order])

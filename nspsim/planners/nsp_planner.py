@@ -37,6 +37,11 @@ than the best one-pass static Load *under the same routing budget*. (Seeding wit
 the full B_tok would let the Load comparison undo the balance the ratio asks for: the Load proxy is
 what cannot see the recomputation that token imbalance causes.)
 
+Memory-bound final choice (:mod:`nspsim.planners.remat_estimate`): on a memory-bound batch every
+static seed competes (no Load-floor pruning) and the final candidate is the one with the least Load
+plus estimated tree-level recomputation, not the least Load; there the guarantee holds on that
+estimate. Compute-bound batches keep the Load choice and the Load guarantee.
+
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
 micro-batches that work (token-balanced) and each is routed alone - an extension; the paper uses one.
@@ -60,7 +65,8 @@ from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
 from nspsim.planners.static_planner import pack_single_pass
 from nspsim.planners.tail import TreeStates, complete
-from nspsim.planners.token_balance import check_ratio, effective_budget
+from nspsim.planners.remat_estimate import remat_aware_load
+from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound
 
 AUTO_PREFIX_SHARE = 0.25
 AUTO_PREFIX_SHARE_LARGE = 0.35  # above AUTO_WIDE_BEAM_MAX_GPUS
@@ -142,8 +148,12 @@ class NSPPlanner:
         k = prefix_size(search, select, levels, self.prefix_k)
         candidates = _beam_routes(search, select, layout, k, self)
         if self.seed_static and self.proxy == "full":
-            beaten = min((r.load for r in candidates), default=np.inf)
+            bound = is_memory_bound(ctx.workload, int(ctx.table.lengths[select].sum()))
+            # Load-floor pruning is only valid when Load decides; on memory-bound batches every seed competes.
+            beaten = np.inf if bound else min((r.load for r in candidates), default=np.inf)
             candidates += _static_routes(ctx, select, levels, beaten)
+            if bound and len(candidates) > 1:
+                return _least_with_recompute(ctx, select, candidates)
         return min(candidates, key=lambda r: r.load, default=None)
 
 
@@ -250,6 +260,14 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
         firsts[select] = firsts_sel
         routes.append(Route(degrees[select], firsts_sel, table.evaluate(degrees, firsts, mask).load, f"static-{d}"))
     return routes
+
+
+def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route]) -> Route:
+    """The candidate with the least Load plus estimated recomputation (:mod:`remat_estimate`)."""
+    wl = ctx.workload
+    scored = [(remat_aware_load(ctx.table, wl.memory, wl.cost, select, r.degrees, r.firsts), i)
+              for i, r in enumerate(candidates)]
+    return candidates[min(scored)[1]]
 
 
 def _assemble(n: int, parts: list[IntArray], routes: list[Route | None]) -> Placement:
