@@ -98,3 +98,12 @@ def test_on_memory_bound_batches_nsp_never_loses_to_a_static_seed_on_the_estimat
             scores.append(guarantee_score(plan, wl))
     if scores:
         assert guarantee_score(nsp, wl) <= min(scores) * (1 + 1e-12)
+
+
+def test_remat_aware_is_an_option_recorded_in_the_plan(big) -> None:  # type: ignore[no-untyped-def]
+    batch = big.sampler.batch(4)
+    on, off = (get_planner("nsp", remat_aware=flag).plan(batch, big) for flag in (True, False))
+    assert on.metadata["remat_aware"] == 1 and off.metadata["remat_aware"] == 0
+    assert str(on.metadata["route_source"]).startswith("static-") and off.metadata["route_source"] == "beam"
+    with pytest.raises(ValueError, match="remat_aware"):
+        get_planner("nsp", remat_aware="yes")

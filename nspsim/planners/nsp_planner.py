@@ -40,7 +40,8 @@ what cannot see the recomputation that token imbalance causes.)
 Memory-bound final choice (:mod:`nspsim.planners.remat_estimate`): on a memory-bound batch every
 static seed competes (no Load-floor pruning) and the final candidate is the one with the least Load
 plus estimated tree-level recomputation, not the least Load; there the guarantee holds on that
-estimate. Compute-bound batches keep the Load choice and the Load guarantee.
+estimate. Compute-bound batches keep the Load choice and the Load guarantee. ``remat_aware=False``
+(with ``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
 
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
@@ -91,7 +92,7 @@ def _check_positive(value: object, what: str) -> None:
 @dataclass(frozen=True, kw_only=True)
 class NSPPlanner:
     """Algorithm 1 with options ``prefix_k``, ``beam_width``, ``monotone``, ``lookahead``, ``proxy``,
-    ``seed_static``, ``token_balance_ratio`` (see the module docstring for their defaults)."""
+    ``seed_static``, ``token_balance_ratio``, ``remat_aware`` (see the module docstring for their defaults)."""
 
     prefix_k: int | str = "auto"
     beam_width: int | str = "auto"
@@ -100,6 +101,7 @@ class NSPPlanner:
     proxy: str = "full"
     seed_static: bool = True
     token_balance_ratio: float | str = "auto"
+    remat_aware: bool = True
     name: ClassVar[str] = "nsp"
 
     def __post_init__(self) -> None:
@@ -107,7 +109,7 @@ class NSPPlanner:
             _check_positive(self.prefix_k, "prefix_k")
         if self.beam_width != "auto":
             _check_positive(self.beam_width, "beam_width")
-        for flag in ("monotone", "lookahead", "seed_static"):
+        for flag in ("monotone", "lookahead", "seed_static", "remat_aware"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"option {flag} must be true or false, got {getattr(self, flag)!r}")
         if self.proxy not in PROXIES:
@@ -128,7 +130,7 @@ class NSPPlanner:
         extra: dict[str, float | int | str] = {
             "prefix_k": str(self.prefix_k), "beam_width": beam_width(self.beam_width, ctx.num_gpus),
             "monotone": int(self.monotone), "lookahead": int(self.lookahead), "proxy": self.proxy,
-            "token_balance_ratio": str(self.token_balance_ratio)}
+            "token_balance_ratio": str(self.token_balance_ratio), "remat_aware": int(self.remat_aware)}
         return finish(self.name, ctx, placement, started, extra)
 
     def _route_batch(self, ctx: Context, search: CostTable) -> Placement:
@@ -148,7 +150,7 @@ class NSPPlanner:
         k = prefix_size(search, select, levels, self.prefix_k)
         candidates = _beam_routes(search, select, layout, k, self)
         if self.seed_static and self.proxy == "full":
-            bound = is_memory_bound(ctx.workload, int(ctx.table.lengths[select].sum()))
+            bound = self.remat_aware and is_memory_bound(ctx.workload, int(ctx.table.lengths[select].sum()))
             # Load-floor pruning is only valid when Load decides; on memory-bound batches every seed competes.
             beaten = np.inf if bound else min((r.load for r in candidates), default=np.inf)
             candidates += _static_routes(ctx, select, levels, beaten)
