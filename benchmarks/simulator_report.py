@@ -65,8 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run every case and write the markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64-GPU cases only, one round each")
-    parser.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "results" / "simulator.md"))
+    parser.add_argument("-o", "--output", default=None,
+                        help="default benchmarks/results/simulator.md (a --quick run: out/simulator-quick.md)")
     args = parser.parse_args(argv)
+    if args.output is None:
+        args.output = str(ROOT / ("out/simulator-quick.md" if args.quick else "benchmarks/results/simulator.md"))
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
     lines = ["| GPUs | plan (batch 0) | min (s) | mean (s) | predicted step (s) | micro-batches | simulated units "
              "| layers simulated | SimPy events | tasks | events/s | tasks/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -83,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = "\n".join([marker_start, *lines, "", stamp, marker_end])
     if marker_start in body and marker_end in body:
         body = body[:body.index(marker_start)] + table + body[body.index(marker_end) + len(marker_end):]
+    elif body:
+        print(f"{args.output} has no table markers; not overwriting its text", file=sys.stderr)
+        return 1
     else:
         body = table + "\n"
     Path(args.output).write_text(body)

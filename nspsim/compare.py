@@ -443,8 +443,10 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
 
 
 def _mean_ratio(records: list[IterationRecord]) -> float | None:
-    """Mean Load / lower bound over the iterations whose plan reports it."""
-    ratios = [r.load_over_lower_bound for r in records if r.load_over_lower_bound is not None]
+    """Mean Load / lower bound over the iterations whose plan reports a finite one (a planning figure:
+    out-of-memory iterations count too)."""
+    ratios = [r.load_over_lower_bound for r in records
+              if r.load_over_lower_bound is not None and np.isfinite(r.load_over_lower_bound)]
     return float(np.mean(ratios)) if ratios else None
 
 

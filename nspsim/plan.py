@@ -172,6 +172,10 @@ class Plan:
                 raise ValueError(f"plan has {n} samples but {size} entries in {name}")
         if min(self.lengths) <= 0:
             raise ValueError(f"sample {int(np.argmin(self.lengths))} has non-positive length {min(self.lengths)}")
+        if max(self.lengths) > self.batch.max_context:
+            j = int(np.argmax(self.lengths))
+            raise ValueError(f"sample {j} has length {self.lengths[j]}, above the batch's max context "
+                             f"{self.batch.max_context}")
         _, degrees, firsts, _ = self.arrays
         bad = ~_valid_nodes(degrees, firsts, self.spmax, self.cluster.num_gpus)
         if bad.any():
@@ -281,6 +285,9 @@ class Plan:
                 f"plan was made for cluster {self.cluster.label} (fingerprint {self.cluster.fingerprint}), "
                 f"not {here.label} (fingerprint {here.fingerprint})"
             )
+        if self.gpus_per_node != cluster.gpus_per_node:
+            raise ValueError(f"plan assumes {self.gpus_per_node} GPUs per node but {here.label} has "
+                             f"{cluster.gpus_per_node}")
         if model is not None and ModelRef.of(model) != self.model:
             raise ValueError(f"plan was made for model {self.model.name}, not {model.name} (or its spec changed)")
 

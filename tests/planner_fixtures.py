@@ -71,9 +71,10 @@ def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: in
                    tree=SPTree(num_gpus=gpus, spmax=spmax, gpus_per_node=hw.gpus_per_node))
 
 
-def guarantee_score(plan: Plan, wl: Workload) -> float:
+def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> float:
     """What NSP's final choice minimises for a single-pass plan: its proxy Load, or on a memory-bound
-    batch Load plus estimated recomputation (nspsim.planners.remat_estimate) under ``wl``'s memory."""
+    batch Load plus estimated recomputation (nspsim.planners.remat_estimate) under ``wl``'s memory,
+    with the cost table built at NSP's routing ``budget`` (default B_tok) as NSP builds it."""
     from nspsim.planners.proxy import CostTable
     from nspsim.planners.remat_estimate import remat_aware_load
     from nspsim.planners.token_balance import is_memory_bound
@@ -81,6 +82,6 @@ def guarantee_score(plan: Plan, wl: Workload) -> float:
     lengths, degrees, firsts, _ = plan.arrays
     if not is_memory_bound(wl, int(np.sum(lengths))):
         return float(plan.metadata["load_s"])
-    table = CostTable(wl.cost, wl.tree, lengths, wl.token_budget)
+    table = CostTable(wl.cost, wl.tree, lengths, wl.token_budget if budget is None else budget)
     select = np.arange(table.num_samples)
     return remat_aware_load(table, wl.memory, wl.cost, select, degrees[table.order], firsts[table.order])

@@ -86,7 +86,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["inspect", "{deep_json}"], "nested too deeply"),
         (["simulate", "{deep_json}"], "nested too deeply"),
         (["inspect", "{infinite}"], "a number is out of range"),
-        (["inspect", "{huge}"], "a number is out of range"),
+        (["inspect", "{huge}"], "above the batch's max context"),
         (["inspect", "{gpus_inf}"], "cluster num_gpus must be an integer >= 1, got inf"),
         (["inspect", "{batch_index}"], "batch index must be an integer >= 0, got -1"),
         (["inspect", "{plan}", "--gpus", "16"], "--gpus only applies with --cluster"),

@@ -122,3 +122,22 @@ def test_random_plans_round_trip(data: st.DataObject) -> None:
     plan = _plan(nodes, lengths, budget=10**6, recompute=marks)
     assert Plan.from_json(plan.to_json()) == plan
     assert plan.tokens_per_gpu().sum() == pytest.approx(sum(lengths))
+
+
+def test_a_plan_refuses_lengths_above_max_context_and_another_node_size() -> None:
+    import dataclasses
+
+    from helpers import make_batch, toy_model
+
+    from nspsim.cluster_spec import get_cluster
+    from nspsim.plan import make_plan
+    from nspsim.sp_tree import Node
+
+    cluster = get_cluster("h100", 8)
+    plan = make_plan(planner="manual", cluster=cluster, model=toy_model(), batch=make_batch([5000]),
+                     spmax=4, token_budget=10_000, nodes=[Node(1, 0)])
+    with pytest.raises(ValueError, match="above the batch's max context 5000"):
+        dataclasses.replace(plan, lengths=(6000,))
+    other = dataclasses.replace(plan, gpus_per_node=4)
+    with pytest.raises(ValueError, match="plan assumes 4 GPUs per node but h100x8 has 8"):
+        other.check_compatible(cluster)

@@ -178,17 +178,14 @@ def test_auto_prefix_counts_samples_a_leaf_cannot_absorb() -> None:
 
 def test_auto_prefix_share_grows_above_256_gpus() -> None:
     assert prefix_share(8) == prefix_share(256) == 0.25 and prefix_share(512) == prefix_share(1024) == 0.35
-    lengths = [9_000] * 4 + [7_000] * 4 + [200] * 400  # per-GPU mean work sits between the two shares' cuts
-    counts = []
-    for gpus in (256, 512):
+    lengths = [int(x) for x in np.geomspace(500, 60_000, 300)]  # many samples between the two cuts
+    for gpus, share in ((256, 0.25), (512, 0.35)):
         wl = model_workload(gpus=gpus, token_budget=65_536)
         ctx = make_context(batch_of(lengths), wl)
         leaf = ctx.table.total(1)
-        mean = float(leaf.sum()) / gpus
-        expected = int(np.count_nonzero(leaf >= prefix_share(gpus) * mean))
-        counts.append(prefix_size(ctx.table, np.arange(len(lengths)), wl.tree.degrees, "auto"))
-        assert counts[-1] == max(1, expected)
-    assert counts[0] >= counts[1]
+        cut = {s: int(np.count_nonzero(leaf >= s * float(leaf.sum()) / gpus)) for s in (0.25, 0.35)}
+        assert cut[0.25] > cut[0.35]  # the two shares give different prefixes here
+        assert prefix_size(ctx.table, np.arange(len(lengths)), wl.tree.degrees, "auto") == cut[share]
 
 
 def test_static_seed_wins_when_the_beam_is_crippled() -> None:

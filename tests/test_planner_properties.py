@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from nspsim.config import Workload
 from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.planners.token_balance import effective_budget
 from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, tiny_workload
 
 FAST_OPTIONS = {"flexsp": {"time_limit": 1.0}}
@@ -75,7 +76,7 @@ def single_pass_static_loads(wl: Workload, lengths: list[int]) -> list[float]:
         except ValueError:
             continue
         if plan.num_micro_batches == 1:
-            loads.append(guarantee_score(plan, wl))
+            loads.append(guarantee_score(plan, wl, effective_budget("auto", wl, tuple(lengths))))
     return loads
 
 
@@ -89,7 +90,7 @@ def test_nsp_load_is_never_worse_than_the_best_static_load(case: tuple[str, int,
     static = single_pass_static_loads(wl, lengths)
     nsp = get_planner("nsp").plan(batch_of(lengths), wl)
     if nsp.num_micro_batches == 1 and static:
-        assert guarantee_score(nsp, wl) <= min(static) * (1 + 1e-12)
+        assert guarantee_score(nsp, wl, effective_budget("auto", wl, tuple(lengths))) <= min(static) * (1 + 1e-12)
 
 
 @SETTINGS

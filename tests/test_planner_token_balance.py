@@ -97,8 +97,8 @@ def test_nsp_load_never_exceeds_the_best_static_load_under_the_same_budget(gpus:
         except ValueError:
             continue
         if plan.num_micro_batches == 1:
-            static.append(guarantee_score(plan, wl))
+            static.append(guarantee_score(plan, wl, budget))
     assert nsp.num_micro_batches == 1
     if static:  # Load, or Load + estimated recomputation on a memory-bound batch (same memory for both)
-        assert guarantee_score(nsp, wl) <= min(static) * (1 + 1e-12)
+        assert guarantee_score(nsp, wl, budget) <= min(static) * (1 + 1e-12)
     assert np.max(nsp.tokens_per_gpu(0)) <= budget * (1 + 1e-9)

@@ -86,3 +86,12 @@ def test_simulate_refuses_a_plan_for_an_unknown_cluster(tmp_path: Path, capsys: 
     plan.save(tmp_path / "toy.json")
     assert main(["simulate", str(tmp_path / "toy.json")]) == 2
     assert "unknown model preset 'toy'" in capsys.readouterr().err
+
+
+def test_simulate_timeline_never_overwrites_the_plans_sidecar(plan_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sidecar = plan_file.with_suffix(".config.json")
+    sidecar.write_text('{"planner_options": {}}')
+    timeline = plan_file.with_suffix(".html")  # its own sidecar would be the plan's
+    assert main(["simulate", str(plan_file), "--timeline", str(timeline)]) == 2
+    assert "would overwrite the input file" in capsys.readouterr().err
+    assert sidecar.read_text() == '{"planner_options": {}}' and not timeline.exists()

@@ -42,11 +42,11 @@ def test_streaming_is_never_slower_than_no_streaming_or_serial(case: tuple[Setup
     """Exact without FSDP traffic: then a GPU's collectives are serialised on its SP queue, nothing shares
     a link and each mode's dependencies contain the previous one's (max-plus monotonicity). With FSDP
     transfers sharing NICs, streaming can move an SP transfer under one and lose a little: at most
-    0.12% over 1,500 generated plans (no-stream vs serial: 2e-16), so the bound is 0.2%."""
+    0.12% over 1,500 generated plans (no-stream vs serial: 2e-16); the bound is 0.5% (4x margin)."""
     setup, plan = case
     times = [setup.simulator(mode=m).simulate(plan).step_time_s for m in ("stream", "no-stream", "serial")]
     shared = setup.cost.allgather > 0 or setup.cost.reduce_scatter > 0
-    rel = 2e-3 if shared else 1e-9
+    rel = 5e-3 if shared else 1e-9
     assert times[0] <= times[1] * (1 + rel) + 1e-12  # type: ignore[operator]
     assert times[1] <= times[2] * (1 + rel) + 1e-12  # type: ignore[operator]
 

@@ -32,7 +32,8 @@ def plan_workload_config(plan: Plan, profile: str | None) -> WorkloadConfig:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Load, optionally prepare (tree recompute marks, issue order), simulate and report a plan."""
     timeline = None if args.timeline is None else output_file(
-        args.timeline, flag="--timeline", inputs=(args.plan, args.profile), siblings=(".config.json",))
+        args.timeline, flag="--timeline", siblings=(".config.json",),
+        inputs=(args.plan, str(Path(args.plan).with_suffix(".config.json")), args.profile))  # the plan's sidecar too
     plan = Plan.load(args.plan)
     workload = build_workload(plan_workload_config(plan, args.profile))
     options = SimOptions(mode=args.mode, extrapolate=not args.no_extrapolate, jitter=args.jitter,

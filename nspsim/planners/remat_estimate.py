@@ -9,8 +9,9 @@ holding 28-35K-token samples cannot keep their attention and recompute it in bac
 So when the batch is memory-bound, the final candidates (the beam's best state and the static
 seeds) are compared by Load plus an estimate of that recomputation: the executor's top-down marking
 (:func:`nspsim.recompute.save_node`, roots first, same free bytes per GPU) is replayed on the
-candidate's arrays, and every sample it would not keep adds its forward attention time (the recompute
-pass) to each GPU of its node's backward stage. Estimate = max_p D_p^fwd + max_p (D_p^bwd + R_p).
+candidate's arrays, and every node's unkept samples add their recompute pass - the simulator's
+``recompute_phases`` of their forward attention (Q/K/V re-send and kernel, no epilogue), times the
+layers - to each GPU of the node's backward stage. Estimate = max_p D_p^fwd + max_p (D_p^bwd + R_p).
 Trade-off: a few extra milliseconds per memory-bound batch (one marking per candidate); the choice
 can pick a candidate whose bare Load is higher, so on memory-bound batches NSP's guarantee is stated
 on this estimate (never worse than the best static seed's), not on Load.
@@ -25,6 +26,7 @@ from nspsim.cost_model import CostModel
 from nspsim.memory import MemoryModel
 from nspsim.planners.proxy import CostTable
 from nspsim.recompute import save_node
+from nspsim.simulator.work import recompute_phases
 from nspsim.sp_tree import Node
 
 FloatArray = npt.NDArray[np.float64]
@@ -51,7 +53,9 @@ def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select
         members = order[a:b]
         saved = save_node(Node(d, first // d), lengths[members], float(free[first:first + d].min()), memory, cost)
         free[first:first + d] -= memory.node_attention_bytes(float(lengths[members][saved].sum()), d)
-        remat[first:first + d] += float(table.sample_costs(d)[0][select[members[~saved]]].sum())
+        if not saved.all():
+            redo = recompute_phases(cost.attention(lengths[members[~saved]], d).fwd)
+            remat[first:first + d] += cost.num_layers * (redo.prologue + redo.compute)
     return remat
 
 
