@@ -25,8 +25,8 @@ Defaults, each chosen by measurement (docs/planners.md):
 * ``prefix_k="auto"``: the samples whose single-GPU cost is at least a share of the mean per-GPU
   work (a leaf cannot absorb them without imbalance); the rest are the greedy tail. The share is
   1/4 up to 256 GPUs and 0.35 beyond: at 1024 GPUs 0.35 gave the same Load on wikipedia and code
-  (3 batches each) with 33% / 21% less routing time (105 -> 71 ms, 81 -> 64 ms); at 64 GPUs it
-  cost up to 0.4% Load on code, so small clusters keep 1/4.
+  (3 batches each, an A/B run) with 33% / 21% less routing time (105 -> 71 ms, 81 -> 64 ms); at 64
+  GPUs it cost 0.4-0.6% Load on code, so small clusters keep 1/4 (docs/planners.md).
 * ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.02-0.5% better than 1 on the
   code trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion).
 
