@@ -4,7 +4,10 @@ The routing proxy (Load) does not see tree-level recomputation, the paper's deli
 memory-bound batch that blind spot picks wrong: on Qwen3-235B / 64 H200s / wikipedia batch 4 the
 beam's nested plan had the smallest Load, yet its simulated step (23.32 s) lost to NSP's own
 static-8 seed packed under the same token cap (19.86 s), because its degree-1 and degree-2 nodes
-holding 28-35K-token samples cannot keep their attention and recompute it in backward.
+holding 28-35K-token samples cannot keep their attention and recompute it in backward. (The
+estimate below does not see comm wait either, and on that batch picks a static-2 packing, 23.58 s;
+over the 11 distinct Qwen3-235B batches of the closing study it still improves the mean, see
+docs/planners.md.)
 
 So when the batch is memory-bound, the final candidates (the beam's best state and the static
 seeds) are compared by Load plus an estimate of that recomputation: the executor's top-down marking
