@@ -47,7 +47,7 @@ def render(result: CompareResult) -> str:
 def results_table(result: CompareResult) -> str:
     """The summary table as HTML."""
     head = ["planner", "mean step (s)", f"normalised to {result.baseline}", "speedup", "batches normalised",
-            "planning (ms)", "OOM", *BREAKDOWN_CATEGORIES, "note"]
+            "planning (ms)", "Load / lower bound", "OOM", *BREAKDOWN_CATEGORIES, "note"]
     rows = [_row(s) for s in result.summaries]
     cells = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in row)}</tr>" for row in rows)
     return f"<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
@@ -58,7 +58,8 @@ def _row(s: PlannerSummary) -> list[str]:
     shares = [f"{100 * s.breakdown_share.get(k, 0.0):.1f}%" for k in BREAKDOWN_CATEGORIES]
     return [s.planner, fmt(s.mean_step_time_s, ".4f"), fmt(s.normalized_to_static, ".3f"),
             fmt(s.speedup_vs_static, ".2f"), f"{s.normalized_iterations}/{s.iterations}",
-            f"{1e3 * s.mean_planning_time_s:.1f}", f"{s.oom_count}/{s.iterations}", *shares, s.note]
+            f"{1e3 * s.mean_planning_time_s:.1f}", fmt(s.mean_load_over_lower_bound, ".3f"),
+            f"{s.oom_count}/{s.iterations}", *shares, s.note]
 
 
 def config_table(config: dict[str, Any]) -> str:

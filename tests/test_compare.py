@@ -117,6 +117,7 @@ def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert all(it["load_over_lower_bound"] >= 1 - 1e-12 for it in data["iterations"])
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "plotly" in page and "Routing" in page and "Timeline" in page
+    assert "Load / lower bound" in page and "Normalised step time" in page and "Step-time breakdown" in page
     assert json.loads(out.with_suffix(".config.json").read_text())["workload"]["gpus"] == 16
 
 
