@@ -7,6 +7,8 @@ categories), skipping the first ``--skip`` warm-up steps. Text only; figures bel
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ SHORT = {"attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_att
 
 
 STEP_KEYS = ("step_time_s", "planner", "backend", "loss", "breakdown_s")
+PLANS_SUFFIX = ".plans.jsonl"  # runtime.train's executed-plan log next to the records
 
 
 def load_step_records(path: str) -> list[dict[str, Any]]:
@@ -82,10 +85,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip", type=int, default=1, help="warm-up steps to leave out (default 1)")
     try:
         args = p.parse_args(argv)
-        rows = [summarise(load_step_records(f), args.skip) for f in args.records]
+        files = step_files(args.records)
+        rows = [summarise(load_step_records(f), args.skip) for f in files]
     except (OSError, ValueError, KeyError, IndexError) as exc:
         fail(PROG, exc, 2)
-    print(table(rows, [Path(f).stem for f in args.records]))
+    try:
+        print(table(rows, [Path(f).stem for f in files]), flush=True)
+    except BrokenPipeError:  # `... | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+
+
+def step_files(paths: list[str]) -> list[str]:
+    """``paths`` without the ``*.plans.jsonl`` files runtime.train writes beside its records (so
+    ``out/*.jsonl`` works); ``ValueError`` if nothing else is left."""
+    kept = [f for f in paths if not f.endswith(PLANS_SUFFIX)]
+    if not kept:
+        raise ValueError(f"only plans files given ({', '.join(paths)}); pass the --records files")
+    return kept
 
 
 if __name__ == "__main__":

@@ -161,13 +161,15 @@ def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.Capt
     from runtime.report import main as report
 
     (tmp_path / "run.plans.jsonl").write_text('{"schema": "nspsim-plan", "planner": "nsp"}\n')
+    (tmp_path / "other.jsonl").write_text('{"schema": "nspsim-plan", "planner": "nsp"}\n')
     (tmp_path / "empty.jsonl").write_text("\n")
     (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     (tmp_path / "binary.jsonl").write_bytes(b"\x00\xff\xfe")
     cases = {"x": ["--skip", "x", "a.jsonl"], "missing.jsonl": [str(tmp_path / "missing.jsonl")],
              "records line 1 is not a record (JSON nested too deeply)": [str(tmp_path / "deep.jsonl")],
              "binary.jsonl is not a text (JSONL) records file": [str(tmp_path / "binary.jsonl")],
-             "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "run.plans.jsonl")],
+             "only plans files given": [str(tmp_path / "run.plans.jsonl")],
+             "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "other.jsonl")],
              "holds no step records": [str(tmp_path / "empty.jsonl")]}
     for message, argv in cases.items():
         with pytest.raises(SystemExit) as exit_info:
