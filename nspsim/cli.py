@@ -46,24 +46,22 @@ def tokens_arg(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    """argparse type for a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+    """argparse type for an integer >= 1."""
+    return _int_at_least(text, 1, "must be positive")
 
 
 def non_negative_int(text: str) -> int:
     """argparse type for an integer >= 0 (seeds, indices)."""
+    return _int_at_least(text, 0, "must be >= 0")
+
+
+def _int_at_least(text: str, minimum: int, rule: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value}")
     return value
 
 

@@ -85,3 +85,19 @@ def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> floa
     table = CostTable(wl.cost, wl.tree, lengths, wl.token_budget if budget is None else budget)
     select = np.arange(table.num_samples)
     return remat_aware_load(table, wl.memory, wl.cost, select, degrees[table.order], firsts[table.order])
+
+
+def static_scores(lengths: Sequence[int], packing: Workload, scoring: Workload, budget: int) -> list[float]:
+    """:func:`guarantee_score` (under ``scoring``'s memory, table at ``budget``) of every single-pass
+    Static SP plan of ``lengths`` packed under ``packing``, one per degree that holds the batch."""
+    from nspsim.planners import get_planner
+
+    scores = []
+    for d in packing.tree.degrees:
+        try:
+            plan = get_planner("static", degree=d).plan(batch_of(lengths), packing)
+        except ValueError:
+            continue
+        if plan.num_micro_batches == 1:
+            scores.append(guarantee_score(plan, scoring, budget))
+    return scores

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from nspsim.config import Workload
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.token_balance import effective_budget
-from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, tiny_workload
+from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload
 
 FAST_OPTIONS = {"flexsp": {"time_limit": 1.0}}
 WORKLOADS: dict[tuple[str, int, int], Workload] = {}
@@ -67,19 +67,6 @@ def check_case(name: str, case: tuple[str, int, int, list[int]]) -> None:
         assert {n.degree for n in plan.nodes} <= {1, wl.tree.spmax}
 
 
-def single_pass_static_loads(wl: Workload, lengths: list[int]) -> list[float]:
-    """Each single-pass static plan's :func:`guarantee_score` (its Load unless the batch is memory-bound)."""
-    loads = []
-    for d in wl.tree.degrees:
-        try:
-            plan = get_planner("static", degree=d).plan(batch_of(lengths), wl)
-        except ValueError:
-            continue
-        if plan.num_micro_batches == 1:
-            loads.append(guarantee_score(plan, wl, effective_budget("auto", wl, tuple(lengths))))
-    return loads
-
-
 @SETTINGS
 @given(case=case_st)
 def test_nsp_load_is_never_worse_than_the_best_static_load(case: tuple[str, int, int, list[int]]) -> None:
@@ -87,10 +74,11 @@ def test_nsp_load_is_never_worse_than_the_best_static_load(case: tuple[str, int,
     wl = workload(model, gpus, budget)
     if not fits(wl, lengths) or sum(lengths) > gpus * budget:
         return
-    static = single_pass_static_loads(wl, lengths)
+    budget = effective_budget("auto", wl, tuple(lengths))
+    static = static_scores(lengths, wl, wl, budget)
     nsp = get_planner("nsp").plan(batch_of(lengths), wl)
     if nsp.num_micro_batches == 1 and static:
-        assert guarantee_score(nsp, wl, effective_budget("auto", wl, tuple(lengths))) <= min(static) * (1 + 1e-12)
+        assert guarantee_score(nsp, wl, budget) <= min(static) * (1 + 1e-12)
 
 
 @SETTINGS

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from planner_fixtures import batch_of, check_valid, guarantee_score
+from planner_fixtures import batch_of, check_valid, guarantee_score, static_scores
 
 from nspsim.config import WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 from nspsim.planners.nsp_planner import _static_routes
 from nspsim.planners.base import make_context
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.remat_estimate import remat_aware_load, remat_per_gpu
+from nspsim.planners.remat_estimate import remat_aware_load, remat_per_gpu, selected_loads
 from nspsim.planners.token_balance import effective_budget, is_memory_bound
 from nspsim.recompute import mark_recompute
 from nspsim.simulator.work import step_work
@@ -36,7 +36,8 @@ def test_the_estimate_is_the_simulators_recompute_work(big, planner: str) -> Non
     lengths, degrees, firsts, _ = plan.arrays
     table = CostTable(big.cost, big.tree, lengths, big.token_budget)
     select = np.arange(table.num_samples)
-    got = remat_per_gpu(table, big.memory, big.cost, select, degrees[table.order], firsts[table.order])
+    deg, first = degrees[table.order], firsts[table.order]
+    got = remat_per_gpu(table, big.memory, big.cost, select, deg, first, selected_loads(table, select, deg, first).tokens)
     work = step_work(marked, big.cost, big.model, big.training, np.array(marked.recompute))
     (mb,) = work.micro_batches
     expected = np.zeros(big.tree.num_gpus)
@@ -92,14 +93,7 @@ def test_on_memory_bound_batches_nsp_never_loses_to_a_static_seed_on_the_estimat
         return
     budget = effective_budget("auto", wl, tuple(lengths))
     same = build_workload(WorkloadConfig(gpus=16, tokens_per_batch=1 << 20, token_budget=budget))
-    scores = []
-    for d in wl.tree.degrees:
-        try:
-            plan = get_planner("static", degree=d).plan(batch_of(lengths), same)
-        except ValueError:
-            continue
-        if plan.num_micro_batches == 1:
-            scores.append(guarantee_score(plan, wl, budget))
+    scores = static_scores(lengths, same, wl, budget)
     if scores:
         assert guarantee_score(nsp, wl, budget) <= min(scores) * (1 + 1e-12)
 

@@ -7,13 +7,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from nspsim.config import WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 from nspsim.planners.token_balance import AUTO_RATIO, effective_budget, is_memory_bound, kept_attention_capacity
-from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, tiny_workload
+from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload
 
 
 def test_effective_budget_is_the_ratio_times_the_mean_capped_by_b_tok() -> None:
@@ -87,17 +87,10 @@ lengths_st = st.lists(st.integers(1, 600) | st.integers(600, 30_000), min_size=2
 def test_nsp_load_never_exceeds_the_best_static_load_under_the_same_budget(gpus: int, ratio: float,
                                                                           lengths: list[int]) -> None:
     wl = model_workload(gpus=gpus, token_budget=65_536)
+    assume(sum(lengths) <= gpus * wl.token_budget)  # one pass can hold the batch (else micro-batches)
     budget = effective_budget(ratio, wl, tuple(lengths))
     nsp = get_planner("nsp", token_balance_ratio=ratio).plan(batch_of(lengths), wl)
-    same_budget = model_workload(gpus=gpus, token_budget=budget)
-    static = []
-    for d in same_budget.tree.degrees:
-        try:
-            plan = get_planner("static", degree=d).plan(batch_of(lengths), same_budget)
-        except ValueError:
-            continue
-        if plan.num_micro_batches == 1:
-            static.append(guarantee_score(plan, wl, budget))
+    static = static_scores(lengths, model_workload(gpus=gpus, token_budget=budget), wl, budget)
     assert nsp.num_micro_batches == 1
     if static:  # Load, or Load + estimated recomputation on a memory-bound batch (same memory for both)
         assert guarantee_score(nsp, wl, budget) <= min(static) * (1 + 1e-12)

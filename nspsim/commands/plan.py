@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from nspsim.cli import add_workload_args, emit, output_file, workload_config
+from nspsim.cli import add_workload_args, emit, non_negative_int, output_file, workload_config
 from nspsim.config import build_workload
 from nspsim.options import parse_options
 from nspsim.plan import Plan
@@ -76,22 +76,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _batch_index(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``plan``."""
     cmd = sub.add_parser("plan", help="route one batch with a planner and summarise the plan")
     cmd.add_argument("--planner", default="nsp", choices=PLANNER_NAMES, help="planner name (default nsp)")
     add_workload_args(cmd)
-    cmd.add_argument("--batch-index", type=_batch_index, default=0, help="which batch of the trace (default 0)")
+    cmd.add_argument("--batch-index", type=non_negative_int, default=0, help="which batch of the trace (default 0)")
     cmd.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
                      help="planner option, repeatable (e.g. beam_width=8, degree=16, time_limit=1)")
     cmd.add_argument("-o", "--output", default=None, help="write the plan JSON here (and .config.json beside it)")

@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from nspsim.batching import Batch
 from nspsim.config import Workload

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from nspsim.cost_model import CostModel
 from nspsim.memory import MemoryModel
-from nspsim.planners.proxy import CostTable
+from nspsim.planners.proxy import CostTable, ProxyLoad
 from nspsim.recompute import save_node
 from nspsim.simulator.work import recompute_phases
 from nspsim.sp_tree import Node
@@ -36,16 +36,22 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+def selected_loads(table: CostTable, select: IntArray, degrees: IntArray, firsts: IntArray) -> ProxyLoad:
+    """Proxy stage times and tokens per GPU of the selected samples on ``(degrees, firsts)``
+    (``degrees[i]``/``firsts[i]`` belong to sample ``select[i]``)."""
+    full_deg = np.zeros(table.num_samples, dtype=np.int64)
+    full_first = np.zeros(table.num_samples, dtype=np.int64)
+    mask = np.zeros(table.num_samples, dtype=bool)
+    full_deg[select], full_first[select], mask[select] = degrees, firsts, True
+    return table.evaluate(full_deg, full_first, mask)
+
+
 def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select: IntArray,
-                  degrees: IntArray, firsts: IntArray) -> FloatArray:
+                  degrees: IntArray, firsts: IntArray, tokens: FloatArray) -> FloatArray:
     """Seconds of recomputation per GPU if the selected samples run on ``(degrees, firsts)`` (one
-    micro-batch; ``degrees[i]``/``firsts[i]`` belong to sample ``select[i]``)."""
+    micro-batch) with ``tokens`` sharded tokens per GPU (``selected_loads(...).tokens``)."""
     gpus = table.tree.num_gpus
     lengths = table.lengths[select].astype(np.float64)
-    tokens = np.zeros(gpus)
-    for d in np.unique(degrees).tolist():
-        at = degrees == d
-        tokens += np.repeat(np.bincount(firsts[at] // d, weights=lengths[at] / d, minlength=gpus // d), d)
     free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
     remat = np.zeros(gpus)
     order = np.lexsort((firsts, -degrees))
@@ -65,10 +71,6 @@ def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select
 def remat_aware_load(table: CostTable, memory: MemoryModel, cost: CostModel, select: IntArray,
                      degrees: IntArray, firsts: IntArray) -> float:
     """max_p D_p^fwd + max_p (D_p^bwd + R_p) of the selected samples on ``(degrees, firsts)``."""
-    full_deg = np.zeros(table.num_samples, dtype=np.int64)
-    full_first = np.zeros(table.num_samples, dtype=np.int64)
-    mask = np.zeros(table.num_samples, dtype=bool)
-    full_deg[select], full_first[select], mask[select] = degrees, firsts, True
-    loads = table.evaluate(full_deg, full_first, mask)
-    extra = remat_per_gpu(table, memory, cost, select, degrees, firsts)
+    loads = selected_loads(table, select, degrees, firsts)
+    extra = remat_per_gpu(table, memory, cost, select, degrees, firsts, loads.tokens)
     return float(loads.d_fwd.max() + (loads.d_bwd + extra).max())
