@@ -71,8 +71,7 @@ class Executor:
                 self.members.setdefault(task.coll.cid, []).append(task)
         for coll in self.prog.collectives:
             coll.on_done = self._collective_done
-        for queues in self.prog.queues:
-            self._ready.extend(tasks[0] for tasks in queues if tasks and tasks[0].deps_left == 0)
+        self._ready.extend(head for head in self.prog.heads if head is not None and head.deps_left == 0)
         self._drain()
         self.env.run()
         self._check_finished()
@@ -80,18 +79,18 @@ class Executor:
     # ---- resolution ------------------------------------------------------------------------------
     def _drain(self) -> None:
         """Issue every ready task; kernels finish at once (their end is known)."""
-        ready = self._ready
+        ready, free = self._ready, self.free
         while ready:
             task = ready.pop()
-            task.issue = task.ready_at
-            if task.queue == COMPUTE and task.issue > self.free[task.gpu] + _EPS:
-                self._charge_gap(task.gpu, task.seg, self.free[task.gpu], task.issue, task.ready_by)
+            issue = task.issue = task.ready_at
+            if task.queue == COMPUTE and issue > free[task.gpu] + _EPS:
+                self._charge_gap(task.gpu, task.seg, free[task.gpu], issue, task.ready_by)
             if task.coll is None:
-                task.start = task.issue
-                task.end = task.issue + task.dur
+                task.start = issue
+                task.end = issue + task.dur
                 self._finish(task)
             else:
-                self._arrive(task.coll, task.issue)
+                self._arrive(task.coll, issue)
 
     def _arrive(self, coll: Collective, issue: float) -> None:
         coll.arrived += 1
@@ -109,13 +108,19 @@ class Executor:
         self._drain()
 
     def _finish(self, task: Task) -> None:
-        """``task``'s end is known: release its waiters and its queue successor."""
+        """``task``'s end is known: release its waiters and its queue successor (:func:`_note_input`,
+        inlined: this loop runs once per dependency edge)."""
         end, ready = task.end, self._ready
         if task.queue == COMPUTE:
             self.free[task.gpu] = end
         for waiter in task.waiters:
             waiter.deps_left -= 1
-            _note_input(waiter, task)
+            blocker = waiter.ready_by
+            if (blocker is None or end > waiter.ready_at + TIE_S
+                    or (end >= waiter.ready_at - TIE_S and task.order < blocker.order)):
+                waiter.ready_by = task
+            if end > waiter.ready_at:
+                waiter.ready_at = end
             if waiter.deps_left == 0 and waiter.head:
                 ready.append(waiter)
         nxt = task.next

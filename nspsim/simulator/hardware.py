@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import simpy
 
 from nspsim.cluster_spec import ClusterSpec
@@ -67,7 +66,8 @@ class Fabric:
 
     def __init__(self, env: simpy.Environment, num_gpus: int) -> None:
         self.env = env
-        self.load = (np.zeros(num_gpus), np.zeros(num_gpus))
+        # Plain lists: most collectives span a few ranks, where slicing a list beats numpy's per-call cost.
+        self.load: tuple[list[float], list[float]] = ([0.0] * num_gpus, [0.0] * num_gpus)
         self.active: tuple[set[Collective], set[Collective]] = (set(), set())
         self.events = 0
 
@@ -108,13 +108,15 @@ class Fabric:
     def _add_load(self, coll: Collective, sign: float) -> list[int]:
         """Add (or remove) ``coll``'s port shares; return the port kinds that are oversubscribed."""
         changed = []
+        first, end = coll.first, coll.end
         for kind, share in enumerate(coll.shares):
             if share <= 0:
                 continue
-            block = self.load[kind][coll.first:coll.end]
-            before = float(block.max())
-            block += sign * share
-            if max(before, float(block.max())) > 1 + _EPS:
+            load, delta = self.load[kind], sign * share
+            before = max(load[first:end])
+            for g in range(first, end):
+                load[g] += delta
+            if max(before, max(load[first:end])) > 1 + _EPS:
                 changed.append(kind)
             if sign > 0:
                 self.active[kind].add(coll)
@@ -134,7 +136,7 @@ class Fabric:
         worst = 1.0
         for kind, share in enumerate(coll.shares):
             if share > 0:
-                worst = max(worst, float(self.load[kind][coll.first:coll.end].max()))
+                worst = max(worst, max(self.load[kind][coll.first:coll.end]))
         return 1.0 / worst
 
     def _set_rate(self, coll: Collective, rate: float) -> None:

@@ -23,6 +23,7 @@ from nspsim.simulator.hardware import Collective
 
 COMPUTE, SP, AG, RS = 0, 1, 2, 3
 QUEUE_NAMES = ("compute", "sp-comm", "fsdp-allgather", "fsdp-reducescatter")
+_NUM_QUEUES = len(QUEUE_NAMES)
 
 CAT = {name: i for i, name in enumerate(BREAKDOWN_CATEGORIES)}
 ATTN_FWD, ATTN_REMAT, ATTN_BWD, NON_ATTN = CAT["attn_fwd"], CAT["attn_remat"], CAT["attn_bwd"], CAT["non_attn"]
@@ -71,12 +72,15 @@ class Program:
 
     num_gpus: int
     tasks: list[Task] = field(default_factory=list)
-    queues: list[list[list[Task]]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    heads: list[Task | None] = field(default_factory=list)
+    """First task of every queue, indexed ``gpu * len(QUEUE_NAMES) + queue`` (``None``: empty queue)."""
+    _tails: list[Task | None] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self.queues = [[[] for _ in QUEUE_NAMES] for _ in range(self.num_gpus)]
+        self.heads = [None] * (self.num_gpus * len(QUEUE_NAMES))
+        self._tails = list(self.heads)
 
     def segment(self, kind: str, micro_batch: int, layer: int = -1) -> int:
         """Open a new segment and return its id."""
@@ -85,14 +89,17 @@ class Program:
 
     def add(self, task: Task) -> Task:
         """Append ``task`` to its queue (creation order is queue order)."""
-        task.order = len(self.tasks)
-        self.tasks.append(task)
-        queue = self.queues[task.gpu][task.queue]
-        if queue:
-            queue[-1].next = task
-        else:
+        tasks, tails = self.tasks, self._tails
+        task.order = len(tasks)
+        tasks.append(task)
+        key = task.gpu * _NUM_QUEUES + task.queue
+        tail = tails[key]
+        if tail is None:
             task.head = True
-        queue.append(task)
+            self.heads[key] = task
+        else:
+            tail.next = task
+        tails[key] = task
         return task
 
     def kernel_time(self, num_categories: int) -> np.ndarray:
