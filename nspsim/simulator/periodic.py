@@ -10,7 +10,8 @@ task issues, starts and ends exactly ``shift`` after the same task of the layer 
 a pass disturbs the last few layers through transfers that overlap later layers, so the run must
 reach past r), and then treats the L-layer step as the n-layer step with layer r repeated L - n + 1
 times: later tasks move by (L - n) * shift, and the time accounts of layer r count L - n more times.
-If no layer repeats (or noise is on), the simulator runs all L layers instead.
+If no layer repeats (or noise is on), the simulator runs all L layers instead; it skips the short run
+when :func:`settling_layers` estimates that unequal GPUs would still be drifting apart at its end.
 
 Trade-off: exact (to ``TOLERANCE_S``) only when the regime is reached within ``n`` layers, which the
 check verifies on the simulated layers; tests compare extrapolated against full simulations.
@@ -18,11 +19,13 @@ check verifies on the simulated layers; tests compare extrapolated against full 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from nspsim.simulator.program import Program
+from nspsim.simulator.work import MicroBatchWork, StepWork
 
 TOLERANCE_S = 1e-9
 
@@ -103,3 +106,61 @@ def shifts(repeats: list[Repeat], num_segments: int) -> np.ndarray:
     for rep in repeats:
         out[rep.segment + 1:] += rep.copies * rep.shift
     return out
+
+
+def settling_layers(work: StepWork, prefetch: int) -> float:
+    """Rough number of layers before the slowest coupled GPUs pace every other one (``inf``: never).
+
+    Used only to decide whether a short simulation is worth trying (:func:`find_repeats` still verifies
+    every repeat). GPUs joined by a tree node's collective or an expert-parallel group form a coupled
+    cluster, which moves at the pace of its busiest member's per-layer kernels ``c``. FSDP gathers of
+    ``a`` seconds, issued ``prefetch`` = d layers ahead, hold every cluster within ``d * lam - a`` of
+    the slowest (period ``lam``); a faster cluster gains ``lam - max(c, a)`` per layer until that lead
+    is used up, and only then can every layer repeat by one shift. Without gathers nothing couples
+    the clusters, so unequal paces never settle. Paces within ``TOLERANCE_S`` per layer count as equal,
+    as they do for :func:`find_repeats`.
+    """
+    a, worst = work.fsdp.allgather, 0.0
+    for mbw in work.micro_batches:
+        for backward in (False, True):
+            rates = _cluster_rates(mbw, work.ep_units, backward)
+            lam = max(a, *rates)
+            faster = [lam - max(c, a) for c in rates if lam - max(c, a) > TOLERANCE_S]
+            if not faster:
+                continue
+            if a <= 0:
+                return math.inf
+            worst = max(worst, max(prefetch * lam - a, 0.0) / min(faster))
+    return worst
+
+
+def _cluster_rates(mbw: MicroBatchWork, ep_units: tuple[tuple[int, int], ...], backward: bool) -> list[float]:
+    """Per coupled cluster of units, the per-layer kernel time of its busiest member."""
+    busy = [_unit_busy(mbw, u, backward) for u in range(len(mbw.chains))]
+    cluster = list(range(len(busy)))  # union-find over contiguous unit ranges
+    ranges = [r for nw, r in zip(mbw.nodes, mbw.node_units) if nw.node.degree > 1] + list(ep_units)
+
+    def root(u: int) -> int:
+        while cluster[u] != u:
+            cluster[u] = cluster[cluster[u]]
+            u = cluster[u]
+        return u
+
+    for first, end in ranges:
+        for u in range(first + 1, end):
+            cluster[root(u)] = root(first)
+    rates: dict[int, float] = {}
+    for u, t in enumerate(busy):
+        r = root(u)
+        rates[r] = max(rates.get(r, 0.0), t)
+    return list(rates.values())
+
+
+def _unit_busy(mbw: MicroBatchWork, unit: int, backward: bool) -> float:
+    """Seconds of one layer's compute-queue work of ``unit`` in one pass (kernels and EP all-to-alls)."""
+    na = mbw.non_attn[unit]
+    if not backward:
+        return na.fwd_compute + na.fwd_comm + sum(mbw.nodes[i].fwd.compute for i in mbw.chains[unit])
+    nodes = [mbw.nodes[i] for i in mbw.chains[unit]]
+    redo = sum(nw.remat.compute for nw in nodes if nw.remat is not None)
+    return na.bwd_compute + na.bwd_comm + redo + sum(nw.bwd.compute for nw in nodes)

@@ -6,8 +6,9 @@ here); price the plan's work with the cost model (:mod:`~nspsim.simulator.work`)
 program (:mod:`~nspsim.simulator.step_model`) with a few decoder layers, GPUs with identical
 programs merged into one unit (:func:`~nspsim.simulator.work.reduce_to_units`); run it on a fresh
 SimPy clock (:mod:`~nspsim.simulator.executor`); extrapolate the repeated layers exactly
-(:mod:`~nspsim.simulator.periodic`) or, if no layer repeats yet, rerun with twice the layers and
-finally with every layer.
+(:mod:`~nspsim.simulator.periodic`) or, if no layer repeats within ``sim_layers``, rerun with every
+layer. The short run is skipped when the GPUs cannot settle into one pace within it
+(:func:`~nspsim.simulator.periodic.settling_layers`), as on every default workload.
 
 The simulator owns its options and its random seed; every call builds its own clock, ids and
 generator (seeded by the simulator's seed and the plan's content hash), so results are
@@ -35,7 +36,7 @@ from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator.activation import ActivationPlan, plan_activations
 from nspsim.simulator.executor import Executor
-from nspsim.simulator.periodic import Repeat, find_repeats
+from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
 from nspsim.simulator.step_model import MODES, CollectiveFactory, StepModel
@@ -132,7 +133,7 @@ class Simulator:
         work = step_work(plan, self.cost, self.model, self.training, act.remat)
         if self.options.symmetry and self.options.jitter == 0:
             work = reduce_to_units(work)
-        for layers in self._layer_schedule():
+        for layers in self._layer_schedule(work):
             program, ex = self._run(work, layers, plan)
             repeats = find_repeats(program, self.model.num_layers, layers, self._repeat_window())
             if repeats is not None:
@@ -153,15 +154,19 @@ class Simulator:
         the FSDP gathers run d > 1 layers ahead (their issue times carry state that far)."""
         return max(4, self.training.fsdp_prefetch_layers + 3)
 
-    def _layer_schedule(self) -> list[int]:
-        """Layer counts to try: ``sim_layers``, then every layer. (A middle attempt at twice
-        ``sim_layers`` never found a periodic layer on the default workloads once FSDP gathers became
-        cheap enough not to pace every group: groups of unequal work then run at their own rates for
-        dozens of layers; it cost 50% extra per step, docs/simulator.md.)"""
+    def _layer_schedule(self, work: StepWork) -> list[int]:
+        """Layer counts to try: ``sim_layers``, then every layer. The short attempt is skipped when
+        :func:`~nspsim.simulator.periodic.settling_layers` says the GPUs cannot settle into one pace
+        within it: groups of unequal work that FSDP gathers do not pace run at their own rates for
+        dozens of layers (every default 64- and 1024-GPU workload), and the attempt only adds 25-50%
+        (docs/simulator.md). A middle attempt at twice ``sim_layers`` was dropped for the same reason."""
         total, opts = self.model.num_layers, self.options
-        if not opts.extrapolate or opts.jitter > 0:
+        if not opts.extrapolate or opts.jitter > 0 or opts.sim_layers >= total:
             return [total]
-        return sorted({min(opts.sim_layers, total), total})
+        prefetch = 0 if opts.mode == "serial" else self.training.fsdp_prefetch_layers
+        if settling_layers(work, prefetch) > opts.sim_layers - self._repeat_window():
+            return [total]
+        return [opts.sim_layers, total]
 
     def _run(self, work: StepWork, layers: int, plan: Plan) -> tuple[Program, Executor]:
         rng = np.random.default_rng([self.seed, int(plan.content_hash, 16) % (1 << 63)])

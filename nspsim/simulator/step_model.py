@@ -176,6 +176,7 @@ class MicroBatchModel:
         self.seg_fwd = [prog.segment("fwd", m, layer) for layer in range(self.n)]
         self.seg_head = prog.segment("head", m)
         self.seg_bwd = {layer: prog.segment("bwd", m, layer) for layer in reversed(range(self.n))}
+        self._names: dict[tuple[str, int], str] = {}
 
     def build(self) -> list[Deps]:
         """Create every task of the micro-batch; return what the optimizer must wait for, per GPU."""
@@ -280,16 +281,24 @@ class MicroBatchModel:
         node = nw.node
         if node.degree <= 1 or seconds <= 0:
             return {}
-        return self.s.collective(f"{what} {node}", self.mbw.node_units[i], node.degree, seconds, "a2a", SP, cat, seg,
-                                 deps)
+        return self.s.collective(self._name(what, i), self.mbw.node_units[i], node.degree, seconds, "a2a", SP, cat,
+                                 seg, deps)
 
     def _node_compute(self, p: Pass, i: int, nw: NodeWork, seg: int, pro: dict[int, Task],
                       inputs: Callable[[int], Deps], last_pro: dict[int, Task]) -> dict[int, Task]:
-        out = {}
+        out, name, seconds, compute = {}, self._name(f"attn {p.label}", i), p.phases.compute, self.s.compute
         for g in range(*self.mbw.node_units[i]):
             deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]
-            out[g] = self.s.compute(g, p.phases.compute, p.compute_cat, seg, f"attn {p.label} {nw.node}", deps)
+            out[g] = compute(g, seconds, p.compute_cat, seg, name, deps)
         return out
+
+    def _name(self, what: str, i: int) -> str:
+        """``what`` followed by node i's name, formatted once per micro-batch (every layer reuses it)."""
+        key = (what, i)
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = f"{what} {self.mbw.nodes[i].node}"
+        return name
 
     @staticmethod
     def _after_compute(comps: dict[int, Task], last_comp: dict[int, Task]) -> Callable[[int], Deps]:
