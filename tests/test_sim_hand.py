@@ -225,6 +225,28 @@ def test_fsdp_prefetch_depth_is_honoured(prefetch: int, expected_ms: float, expo
     assert result.breakdown_s["fsdp_exposed_comm"] == pytest.approx(exposed_ms * 1e-3, rel=REL)
 
 
+def test_a_late_gpu_makes_every_other_gpu_wait_for_the_fsdp_gathers() -> None:
+    # 2 layers, gathers of 1 ms issued once the layer before is done (no prefetch); non-attention 1 us per
+    # token, GPU 0 holds 2000 tokens (2 ms forward, 4 backward), the others 1000 (1 ms, 2). Gathers run
+    # 0-1, 3-4 (issued at 2 by GPUs 1-7, at 3 by GPU 0), 6-7 (bwd, issued at 5 / 6), 11-12 (at 9 / 11);
+    # GPU 0 ends at 16 ms, the others at 14 and wait 1 + 1 + 2 ms for gathers plus 2 ms at the end.
+    setup = Setup(StubCost(layers=2, nonattn=1e-6, allgather=1e-3), training=TrainingSpec(fsdp_prefetch_layers=0))
+    plan = setup.plan([Node(1, g) for g in range(8)], [2000] + [1000] * 7, spmax=8)
+    result = setup.simulator(timeline=True, extrapolate=False).simulate(plan)
+    assert result.step_time_s == pytest.approx(16e-3, rel=REL) and result.critical_gpu == 0
+    table = {k: result.per_gpu_breakdown_s[:, i] for i, k in enumerate(BREAKDOWN_CATEGORIES)}
+    assert table["comm_wait"] == pytest.approx([0.0] + [6e-3] * 7, abs=1e-15)
+    assert table["fsdp_exposed_comm"] == pytest.approx([4e-3] * 8, rel=REL)
+    assert table["non_attn"] == pytest.approx([12e-3] + [6e-3] * 7, rel=REL)
+    for gpu in range(8):
+        waits = [(e.start, e.end) for e in result.timeline if e.gpu == gpu and e.track == "fsdp-allgather"
+                 and e.category == "comm_wait"]
+        spans = [(e.start, e.end) for e in result.timeline if e.gpu == gpu and e.track == "fsdp-allgather"
+                 and e.category == "fsdp_exposed_comm"]
+        assert waits == ([] if gpu == 0 else [pytest.approx(w, rel=REL) for w in ((2e-3, 3e-3), (5e-3, 6e-3), (9e-3, 11e-3))])
+        assert spans == [pytest.approx(s, rel=REL) for s in ((0.0, 1e-3), (3e-3, 4e-3), (6e-3, 7e-3), (11e-3, 12e-3))]
+
+
 @dataclass(frozen=True)
 class MoeStubCost(StubCost):
     """StubCost plus an expert-parallel all-to-all of ``ep_comm`` seconds per token (fwd; twice bwd)."""

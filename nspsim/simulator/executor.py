@@ -27,10 +27,9 @@ import simpy
 
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator.hardware import Collective, Fabric
-from nspsim.simulator.program import COMM_WAIT, COMPUTE, OTHER, Program, Task
+from nspsim.simulator.program import COMM_WAIT, COMPUTE, OTHER, SHARED, TIE_S, Program, SharedTask, Task
 
 _EPS = 1e-15
-TIE_S = 1e-12
 
 
 def _note_input(task: Task, done: Task) -> None:
@@ -55,7 +54,6 @@ class Executor:
         self.fabric = Fabric(self.env, program.num_gpus)
         self.charges: list[tuple[int, int, int, float]] = []
         self.free = [0.0] * program.num_gpus
-        self.members: dict[int, list[Task]] = {}
         self.blame: list[tuple[int, int, int, float, float]] | None = [] if record_blame else None
         self._ready: list[Task] = []
 
@@ -66,9 +64,6 @@ class Executor:
 
     def run(self) -> None:
         """Execute every task; ``RuntimeError`` if some never can (a program bug)."""
-        for task in self.prog.tasks:
-            if task.coll is not None:
-                self.members.setdefault(task.coll.cid, []).append(task)
         for coll in self.prog.collectives:
             coll.on_done = self._collective_done
         self._ready.extend(head for head in self.prog.heads if head is not None and head.deps_left == 0)
@@ -78,29 +73,28 @@ class Executor:
 
     # ---- resolution ------------------------------------------------------------------------------
     def _drain(self) -> None:
-        """Issue every ready task; kernels finish at once (their end is known)."""
-        ready, free = self._ready, self.free
+        """Issue every ready task; kernels finish at once (their end is known); a collective is
+        launched when its last member arrives."""
+        ready, free, launch = self._ready, self.free, self.fabric.launch
         while ready:
             task = ready.pop()
             issue = task.issue = task.ready_at
             if task.queue == COMPUTE and issue > free[task.gpu] + _EPS:
                 self._charge_gap(task.gpu, task.seg, free[task.gpu], issue, task.ready_by)
-            if task.coll is None:
+            coll = task.coll
+            if coll is None:
                 task.start = issue
                 task.end = issue + task.dur
                 self._finish(task)
-            else:
-                self._arrive(task.coll, issue)
-
-    def _arrive(self, coll: Collective, issue: float) -> None:
-        coll.arrived += 1
-        if issue > coll.start:
-            coll.start = issue
-        if coll.arrived == coll.end - coll.first:
-            self.fabric.launch(coll, coll.start)
+                continue
+            coll.arrived += 1
+            if issue > coll.start:
+                coll.start = issue
+            if coll.arrived == coll.members:
+                launch(coll, coll.start)
 
     def _collective_done(self, coll: Collective) -> None:
-        for task in self.members[coll.cid]:
+        for task in self.prog.members[coll.cid]:
             task.start, task.end = coll.start, coll.finish
             if task.queue == COMPUTE:
                 self._charge_blocking(task, coll)
@@ -138,11 +132,16 @@ class Executor:
     def _charge_gap(self, gpu: int, seg: int, a: float, b: float, blocker: Task | None) -> None:
         """Charge the idle interval [a, b] of ``gpu``'s compute queue along the blocking chain."""
         while b > a + _EPS and blocker is not None and blocker.coll is not None:
-            for cat, lo in ((blocker.cat, max(a, blocker.coll.start)), (COMM_WAIT, max(a, blocker.issue))):
-                if b > lo:
-                    self._charge(gpu, seg, cat, lo, b)
-                    b = lo
-            blocker = blocker.ready_by
+            lo = blocker.coll.start if blocker.coll.start > a else a  # its transfer (and latency)
+            if b > lo:
+                self._charge(gpu, seg, blocker.cat, lo, b)
+                b = lo
+            issue, by = blocker.unit_issue(gpu) if isinstance(blocker, SharedTask) else (blocker.issue, blocker.ready_by)
+            lo = issue if issue > a else a  # issued, waiting for the other members
+            if b > lo:
+                self._charge(gpu, seg, COMM_WAIT, lo, b)
+                b = lo
+            blocker = by
         if b > a + _EPS:
             self._charge(gpu, seg, OTHER, a, b)
 
@@ -169,10 +168,12 @@ class Executor:
             task.ready_by = task.next = None
         for coll in self.prog.collectives:
             coll.on_done = None
-        self.members.clear()
+        for members in self.prog.members:
+            members.clear()
 
     def _check_finished(self) -> None:
         for task in self.prog.tasks:
             if task.end < 0:
-                raise RuntimeError(f"simulation deadlocked: GPU {task.gpu} never ran {task.name!r} "
+                where = "the GPUs" if task.gpu == SHARED else f"GPU {task.gpu}"
+                raise RuntimeError(f"simulation deadlocked: {where} never ran {task.name!r} "
                                    "(a step-model bug; please report)")

@@ -4,8 +4,10 @@ Each GPU has four FIFO queues: ``COMPUTE`` (kernels; a blocking collective such 
 all-to-all also sits here), ``SP`` (sequence-parallel collectives and the layout change), ``AG``
 (FSDP parameter all-gathers) and ``RS`` (FSDP gradient reduce-scatters). A task starts when it is at
 the head of its queue and every task it depends on has finished. A collective has one member task
-in the right queue of every member GPU. Every queue's order is the restriction of one global
-creation order, so no two GPUs can wait on each other's collectives in opposite orders (no deadlock).
+in the right queue of every member GPU, except FSDP collectives outside serial mode, whose queues
+hold nothing else: there one :class:`SharedTask` stands for every GPU's member (otherwise about a
+third of a nested plan's tasks). Every queue's order is the restriction of one global creation
+order, so no two GPUs can wait on each other's collectives in opposite orders (no deadlock).
 
 Tasks carry the breakdown category of their time (compute kinds, or the exposed-communication kind
 of a collective) and the *segment* (micro-batch stage or layer) they belong to, so the step's time
@@ -24,6 +26,8 @@ from nspsim.simulator.hardware import Collective
 COMPUTE, SP, AG, RS = 0, 1, 2, 3
 QUEUE_NAMES = ("compute", "sp-comm", "fsdp-allgather", "fsdp-reducescatter")
 _NUM_QUEUES = len(QUEUE_NAMES)
+SHARED = -1  # the ``gpu`` of a :class:`SharedTask`: it stands for every unit
+TIE_S = 1e-12  # inputs ending this close tie (see ``executor._note_input``)
 
 CAT = {name: i for i, name in enumerate(BREAKDOWN_CATEGORIES)}
 ATTN_FWD, ATTN_REMAT, ATTN_BWD, NON_ATTN = CAT["attn_fwd"], CAT["attn_remat"], CAT["attn_bwd"], CAT["non_attn"]
@@ -57,6 +61,34 @@ class Task:
         self.head = False  # whether every earlier task of the queue has a known end
 
 
+class SharedTask(Task):
+    """One task standing for every unit's member of a collective over all units, in a queue that holds
+    nothing else (the FSDP all-gather and reduce-scatter queues outside serial mode). Every unit's member
+    would wait for that unit's dependencies (``unit_deps[u]``) and for the previous collective of the queue
+    (``prev``), and all would end together; one task does the same work with one object instead of one
+    per unit, and :meth:`unit_issue` recovers what unit u's member would have recorded.
+    """
+
+    __slots__ = ("unit_deps", "prev")
+
+    def __init__(self, queue: int, cat: int, seg: int, name: str, coll: Collective,
+                 unit_deps: list[list[Task | None]], prev: SharedTask | None) -> None:
+        super().__init__(SHARED, queue, cat, seg, name, 0.0, coll, [d for deps in unit_deps for d in deps])
+        self.unit_deps, self.prev = unit_deps, prev
+
+    def unit_issue(self, unit: int) -> tuple[float, Task | None]:
+        """When unit ``unit``'s member would have been issued, and which input held it back (the latest of
+        its dependencies and the previous collective; a tie goes to the earlier-created, as in the executor)."""
+        issue, by = 0.0, None
+        for done in (*self.unit_deps[unit], self.prev):
+            if done is None:
+                continue
+            if by is None or done.end > issue + TIE_S or (done.end >= issue - TIE_S and done.order < by.order):
+                by = done
+            issue = max(issue, done.end)
+        return issue, by
+
+
 @dataclass(frozen=True, kw_only=True)
 class Segment:
     """A stage of the step: ``kind`` in pre/fwd/head/bwd/opt, its micro-batch and layer."""
@@ -74,12 +106,15 @@ class Program:
     tasks: list[Task] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    members: list[list[Task]] = field(default_factory=list)
+    """Member tasks of every collective, by collective id."""
     heads: list[Task | None] = field(default_factory=list)
-    """First task of every queue, indexed ``gpu * len(QUEUE_NAMES) + queue`` (``None``: empty queue)."""
+    """First task of every queue, indexed ``gpu * len(QUEUE_NAMES) + queue``, then the shared queues
+    (``None``: empty queue)."""
     _tails: list[Task | None] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self.heads = [None] * (self.num_gpus * len(QUEUE_NAMES))
+        self.heads = [None] * ((self.num_gpus + 1) * len(QUEUE_NAMES))
         self._tails = list(self.heads)
 
     def segment(self, kind: str, micro_batch: int, layer: int = -1) -> int:
@@ -92,7 +127,7 @@ class Program:
         tasks, tails = self.tasks, self._tails
         task.order = len(tasks)
         tasks.append(task)
-        key = task.gpu * _NUM_QUEUES + task.queue
+        key = (task.gpu if task.gpu != SHARED else self.num_gpus) * _NUM_QUEUES + task.queue
         tail = tails[key]
         if tail is None:
             task.head = True
@@ -100,7 +135,17 @@ class Program:
         else:
             tail.next = task
         tails[key] = task
+        if task.coll is not None:
+            self.members[task.coll.cid].append(task)
         return task
+
+    def add_collective(self, coll: Collective) -> Collective:
+        """Register ``coll`` (its id must be the next one); its member tasks are added with :meth:`add`."""
+        if coll.cid != len(self.collectives):
+            raise ValueError(f"collective id {coll.cid} is not the next one ({len(self.collectives)})")
+        self.collectives.append(coll)
+        self.members.append([])
+        return coll
 
     def kernel_time(self, num_categories: int) -> np.ndarray:
         """Seconds of kernels per (segment, GPU, category)."""

@@ -42,7 +42,8 @@ from nspsim.comm_model import Traffic, alltoall_traffic, ring_collective_traffic
 from nspsim.cost_model import CostModel, Phases
 from nspsim.simulator.hardware import Collective, port_shares
 from nspsim.simulator.program import (
-    AG, ATTN_BWD, ATTN_FWD, ATTN_REMAT, COMPUTE, FSDP_COMM, NON_ATTN, OTHER, RS, SP, SP_COMM, Program, Task,
+    AG, ATTN_BWD, ATTN_FWD, ATTN_REMAT, COMPUTE, FSDP_COMM, NON_ATTN, OTHER, RS, SP, SP_COMM, Program, SharedTask,
+    Task,
 )
 from nspsim.simulator.work import MicroBatchWork, NodeWork, StepWork
 
@@ -70,12 +71,13 @@ class CollectiveFactory:
         self._shares: dict[tuple[str, int], tuple[float, float]] = {}
 
     def make(self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str,
-             size: int | None = None) -> Collective:
+             size: int | None = None, members: int | None = None) -> Collective:
         """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
-        unit) taking ``seconds`` uncontended."""
+        unit) taking ``seconds`` uncontended, started once ``members`` tasks (default: one per unit) issue it."""
         size = end - first if size is None else size
         latency = min(self.cost.latency(size), seconds)
-        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
+        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size),
+                          members)
 
     def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
         key = (pattern, size)
@@ -100,6 +102,7 @@ class StepModel:
         self.U = work.num_units
         self.prog = Program(self.U)
         self.last_compute: PerGpu = [None] * self.U
+        self._last_shared: dict[int, SharedTask] = {}
 
     @property
     def serial(self) -> bool:
@@ -138,8 +141,8 @@ class StepModel:
                    cat: int, seg: int, deps: Callable[[int], Deps]) -> dict[int, Task]:
         """A collective of ``size`` ranks over units ``range(*units)``; one member task per unit."""
         first, end = units
-        coll = self.colls.make(len(self.prog.collectives), name, first, end, seconds, pattern, size)
-        self.prog.collectives.append(coll)
+        coll = self.prog.add_collective(self.colls.make(len(self.prog.collectives), name, first, end, seconds,
+                                                        pattern, size))
         q = self.queue(queue)
         members = {}
         for g in range(first, end):
@@ -156,13 +159,25 @@ class StepModel:
         members = self.collective(name, (0, self.U), self.work.num_gpus, seconds, pattern, queue, cat, seg, deps)
         return [members[g] for g in range(self.U)]
 
+    def fsdp(self, name: str, seconds: float, queue: int, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
+        """An FSDP collective over every GPU in its own queue: one :class:`SharedTask` for all units
+        (member tasks on the compute queue in serial mode)."""
+        if self.serial or seconds <= 0 or self.work.num_gpus <= 1:
+            return self.world(name, seconds, "ring", queue, FSDP_COMM, seg, deps)
+        coll = self.prog.add_collective(self.colls.make(len(self.prog.collectives), name, 0, self.U, seconds, "ring",
+                                                        self.work.num_gpus, members=1))
+        task = SharedTask(queue, FSDP_COMM, seg, name, coll, [deps(g) for g in range(self.U)],
+                          self._last_shared.get(queue))
+        self._last_shared[queue] = self.prog.add(task)  # type: ignore[assignment]
+        return [task] * self.U
+
     def gather(self, name: str, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
         """An FSDP parameter all-gather of one layer."""
-        return self.world(name, self.work.fsdp.allgather, "ring", AG, FSDP_COMM, seg, deps)
+        return self.fsdp(name, self.work.fsdp.allgather, AG, seg, deps)
 
     def reduce_scatter(self, name: str, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
         """An FSDP gradient reduce-scatter of one layer."""
-        return self.world(name, self.work.fsdp.reduce_scatter, "ring", RS, FSDP_COMM, seg, deps)
+        return self.fsdp(name, self.work.fsdp.reduce_scatter, RS, seg, deps)
 
 
 class MicroBatchModel:

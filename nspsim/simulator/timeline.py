@@ -20,7 +20,7 @@ import numpy as np
 
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator.periodic import Repeat, shifts
-from nspsim.simulator.program import COMPUTE, QUEUE_NAMES, Program, Task
+from nspsim.simulator.program import COMPUTE, QUEUE_NAMES, Program, SharedTask, Task
 from nspsim.simulator.results import TimelineEvent
 
 TRACKS = (*QUEUE_NAMES, "exposed")
@@ -76,13 +76,17 @@ def _raw_events(program: Program, blame: Sequence[Blame]) -> Iterator[tuple[int,
 def _task_events(task: Task) -> Iterator[tuple[int, int, str, str, str, float, float]]:
     track = QUEUE_NAMES[task.queue]
     cat = BREAKDOWN_CATEGORIES[task.cat]
-    if task.coll is None:
+    coll = task.coll
+    if coll is None:
         yield task.seg, task.gpu, track, task.name, cat, task.start, task.end
         return
-    if task.coll.start > task.issue:
-        yield task.seg, task.gpu, track, f"wait: {task.name}", "comm_wait", task.issue, task.coll.start
-    if task.queue == COMPUTE or task.end > task.coll.start:
-        yield task.seg, task.gpu, track, task.name, cat, task.coll.start, task.end
+    members = range(coll.first, coll.end) if isinstance(task, SharedTask) else (task.gpu,)
+    for unit in members:
+        issue = task.unit_issue(unit)[0] if isinstance(task, SharedTask) else task.issue
+        if coll.start > issue:
+            yield task.seg, unit, track, f"wait: {task.name}", "comm_wait", issue, coll.start
+        if task.queue == COMPUTE or task.end > coll.start:
+            yield task.seg, unit, track, task.name, cat, coll.start, task.end
 
 
 def chrome_trace(events: Iterable[TimelineEvent], *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
