@@ -45,7 +45,7 @@ from nspsim.simulator.program import (
     AG, ATTN_BWD, ATTN_FWD, ATTN_REMAT, COMPUTE, FSDP_COMM, NON_ATTN, OTHER, RS, SP, SP_COMM, Program, SharedTask,
     Task,
 )
-from nspsim.simulator.work import MicroBatchWork, NodeWork, StepWork
+from nspsim.simulator.work import MicroBatchWork, StepWork
 
 MODES = ("stream", "no-stream", "serial")
 
@@ -59,8 +59,25 @@ class Pass(NamedTuple):
     compute_cat: int
 
 
+class StagedPass(NamedTuple):
+    """One pass of one node in an attention stage, as every layer creates it: the node's units and
+    degree, its kernel, and its prologue and epilogue (0 s: none, e.g. a single-GPU node)."""
+
+    units: tuple[int, int]
+    degree: int
+    compute_s: float
+    compute_cat: int
+    comm_cat: int
+    pro_s: float
+    epi_s: float
+    pro_name: str
+    epi_name: str
+    compute_name: str
+
+
 Deps = list[Task | None]
 PerGpu = list[Task | None]
+_NO_TASKS: dict[int, Task] = {}  # shared and never modified: a pass without that collective
 
 
 class CollectiveFactory:
@@ -191,7 +208,7 @@ class MicroBatchModel:
         self.seg_fwd = [prog.segment("fwd", m, layer) for layer in range(self.n)]
         self.seg_head = prog.segment("head", m)
         self.seg_bwd = {layer: prog.segment("bwd", m, layer) for layer in reversed(range(self.n))}
-        self._names: dict[tuple[str, int], str] = {}
+        self._stages: dict[str, list[StagedPass]] = {}
 
     def build(self) -> list[Deps]:
         """Create every task of the micro-batch; return what the optimizer must wait for, per GPU."""
@@ -266,54 +283,55 @@ class MicroBatchModel:
         """One attention stage ("fwd" or "bwd"); returns each GPU's last task of the stage (its last
         epilogue, else ``None``). In backward a recompute-marked node first re-sends its Q, K, V and
         reruns its forward kernel (:data:`REMAT`) right before its own backward phases."""
-        staged = self._staged_passes(phase)
-        pros = [self._node_comm(f"{p.label} pro", i, nw, p.phases.prologue, p.comm_cat, seg, inputs)
-                for i, nw, p in staged]
+        staged = self._stage(phase)
+        pros = [self._node_comm(sp, sp.pro_name, sp.pro_s, seg, inputs) for sp in staged]
         stream = self.s.mode == "stream"
         last_pro = self._last_per_gpu(pros) if not stream else {}
-        comps = [self._node_compute(p, i, nw, seg, pro, inputs, last_pro) for (i, nw, p), pro in zip(staged, pros)]
+        comps = [self._node_compute(sp, seg, pro, inputs, last_pro) for sp, pro in zip(staged, pros)]
         last_comp = self._last_per_gpu(comps) if not stream else {}
-        epis = [self._node_comm(f"{p.label} epi", i, nw, p.phases.epilogue, p.comm_cat, seg,
-                                self._after_compute(comp, last_comp)) for (i, nw, p), comp in zip(staged, comps)]
+        epis = [self._node_comm(sp, sp.epi_name, sp.epi_s, seg, self._after_compute(comp, last_comp))
+                for sp, comp in zip(staged, comps)]
         last_epi = self._last_per_gpu(epis)
         return [last_epi.get(g) for g in range(self.U)]
 
-    def _staged_passes(self, phase: str) -> list[tuple[int, NodeWork, Pass]]:
-        """The stage's passes in issue order: forward as planned; backward reversed, a marked node's
-        recompute pass right before its backward pass (as the runtime does inside the node's backward)."""
-        nodes = self.mbw.nodes
-        if phase == "fwd":
-            return [(i, nw, Pass("fwd", nw.fwd, SP_COMM, ATTN_FWD)) for i, nw in enumerate(nodes)]
-        out = []
-        for i, nw in reversed(list(enumerate(nodes))):
-            if nw.remat is not None:
-                out.append((i, nw, Pass("remat", nw.remat, ATTN_REMAT, ATTN_REMAT)))
-            out.append((i, nw, Pass("bwd", nw.bwd, SP_COMM, ATTN_BWD)))
-        return out
+    def _stage(self, phase: str) -> list[StagedPass]:
+        """The stage's passes in issue order (built once per micro-batch; every layer repeats them):
+        forward as planned; backward reversed, a marked node's recompute pass right before its backward
+        pass (as the runtime does inside the node's backward)."""
+        if phase not in self._stages:
+            nodes = self.mbw.nodes
+            if phase == "fwd":
+                passes = [(i, Pass("fwd", nw.fwd, SP_COMM, ATTN_FWD)) for i, nw in enumerate(nodes)]
+            else:
+                passes = []
+                for i, nw in reversed(list(enumerate(nodes))):
+                    if nw.remat is not None:
+                        passes.append((i, Pass("remat", nw.remat, ATTN_REMAT, ATTN_REMAT)))
+                    passes.append((i, Pass("bwd", nw.bwd, SP_COMM, ATTN_BWD)))
+            self._stages[phase] = [self._staged(i, p) for i, p in passes]
+        return self._stages[phase]
 
-    def _node_comm(self, what: str, i: int, nw: NodeWork, seconds: float, cat: int, seg: int,
+    def _staged(self, i: int, p: Pass) -> StagedPass:
+        node, comm = self.mbw.nodes[i].node, self.mbw.nodes[i].node.degree > 1
+        return StagedPass(units=self.mbw.node_units[i], degree=node.degree, compute_s=p.phases.compute,
+                          compute_cat=p.compute_cat, comm_cat=p.comm_cat,
+                          pro_s=p.phases.prologue if comm else 0.0, epi_s=p.phases.epilogue if comm else 0.0,
+                          pro_name=f"{p.label} pro {node}", epi_name=f"{p.label} epi {node}",
+                          compute_name=f"attn {p.label} {node}")
+
+    def _node_comm(self, sp: StagedPass, name: str, seconds: float, seg: int,
                    deps: Callable[[int], Deps]) -> dict[int, Task]:
-        node = nw.node
-        if node.degree <= 1 or seconds <= 0:
-            return {}
-        return self.s.collective(self._name(what, i), self.mbw.node_units[i], node.degree, seconds, "a2a", SP, cat,
-                                 seg, deps)
+        if seconds <= 0:
+            return _NO_TASKS
+        return self.s.collective(name, sp.units, sp.degree, seconds, "a2a", SP, sp.comm_cat, seg, deps)
 
-    def _node_compute(self, p: Pass, i: int, nw: NodeWork, seg: int, pro: dict[int, Task],
-                      inputs: Callable[[int], Deps], last_pro: dict[int, Task]) -> dict[int, Task]:
-        out, name, seconds, compute = {}, self._name(f"attn {p.label}", i), p.phases.compute, self.s.compute
-        for g in range(*self.mbw.node_units[i]):
+    def _node_compute(self, sp: StagedPass, seg: int, pro: dict[int, Task], inputs: Callable[[int], Deps],
+                      last_pro: dict[int, Task]) -> dict[int, Task]:
+        out, compute = {}, self.s.compute
+        for g in range(*sp.units):
             deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]
-            out[g] = compute(g, seconds, p.compute_cat, seg, name, deps)
+            out[g] = compute(g, sp.compute_s, sp.compute_cat, seg, sp.compute_name, deps)
         return out
-
-    def _name(self, what: str, i: int) -> str:
-        """``what`` followed by node i's name, formatted once per micro-batch (every layer reuses it)."""
-        key = (what, i)
-        name = self._names.get(key)
-        if name is None:
-            name = self._names[key] = f"{what} {self.mbw.nodes[i].node}"
-        return name
 
     @staticmethod
     def _after_compute(comps: dict[int, Task], last_comp: dict[int, Task]) -> Callable[[int], Deps]:
