@@ -56,6 +56,7 @@ class Executor:
         self.free = [0.0] * program.num_gpus
         self.blame: list[tuple[int, int, int, float, float]] | None = [] if record_blame else None
         self._ready: list[Task] = []
+        self._finished = 0
 
     @property
     def events(self) -> int:
@@ -105,6 +106,7 @@ class Executor:
         """``task``'s end is known: release its waiters and its queue successor (:func:`_note_input`,
         inlined: this loop runs once per dependency edge)."""
         end, ready = task.end, self._ready
+        self._finished += 1
         if task.queue == COMPUTE:
             self.free[task.gpu] = end
         for waiter in task.waiters:
@@ -172,6 +174,8 @@ class Executor:
             members.clear()
 
     def _check_finished(self) -> None:
+        if self._finished == len(self.prog.tasks):
+            return
         for task in self.prog.tasks:
             if task.end < 0:
                 where = "the GPUs" if task.gpu == SHARED else f"GPU {task.gpu}"

@@ -149,12 +149,15 @@ class Program:
 
     def kernel_time(self, num_categories: int) -> np.ndarray:
         """Seconds of kernels per (segment, GPU, category)."""
-        kernels = [t for t in self.tasks if t.coll is None]
-        index = np.array([(t.seg * self.num_gpus + t.gpu) * num_categories + t.cat for t in kernels], dtype=np.int64)
-        weights = np.array([t.dur for t in kernels])
-        size = len(self.segments) * self.num_gpus * num_categories
-        flat = np.bincount(index, weights=weights, minlength=size) if kernels else np.zeros(size)
-        return flat.reshape(len(self.segments), self.num_gpus, num_categories)
+        index, weights, gpus = [], [], self.num_gpus
+        for t in self.tasks:
+            if t.coll is None:
+                index.append((t.seg * gpus + t.gpu) * num_categories + t.cat)
+                weights.append(t.dur)
+        size = len(self.segments) * gpus * num_categories
+        flat = np.bincount(np.array(index, dtype=np.int64), weights=np.array(weights, dtype=np.float64),
+                           minlength=size) if index else np.zeros(size)
+        return flat.reshape(len(self.segments), gpus, num_categories)
 
     def layer_segments(self, kind: str, micro_batch: int) -> list[int]:
         """Segment ids of the ``kind`` ("fwd" or "bwd") layers of ``micro_batch`` in execution order."""
