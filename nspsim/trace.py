@@ -34,11 +34,12 @@ import math
 import re
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -354,7 +355,9 @@ class HistogramTrace(LengthTrace):
     def from_json(cls, path: str | Path) -> HistogramTrace:
         """Read a histogram JSON file (keys ``name``, ``source``, ``edges``, ``counts``, ``alpha``)."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = json.loads(Path(path).read_text(encoding=_encoding(Path(path))))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not readable as {exc.encoding} text ({exc.reason} at byte {exc.start})") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} line {exc.lineno}: invalid JSON ({exc.msg})") from None
         except RecursionError:
@@ -721,7 +724,8 @@ def load_trace(spec: str) -> LengthTrace:
     Files: ``.npy`` (1-D integer array), ``.csv`` (header with a ``length`` column), ``.jsonl`` (an
     object with an integer ``length`` field on every line), ``.json`` (a histogram in the
     ``nspsim-length-histogram/1`` layout), and anything else as text (one positive integer per line;
-    blank lines and ``#`` comments are skipped). Any problem raises a one-line ``ValueError``.
+    blank lines and ``#`` comments are skipped). Text formats are UTF-8, or UTF-16/32 when the file
+    starts with a byte-order mark (a UTF-8 mark is dropped). Any problem raises a one-line ``ValueError``.
     """
     if spec in BUILTIN_TRACES:
         return BUILTIN_TRACES[spec]()
@@ -765,12 +769,41 @@ def _bad_value(where: str, token: str) -> ValueError:
     return ValueError(f"{where}: {shown} is not a positive integer")
 
 
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xef\xbb\xbf", "utf-8-sig"),
+         (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
+def _encoding(path: Path) -> str:
+    """UTF-8, unless the file starts with a byte-order mark (UTF-8, UTF-16 or UTF-32, as editors and
+    spreadsheet exports on Windows write them); the codec then drops the mark."""
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    return next((codec for bom, codec in _BOMS if head.startswith(bom)), "utf-8")
+
+
+def _open_text(path: Path, newline: str | None = None) -> TextIO:
+    """``path`` opened as text in its :func:`_encoding`; undecodable bytes become U+FFFD (and then
+    fail the line they are on with a readable error)."""
+    return path.open(encoding=_encoding(path), errors="replace", newline=newline)
+
+
+@contextmanager
+def _loadtxt_source(path: Path, newline: str | None = None) -> Iterator[Path | TextIO]:
+    """What ``np.loadtxt`` should read: the path itself for plain UTF-8 (its fastest path), else the
+    file opened in its encoding."""
+    if _encoding(path) == "utf-8":
+        yield path
+        return
+    with _open_text(path, newline) as handle:
+        yield handle
+
+
 def _read_text(path: Path) -> IntArray:
     """Fast path: ``np.loadtxt`` (C parser). On any failure, ``_scan_text`` names the bad line."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _loadtxt_source(path) as source:
             warnings.simplefilter("ignore")  # loadtxt warns on empty input; emptiness is checked by the caller
-            arr = np.loadtxt(path, dtype=np.int64, comments="#", ndmin=1)
+            arr = np.loadtxt(source, dtype=np.int64, comments="#", ndmin=1)
     except (ValueError, OverflowError):
         arr = None
     if arr is None or arr.ndim != 1 or (arr.size and int(arr.min()) < 1):
@@ -781,7 +814,7 @@ def _read_text(path: Path) -> IntArray:
 
 def _scan_text(path: Path) -> None:
     """Slow path: raise for the first line that is not a single positive integer."""
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    with _open_text(path) as lines:
         for number, line in enumerate(lines, start=1):
             body = line.split("#", 1)[0].strip()
             if body and _positive_int(body) is None:
@@ -803,7 +836,7 @@ def _read_npy(path: Path) -> IntArray:
 
 def _csv_header(path: Path) -> tuple[int, int]:
     """(line number of the header, index of the ``length`` column); skips blank and ``#`` lines."""
-    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+    with _open_text(path, newline="") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip() and not line.lstrip().startswith("#"):
                 columns = [c.strip() for c in next(csv.reader([line]))]
@@ -818,9 +851,9 @@ def _csv_header(path: Path) -> tuple[int, int]:
 def _read_csv(path: Path) -> IntArray:
     header_line, column = _csv_header(path)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _loadtxt_source(path, newline="") as source:
             warnings.simplefilter("ignore")
-            arr = np.loadtxt(path, dtype=np.int64, delimiter=",", skiprows=header_line, usecols=column,
+            arr = np.loadtxt(source, dtype=np.int64, delimiter=",", skiprows=header_line, usecols=column,
                              comments="#", quotechar='"', ndmin=1)
     except (ValueError, OverflowError):
         arr = None
@@ -831,7 +864,7 @@ def _read_csv(path: Path) -> IntArray:
 
 
 def _scan_csv(path: Path, header_line: int, column: int) -> None:
-    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+    with _open_text(path, newline="") as handle:
         rows = csv.reader(handle)
         for row in rows:
             if rows.line_num <= header_line or not any(c.strip() for c in row) or row[0].lstrip().startswith("#"):
@@ -860,6 +893,6 @@ def _jsonl_length(path: Path, number: int, line: str) -> int:
 
 def _read_jsonl(path: Path) -> IntArray:
     """One ``json.loads`` per line (about 1-2 us a line). Prefer text or ``.npy`` for huge traces."""
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    with _open_text(path) as handle:
         values = [_jsonl_length(path, n, line) for n, line in enumerate(handle, start=1) if line.strip()]
     return np.asarray(values, dtype=np.int64)

@@ -431,6 +431,36 @@ def test_load_jsonl(tmp_path: Path) -> None:
             load_trace(str(path))
 
 
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize(("name", "body"), [
+    ("lens.txt", "# a comment\n10\n20\n\n30\n"),
+    ("lens.csv", 'id,"length"\n1,10\n2,20\n3,30\n'),
+    ("lens.jsonl", '{"length": 10}\n{"length": 20}\n{"length": 30}\n'),
+])
+def test_trace_files_with_a_byte_order_mark_are_read(tmp_path: Path, encoding: str, name: str, body: str) -> None:
+    """Editors and spreadsheet exports on Windows write a byte-order mark (UTF-8) or UTF-16 text."""
+    path = tmp_path / name
+    data = body.encode(encoding)
+    if encoding == "utf-16-be":
+        data = b"\xfe\xff" + data  # Python's utf-16-be writes no mark; a file from another tool has one
+    path.write_bytes(data)
+    assert load_trace(str(path)).materialize().tolist() == [10, 20, 30]
+
+
+def test_a_marked_file_still_names_its_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "lens.txt"
+    path.write_bytes("10\n2x\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"lens\.txt line 2: '2x' is not a positive integer"):
+        load_trace(str(path))
+    hist = HistogramTrace(name="h", source="s", edges=(1, 4, 10), counts=(3, 1), alpha=(-1.5, 0.25))
+    marked = tmp_path / "h.json"
+    marked.write_bytes(json.dumps(hist.to_json_dict()).encode("utf-8-sig"))
+    assert load_trace(str(marked)) == hist
+    marked.write_bytes(b"\xff\xff{}")
+    with pytest.raises(ValueError, match=r"h\.json: not readable as utf-8 text \(invalid start byte at byte 0\)"):
+        load_trace(str(marked))
+
+
 def test_large_text_file_loads_exactly(tmp_path: Path) -> None:
     lengths = np.random.default_rng(0).integers(1, 2_000_000, size=1_000_000)
     path = tmp_path / "big.txt"
