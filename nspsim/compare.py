@@ -48,6 +48,7 @@ from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.simulator.step_model import MODES
 
 DEFAULT_ITERS = 3
+MAX_ITERS = 100_000  # batches are drawn up front; 10**9 would look like a hang while memory filled
 DEFAULT_FLEXSP_TIME_LIMIT_S = 10.0  # per MILP solve (the artifact's); a safety net: FlexSP's deterministic work limit stops first
 MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
 NSP_FAMILY = ("nsp", "nsp2l", "greedy")
@@ -153,6 +154,9 @@ class CompareConfig:
         if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
             raise ValueError(f"iters must be a positive integer and first_batch an integer >= 0, got {self.iters!r} "
                              f"and {self.first_batch!r}")
+        if self.iters > MAX_ITERS:
+            raise ValueError(f"iters must be at most {MAX_ITERS:,} batches per comparison, got {self.iters:,} "
+                             "(split a longer sweep with --first-batch)")
         if self.timeline_iteration is not None and not (_is_int(self.timeline_iteration)
                                                         and 0 <= self.timeline_iteration < self.iters):
             raise ValueError(f"timeline_iteration must be None or an iteration in 0..{self.iters - 1}, "

@@ -94,6 +94,7 @@ def test_static_best_never_picks_a_degree_that_ran_out_of_memory() -> None:
     ({"timeline_iteration": 3}, "timeline_iteration must be None or an iteration in 0..2"),
     ({"iters": 2.5}, "iters must be a positive integer"),
     ({"iters": True}, "iters must be a positive integer"),
+    ({"iters": 10**9}, "iters must be at most 100,000 batches per comparison, got 1,000,000,000"),
     ({"first_batch": -1}, "first_batch an integer >= 0"),
     ({"planners": ("static-best", "nsp:beam_width=-3")}, "beam_width must be a positive integer"),
     ({"planners": ("static", "flexsp:time_limit=0")}, "time_limit must be a positive number"),
