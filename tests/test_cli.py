@@ -92,7 +92,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["inspect", "{plan}", "--gpus", "16"], "--gpus only applies with --cluster"),
         (["inspect", "{plan}", "--cluster", ""], "unknown cluster preset ''"),
         (["trace", "stats", "no/such/file.txt"], "not found"),
-        (["trace", "stats", "wikipedia", "--samples", "100000000000"], "at most 100,000,000 samples"),
+        (["trace", "stats", "wikipedia", "--samples", "100000000000"], "at most 10,000,000 samples"),
         (["info", "--model", "gpt5"], "unknown model preset 'gpt5'"),
         (["info", "--cluster", "tpu"], "unknown cluster preset 'tpu'"),
         (["info", "--gpus", "48"], "power of two"),
