@@ -85,6 +85,27 @@ def test_extrapolation_happens_and_matches_on_a_typical_nested_plan() -> None:
     assert sorted(map(key, fast.timeline)) == sorted(map(key, full.timeline))
 
 
+def test_extrapolated_timeline_of_a_later_micro_batch_matches_a_full_simulation() -> None:
+    """Micro-batch 1's token-id layout change waits for micro-batch 0 (the runtime's all-to-all is
+    blocking). It used to be issued at time 0 and wait in the SP queue, so an extrapolated timeline
+    moved its issue time (its "wait" event) by the extrapolated layers' shift (found by a review)."""
+    setup = Setup(StubCost(layers=24, lat=1e-5, pro=1e-7, comp=1e-10, nonattn=1e-6, allgather=5e-4, optimizer=1e-4),
+                  num_gpus=16, training=TrainingSpec(fsdp_prefetch_layers=0))
+    plan = setup.plan([Node(2, 4), Node(2, 4), Node(1, 11), Node(2, 0), Node(2, 2), Node(2, 7), Node(8, 0)],
+                      [2413, 5550, 5777, 4613, 3948, 1850, 578], spmax=8, micro_batches=[0, 1, 0, 1, 0, 0, 1])
+    fast = setup.simulator(timeline=True, symmetry=False).simulate(plan)
+    full = setup.simulator(timeline=True, symmetry=False, extrapolate=False).simulate(plan)
+    assert fast.extrapolated and fast.layers_simulated == 12
+    assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+    key = lambda e: (e.gpu, e.track, e.name, e.category, e.layer, e.micro_batch)  # noqa: E731
+    a = sorted((key(e), e.start, e.end) for e in fast.timeline if e.end - e.start > 1e-12)
+    b = sorted((key(e), e.start, e.end) for e in full.timeline if e.end - e.start > 1e-12)
+    assert [k for k, _, _ in a] == [k for k, _, _ in b]
+    assert [t for _, s, e in a for t in (s, e)] == pytest.approx([t for _, s, e in b for t in (s, e)], abs=1e-12)
+    waits = [e for e in full.timeline if e.name == "wait: layout-in (token ids)" and e.micro_batch == 1]
+    assert waits and all(e.start >= 0.1 for e in waits)  # after micro-batch 0, not from time 0
+
+
 def test_noise_is_deterministic_for_a_seed() -> None:
     setup = Setup(StubCost(layers=3, comp=1e-9, pro=1e-7, epi=1e-7, nonattn=1e-7))
     plan = setup.plan([Node(4, 0), Node(1, 5), Node(2, 3)], [4000, 1000, 2000])

@@ -11,7 +11,9 @@ import pytest
 from sim_helpers import Setup, StubCost
 
 from nspsim.simulator.activation import plan_activations
-from nspsim.simulator.periodic import settling_layers
+from nspsim.simulator.executor import Executor
+from nspsim.simulator.periodic import _segment_times, settling_layers
+from nspsim.simulator.step_model import StepModel
 from nspsim.simulator.simulator import Simulator
 from nspsim.simulator.work import reduce_to_units, step_work
 from nspsim.sp_tree import Node
@@ -80,3 +82,18 @@ def test_the_short_attempt_is_skipped_only_when_it_cannot_settle(monkeypatch: py
     assert _settling(setup, ONE_PER_GPU, slow_drift) > 12
     assert _runs(monkeypatch, setup, slow_drift) == ([48], False)
     assert _runs(monkeypatch, setup, [1000] * 4 + [900] * 4) == ([12], True)
+
+
+def test_the_repeat_check_sees_every_gpus_own_fsdp_issue_time() -> None:
+    """A shared FSDP task stands for every GPU's member: the repeat check must still compare each
+    GPU's issue time (what its comm wait is charged from), not only the collective's start. GPU 0 holds
+    2000 tokens (2 ms of non-attention per layer), the others 1000 (1 ms); gathers 1 ms, no prefetch:
+    layer 1's gather is issued at 2 ms by GPUs 1-7 and at 3 ms by GPU 0, and starts at 3 ms."""
+    setup = Setup(StubCost(layers=2, nonattn=1e-6, allgather=1e-3), training=TrainingSpec(fsdp_prefetch_layers=0))
+    sim, plan = setup.simulator(), setup.plan([Node(1, g) for g in range(8)], [2000] + [1000] * 7, spmax=8)
+    work = step_work(plan, sim.cost, sim.model, sim.training, plan_activations(plan, sim.memory).remat)
+    program = StepModel(reduce_to_units(work), sim.collectives).build()
+    Executor(program).run()
+    layer1 = program.layer_segments("fwd", 0)[1]
+    rows = _segment_times(program)[layer1].tolist()
+    assert rows[:8] == [pytest.approx([t, 3e-3, 4e-3], rel=1e-12) for t in [3e-3] + [2e-3] * 7]

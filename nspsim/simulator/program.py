@@ -69,12 +69,13 @@ class SharedTask(Task):
     per unit, and :meth:`unit_issue` recovers what unit u's member would have recorded.
     """
 
-    __slots__ = ("unit_deps", "prev")
+    __slots__ = ("unit_deps", "prev", "first_unit", "end_unit")
 
     def __init__(self, queue: int, cat: int, seg: int, name: str, coll: Collective,
                  unit_deps: list[list[Task | None]], prev: SharedTask | None) -> None:
         super().__init__(SHARED, queue, cat, seg, name, 0.0, coll, [d for deps in unit_deps for d in deps])
         self.unit_deps, self.prev = unit_deps, prev
+        self.first_unit, self.end_unit = coll.first, coll.end  # the units it stands for
 
     def unit_issue(self, unit: int) -> tuple[float, Task | None]:
         """When unit ``unit``'s member would have been issued, and which input held it back (the latest of

@@ -164,7 +164,7 @@ class Simulator:
         if not opts.extrapolate or opts.jitter > 0 or opts.sim_layers >= total:
             return [total]
         prefetch = 0 if opts.mode == "serial" else self.training.fsdp_prefetch_layers
-        if settling_layers(work, prefetch) > opts.sim_layers - self._repeat_window():
+        if settling_layers(work, prefetch, overlap=opts.mode == "stream") > opts.sim_layers - self._repeat_window():
             return [total]
         return [opts.sim_layers, total]
 

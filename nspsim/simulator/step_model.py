@@ -1,6 +1,7 @@
 """Step model: turn a plan's per-layer work into the task program of one training step.
 
-Per micro-batch: the token ids' layout all-to-all in (plans with several degrees), ``layers`` decoder
+Per micro-batch: the token ids' layout all-to-all in (plans with several degrees; issued once the
+previous micro-batch is done, as the runtime's blocking all-to-all is), ``layers`` decoder
 layers forward, the hidden states' layout all-to-all out, output head forward and backward, their
 gradient's all-to-all back in, the layers backward; after the last micro-batch the optimizer step.
 Per layer and GPU:
@@ -219,7 +220,9 @@ class MicroBatchModel:
     def forward(self) -> tuple[PerGpu, PerGpu]:
         """Every forward task; returns the gradient entering the backward and the last forward task."""
         s, prev_mb = self.s, list(self.s.last_compute)
-        x = s.world("layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [])
+        # The runtime changes a micro-batch's layout once the previous one is done (a blocking all-to-all).
+        x = s.world("layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre,
+                    lambda g: [prev_mb[g]])
         ag: list[PerGpu] = []
         done: list[PerGpu] = []
         for layer in range(self.n):

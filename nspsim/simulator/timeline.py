@@ -80,7 +80,7 @@ def _task_events(task: Task) -> Iterator[tuple[int, int, str, str, str, float, f
     if coll is None:
         yield task.seg, task.gpu, track, task.name, cat, task.start, task.end
         return
-    members = range(coll.first, coll.end) if isinstance(task, SharedTask) else (task.gpu,)
+    members = range(task.first_unit, task.end_unit) if isinstance(task, SharedTask) else (task.gpu,)
     for unit in members:
         issue = task.unit_issue(unit)[0] if isinstance(task, SharedTask) else task.issue
         if coll.start > issue:
