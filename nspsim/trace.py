@@ -766,7 +766,9 @@ def _names(names: Sequence[str]) -> str:
 def _bad_value(where: str, token: str) -> ValueError:
     """The error for a token that is not a length; a long token (a binary file read as text) is cut."""
     shown = repr(token) if len(token) <= _SHOWN_TOKEN else f"{token[:_SHOWN_TOKEN]!r}... ({len(token):,} characters)"
-    return ValueError(f"{where}: {shown} is not a positive integer")
+    hint = (" (NUL characters: UTF-16 or UTF-32 text without a byte-order mark? Save it as UTF-8)"
+            if "\x00" in token else "")
+    return ValueError(f"{where}: {shown} is not a positive integer{hint}")
 
 
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xef\xbb\xbf", "utf-8-sig"),
@@ -799,16 +801,29 @@ def _loadtxt_source(path: Path, newline: str | None = None) -> Iterator[Path | T
 
 
 def _read_text(path: Path) -> IntArray:
-    """Fast path: ``np.loadtxt`` (C parser). On any failure, ``_scan_text`` names the bad line."""
+    """Fast path: ``np.loadtxt`` (C parser). On any failure, ``_scan_text`` names the bad line; if
+    every line is fine (undecodable bytes inside ``#`` comments), read the decoded text instead."""
+    with _loadtxt_source(path) as source:
+        arr = _loadtxt_lengths(source)
+    if arr is None:
+        _scan_text(path)
+        with _open_text(path) as decoded:
+            arr = _loadtxt_lengths(decoded)
+    if arr is None:
+        raise ValueError(f"{path}: could not read lengths (expected one positive integer per line)")
+    return arr
+
+
+def _loadtxt_lengths(source: Path | TextIO) -> IntArray | None:
+    """``np.loadtxt`` of one positive integer per line, or None if ``source`` is not that."""
     try:
-        with warnings.catch_warnings(), _loadtxt_source(path) as source:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # loadtxt warns on empty input; emptiness is checked by the caller
             arr = np.loadtxt(source, dtype=np.int64, comments="#", ndmin=1)
     except (ValueError, OverflowError):
-        arr = None
-    if arr is None or arr.ndim != 1 or (arr.size and int(arr.min()) < 1):
-        _scan_text(path)
-        raise ValueError(f"{path}: could not read lengths (expected one positive integer per line)")
+        return None
+    if arr.ndim != 1 or (arr.size and int(arr.min()) < 1):
+        return None
     return np.asarray(arr, dtype=np.int64)
 
 

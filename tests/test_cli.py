@@ -93,6 +93,8 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["inspect", "{plan}", "--cluster", ""], "unknown cluster preset ''"),
         (["trace", "stats", "no/such/file.txt"], "not found"),
         (["trace", "stats", "wikipedia", "--samples", "100000000000"], "at most 10,000,000 samples"),
+        (["trace", "stats", "wikipedia", "--samples", "10000001"], "at most 10,000,000 samples"),
+        (["compare", "--iters", "100001"], "iters must be at most 100,000 batches per comparison"),
         (["info", "--model", "gpt5"], "unknown model preset 'gpt5'"),
         (["info", "--cluster", "tpu"], "unknown cluster preset 'tpu'"),
         (["info", "--gpus", "48"], "power of two"),

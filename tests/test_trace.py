@@ -431,7 +431,7 @@ def test_load_jsonl(tmp_path: Path) -> None:
             load_trace(str(path))
 
 
-@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-be", "utf-32", "utf-32-be"])
 @pytest.mark.parametrize(("name", "body"), [
     ("lens.txt", "# a comment\n10\n20\n\n30\n"),
     ("lens.csv", 'id,"length"\n1,10\n2,20\n3,30\n'),
@@ -441,10 +441,19 @@ def test_trace_files_with_a_byte_order_mark_are_read(tmp_path: Path, encoding: s
     """Editors and spreadsheet exports on Windows write a byte-order mark (UTF-8) or UTF-16 text."""
     path = tmp_path / name
     data = body.encode(encoding)
-    if encoding == "utf-16-be":
-        data = b"\xfe\xff" + data  # Python's utf-16-be writes no mark; a file from another tool has one
+    marks = {"utf-16-be": b"\xfe\xff", "utf-32-be": b"\x00\x00\xfe\xff"}  # Python writes none for these codecs
+    data = marks.get(encoding, b"") + data
     path.write_bytes(data)
     assert load_trace(str(path)).materialize().tolist() == [10, 20, 30]
+
+
+def test_unmarked_utf16_and_stray_bytes_in_comments(tmp_path: Path) -> None:
+    path = tmp_path / "lens.txt"
+    path.write_bytes("10\n20\n".encode("utf-16-le"))  # no byte-order mark: cannot be told from UTF-8
+    with pytest.raises(ValueError, match=r"line 1: .* is not a positive integer \(NUL characters: UTF-16 or UTF-32"):
+        load_trace(str(path))
+    path.write_bytes(b"# caf\xe9 (Latin-1) lengths\n10\n20\n")  # undecodable only inside a comment
+    assert load_trace(str(path)).materialize().tolist() == [10, 20]
 
 
 def test_a_marked_file_still_names_its_bad_line(tmp_path: Path) -> None:

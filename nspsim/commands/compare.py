@@ -20,7 +20,8 @@ from typing import Any, TextIO
 
 from nspsim.cli import add_workload_args, emit, output_file, positive_int, workload_config
 from nspsim.compare import (
-    ABLATIONS, DEFAULT_FLEXSP_TIME_LIMIT_S, DEFAULT_ITERS, CompareConfig, CompareResult, default_planners, run_compare,
+    ABLATIONS, DEFAULT_FLEXSP_TIME_LIMIT_S, DEFAULT_ITERS, MAX_ITERS, CompareConfig, CompareResult, default_planners,
+    run_compare,
 )
 from nspsim.options import positive_float
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
@@ -109,7 +110,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``compare``."""
     p = sub.add_parser("compare", help="plan and simulate strategies on the same batches (the main job)")
     add_workload_args(p)
-    p.add_argument("--iters", type=positive_int, default=DEFAULT_ITERS, help="batches to compare on")
+    p.add_argument("--iters", type=positive_int, default=DEFAULT_ITERS,
+                   help=f"batches to compare on (at most {MAX_ITERS:,})")
     p.add_argument("--first-batch", type=int, default=0, help="index of the first batch")
     p.add_argument("--planners", default=None,
                    help="comma-separated planner specs (default: static-best and every registered main planner); "

@@ -10,7 +10,7 @@ from nspsim.trace import builtin_trace_names, load_trace
 from nspsim.trace_stats import format_stats, trace_stats
 
 
-MAX_SAMPLES = 10_000_000  # 4.4 s and 80 MB of lengths here; 10x more ran over 20 s with no output (a seeming hang)
+MAX_SAMPLES = 10_000_000  # 3-4.4 s and ~0.6 GB peak here; 10x more ran over 20 s with no output (a seeming hang)
 
 
 def sample_count(text: str) -> int:
