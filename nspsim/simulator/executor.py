@@ -27,22 +27,18 @@ import simpy
 
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator.hardware import Collective, Fabric
-from nspsim.simulator.program import COMM_WAIT, COMPUTE, OTHER, SHARED, TIE_S, Program, SharedTask, Task
+from nspsim.simulator.program import COMM_WAIT, COMPUTE, OTHER, SHARED, TIE_S, Program, SharedTask, Task, holds_back
 
 _EPS = 1e-15
 
 
 def _note_input(task: Task, done: Task) -> None:
-    """Record that input ``done`` of ``task`` has ended; keep the latest one as what held ``task`` back.
-
-    Inputs ending within ``TIE_S`` of each other tie, and a tie goes to the earlier-created input, so
-    the accounting does not depend on event order or rounding (repeated layers account identically).
-    """
-    end, blocker = done.end, task.ready_by
-    if blocker is None or end > task.ready_at + TIE_S or (end >= task.ready_at - TIE_S and done.order < blocker.order):
+    """Record that input ``done`` of ``task`` has ended; keep the latest one as what held ``task`` back
+    (:func:`~nspsim.simulator.program.holds_back`)."""
+    if holds_back(done, task.ready_at, task.ready_by):
         task.ready_by = done
-    if end > task.ready_at:
-        task.ready_at = end
+    if done.end > task.ready_at:
+        task.ready_at = done.end
 
 
 class Executor:
@@ -76,7 +72,7 @@ class Executor:
     def _drain(self) -> None:
         """Issue every ready task; kernels finish at once (their end is known); a collective is
         launched when its last member arrives."""
-        ready, free, launch = self._ready, self.free, self.fabric.launch
+        ready, free, launch, members = self._ready, self.free, self.fabric.launch, self.prog.members
         while ready:
             task = ready.pop()
             issue = task.issue = task.ready_at
@@ -91,7 +87,7 @@ class Executor:
             coll.arrived += 1
             if issue > coll.start:
                 coll.start = issue
-            if coll.arrived == coll.members:
+            if coll.arrived == len(members[coll.cid]):
                 launch(coll, coll.start)
 
     def _collective_done(self, coll: Collective) -> None:
@@ -103,8 +99,8 @@ class Executor:
         self._drain()
 
     def _finish(self, task: Task) -> None:
-        """``task``'s end is known: release its waiters and its queue successor (:func:`_note_input`,
-        inlined: this loop runs once per dependency edge)."""
+        """``task``'s end is known: release its waiters and its queue successor (:func:`_note_input`
+        inlined with :func:`holds_back`'s rule: this loop runs once per dependency edge)."""
         end, ready = task.end, self._ready
         self._finished += 1
         if task.queue == COMPUTE:

@@ -44,13 +44,12 @@ def port_shares(traffic: Traffic, cluster: ClusterSpec) -> tuple[float, float]:
 class Collective:
     """One collective over ranks ``[first, end)``; ``work`` is its stand-alone bandwidth time (s)."""
 
-    __slots__ = ("cid", "name", "first", "end", "latency", "work", "shares", "arrived", "members", "start",
-                 "finish", "rate", "stamp", "version", "on_done")
+    __slots__ = ("cid", "name", "first", "end", "latency", "work", "shares", "arrived", "start", "finish",
+                 "rate", "stamp", "version", "on_done")
 
     def __init__(self, cid: int, name: str, first: int, end: int, latency: float, work: float,
-                 shares: tuple[float, float], members: int | None = None) -> None:
+                 shares: tuple[float, float]) -> None:
         self.cid, self.name, self.first, self.end = cid, name, first, end
-        self.members = end - first if members is None else members  # tasks that must issue it before it starts
         self.latency, self.work, self.shares = latency, max(work, 0.0), shares
         self.arrived = 0
         self.start = self.finish = 0.0

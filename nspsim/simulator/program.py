@@ -27,7 +27,7 @@ COMPUTE, SP, AG, RS = 0, 1, 2, 3
 QUEUE_NAMES = ("compute", "sp-comm", "fsdp-allgather", "fsdp-reducescatter")
 _NUM_QUEUES = len(QUEUE_NAMES)
 SHARED = -1  # the ``gpu`` of a :class:`SharedTask`: it stands for every unit
-TIE_S = 1e-12  # inputs ending this close tie (see ``executor._note_input``)
+TIE_S = 1e-12  # inputs ending this close tie (see :func:`holds_back`)
 
 CAT = {name: i for i, name in enumerate(BREAKDOWN_CATEGORIES)}
 ATTN_FWD, ATTN_REMAT, ATTN_BWD, NON_ATTN = CAT["attn_fwd"], CAT["attn_remat"], CAT["attn_bwd"], CAT["non_attn"]
@@ -61,6 +61,15 @@ class Task:
         self.head = False  # whether every earlier task of the queue has a known end
 
 
+def holds_back(done: Task, ready_at: float, blocker: Task | None) -> bool:
+    """Whether finished input ``done`` becomes what held a task back, given its latest input so far
+    (``blocker``, ending at ``ready_at``). Inputs ending within ``TIE_S`` of each other tie, and a tie
+    goes to the earlier-created input, so the accounting does not depend on event order or rounding
+    (repeated layers account identically)."""
+    return (blocker is None or done.end > ready_at + TIE_S
+            or (done.end >= ready_at - TIE_S and done.order < blocker.order))
+
+
 class SharedTask(Task):
     """One task standing for every unit's member of a collective over all units, in a queue that holds
     nothing else (the FSDP all-gather and reduce-scatter queues outside serial mode). Every unit's member
@@ -79,12 +88,12 @@ class SharedTask(Task):
 
     def unit_issue(self, unit: int) -> tuple[float, Task | None]:
         """When unit ``unit``'s member would have been issued, and which input held it back (the latest of
-        its dependencies and the previous collective; a tie goes to the earlier-created, as in the executor)."""
+        its dependencies and the previous collective, by :func:`holds_back`, as in the executor)."""
         issue, by = 0.0, None
         for done in (*self.unit_deps[unit], self.prev):
             if done is None:
                 continue
-            if by is None or done.end > issue + TIE_S or (done.end >= issue - TIE_S and done.order < by.order):
+            if holds_back(done, issue, by):
                 by = done
             issue = max(issue, done.end)
         return issue, by

@@ -39,7 +39,7 @@ from nspsim.simulator.executor import Executor
 from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
-from nspsim.simulator.step_model import MODES, CollectiveFactory, StepModel
+from nspsim.simulator.step_model import MODES, CollectiveFactory, StepModel, prefetch_layers
 from nspsim.simulator.timeline import build_timeline
 from nspsim.simulator.work import StepWork, reduce_to_units, step_work
 from nspsim.training_spec import TrainingSpec
@@ -163,7 +163,7 @@ class Simulator:
         total, opts = self.model.num_layers, self.options
         if not opts.extrapolate or opts.jitter > 0 or opts.sim_layers >= total:
             return [total]
-        prefetch = 0 if opts.mode == "serial" else self.training.fsdp_prefetch_layers
+        prefetch = prefetch_layers(opts.mode, self.training.fsdp_prefetch_layers)
         if settling_layers(work, prefetch, overlap=opts.mode == "stream") > opts.sim_layers - self._repeat_window():
             return [total]
         return [opts.sim_layers, total]

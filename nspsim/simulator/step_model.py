@@ -81,6 +81,12 @@ PerGpu = list[Task | None]
 _NO_TASKS: dict[int, Task] = {}  # shared and never modified: a pass without that collective
 
 
+def prefetch_layers(mode: str, depth: int) -> int:
+    """How many layers ahead FSDP all-gathers run in ``mode``: the configured ``depth``, 0 in serial
+    mode (nothing overlaps)."""
+    return 0 if mode == "serial" else depth
+
+
 class CollectiveFactory:
     """Collectives with latency from the cost model and port shares from the cluster topology."""
 
@@ -89,13 +95,12 @@ class CollectiveFactory:
         self._shares: dict[tuple[str, int], tuple[float, float]] = {}
 
     def make(self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str,
-             size: int | None = None, members: int | None = None) -> Collective:
+             size: int | None = None) -> Collective:
         """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
-        unit) taking ``seconds`` uncontended, started once ``members`` tasks (default: one per unit) issue it."""
+        unit) taking ``seconds`` uncontended."""
         size = end - first if size is None else size
         latency = min(self.cost.latency(size), seconds)
-        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size),
-                          members)
+        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
 
     def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
         key = (pattern, size)
@@ -129,8 +134,8 @@ class StepModel:
 
     @property
     def prefetch(self) -> int:
-        """Layers whose FSDP all-gather runs ahead of the layer being computed (0 in serial mode)."""
-        return 0 if self.serial else self.work.fsdp_prefetch_layers
+        """Layers whose FSDP all-gather runs ahead of the layer being computed."""
+        return prefetch_layers(self.mode, self.work.fsdp_prefetch_layers)
 
     def build(self) -> Program:
         """The whole step's program."""
@@ -183,10 +188,11 @@ class StepModel:
         if self.serial or seconds <= 0 or self.work.num_gpus <= 1:
             return self.world(name, seconds, "ring", queue, FSDP_COMM, seg, deps)
         coll = self.prog.add_collective(self.colls.make(len(self.prog.collectives), name, 0, self.U, seconds, "ring",
-                                                        self.work.num_gpus, members=1))
+                                                        self.work.num_gpus))
         task = SharedTask(queue, FSDP_COMM, seg, name, coll, [deps(g) for g in range(self.U)],
                           self._last_shared.get(queue))
-        self._last_shared[queue] = self.prog.add(task)  # type: ignore[assignment]
+        self.prog.add(task)
+        self._last_shared[queue] = task
         return [task] * self.U
 
     def gather(self, name: str, seg: int, deps: Callable[[int], Deps]) -> PerGpu:
@@ -315,7 +321,8 @@ class MicroBatchModel:
         return self._stages[phase]
 
     def _staged(self, i: int, p: Pass) -> StagedPass:
-        node, comm = self.mbw.nodes[i].node, self.mbw.nodes[i].node.degree > 1
+        node = self.mbw.nodes[i].node
+        comm = node.degree > 1
         return StagedPass(units=self.mbw.node_units[i], degree=node.degree, compute_s=p.phases.compute,
                           compute_cat=p.compute_cat, comm_cat=p.comm_cat,
                           pro_s=p.phases.prologue if comm else 0.0, epi_s=p.phases.epilogue if comm else 0.0,
