@@ -282,7 +282,6 @@ class _Runner:
         self.best_degree: int | None = None
         self.simulators: dict[tuple[str, bool], Simulator] = {}
         self.results: dict[tuple[str, str], tuple[StepResult, bool]] = {}
-        self.simulations = 0
 
     def _total_steps(self) -> int:
         sweeps = len(self.workload.tree.degrees) if "static-best" in self.config.planners else 0
@@ -308,7 +307,6 @@ class _Runner:
         if cached is not None and (cached[1] or not timeline):
             return cached[0]
         result = self.simulator(mode, timeline).simulate(plan)
-        self.simulations += 1
         self.results[key] = (result, timeline)
         return result
 
@@ -352,14 +350,15 @@ class _Runner:
                 skipped.append(f"SP{degree}: {exc}")
                 while self.done < ticks + len(self.batches):
                     self._tick(spec.label)
-        means = {d: m for d, (recs, _) in runs.items() if (m := _mean_step(recs)) is not None and not _any_oom(recs)}
+        oom = {d for d, (recs, _) in runs.items() if any(r.oom for r in recs)}
+        means = {d: m for d, (recs, _) in runs.items() if d not in oom and (m := _mean_step(recs)) is not None}
         skipped += [f"SP{d}: {sum(r.oom for r in recs)} of {len(recs)} batches out of memory"
-                    for d, (recs, _) in runs.items() if _any_oom(recs)]
+                    for d, (recs, _) in runs.items() if d in oom]
         if not means:
             raise ValueError("static-best: no fixed SP degree runs every batch; " + "; ".join(skipped))
         best = self.best_degree = min(means, key=lambda d: means[d])
         tried = ", ".join(f"SP{d} {m:.4f}s" for d, m in sorted(means.items()))
-        dropped = "".join(f"; SP{d} out of memory" for d, (recs, _) in sorted(runs.items()) if _any_oom(recs))
+        dropped = "".join(f"; SP{d} out of memory" for d in sorted(oom))
         records, kept = runs[best]
         note = f"fastest fixed degree SP{best} ({tried}{dropped})"
         return [replace(r, planner=spec.label) for r in records], kept, note
@@ -408,9 +407,6 @@ def _mean_step(records: list[IterationRecord]) -> float | None:
     steps = [r.step_time_s for r in records if r.step_time_s is not None]
     return float(np.mean(steps)) if steps else None
 
-
-def _any_oom(records: list[IterationRecord]) -> bool:
-    return any(r.oom for r in records)
 
 
 def _summaries(planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str],

@@ -41,17 +41,36 @@ def mark_recompute(plan: Plan, memory: MemoryModel, cost: CostModel) -> Plan:
 
 
 def _mark_micro_batch(plan: Plan, memory: MemoryModel, cost: CostModel, mb: int, remat: np.ndarray) -> None:
-    lengths = np.asarray(plan.lengths, dtype=np.int64)
+    lengths, degrees, firsts, _ = plan.arrays
+    samples = np.flatnonzero(plan.sample_mask(mb))
     free = memory.activation_capacity - base_bytes_per_gpu(plan, memory, mb)
-    members: dict[Node, list[int]] = {}
-    for j in np.flatnonzero(plan.sample_mask(mb)):
-        members.setdefault(plan.nodes[j], []).append(int(j))
-    for node in sorted(members, key=lambda n: (-n.degree, n.index)):
-        samples = np.array(members[node])
-        saved = save_node(node, lengths[samples], free[node.first_rank:node.end_rank].min(), memory, cost)
-        remat[samples[saved]] = False
-        free[node.first_rank:node.end_rank] -= memory.node_attention_bytes(float(lengths[samples[saved]].sum()),
-                                                                           node.degree)
+    saved = saved_samples(lengths[samples], degrees[samples], firsts[samples], free, memory, cost)
+    remat[samples[saved]] = False
+
+
+def saved_samples(lengths: np.ndarray, degrees: np.ndarray, firsts: np.ndarray, free: np.ndarray,
+                  memory: MemoryModel, cost: CostModel) -> np.ndarray:
+    """Steps 2-3 for one micro-batch's samples, given as parallel arrays (length, node degree, node's
+    first rank): which are saved (``True``). ``free`` (bytes per GPU) is consumed in place."""
+    saved = np.zeros(lengths.size, dtype=bool)
+    for degree, first, members in nodes_top_down(degrees, firsts):
+        keep = save_node(Node(degree, first // degree), lengths[members], float(free[first:first + degree].min()),
+                         memory, cost)
+        saved[members[keep]] = True
+        free[first:first + degree] -= memory.node_attention_bytes(float(lengths[members[keep]].sum()), degree)
+    return saved
+
+
+def nodes_top_down(degrees: np.ndarray, firsts: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """(degree, first rank, sample positions) of every node among parallel per-sample arrays, larger
+    degree first, then by rank; positions keep their input order."""
+    if degrees.size == 0:
+        return []
+    order = np.lexsort((firsts, -degrees))
+    keys = np.stack([degrees[order], firsts[order]], axis=1)
+    starts = np.flatnonzero(np.r_[True, np.any(keys[1:] != keys[:-1], axis=1)])
+    ends = [*starts[1:].tolist(), order.size]
+    return [(int(keys[a, 0]), int(keys[a, 1]), order[a:b]) for a, b in zip(starts.tolist(), ends)]
 
 
 def save_node(node: Node, lengths: np.ndarray, room: float, memory: MemoryModel, cost: CostModel) -> np.ndarray:

@@ -34,7 +34,7 @@ from nspsim.config import Workload
 from nspsim.plan import Plan, make_plan
 from nspsim.planners.feasibility import check_feasible
 from nspsim.planners.lower_bound import lower_bound
-from nspsim.planners.proxy import CostTable
+from nspsim.planners.proxy import CostTable, ProxyLoad
 from nspsim.sp_tree import Node
 
 IntArray = npt.NDArray[np.int64]
@@ -100,7 +100,6 @@ class Context:
     batch: Batch
     workload: Workload
     table: CostTable
-    token_budget: int
 
     @property
     def num_gpus(self) -> int:
@@ -109,8 +108,8 @@ class Context:
 
     @property
     def budget(self) -> int:
-        """The routing token budget (B_tok unless the planner tightened it)."""
-        return self.token_budget
+        """The routing token budget (B_tok unless the planner tightened it): the cost table's."""
+        return self.table.token_budget
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -124,16 +123,27 @@ def make_context(batch: Batch, workload: Workload, token_budget: int | None = No
     budget = workload.token_budget if token_budget is None else min(int(token_budget), workload.token_budget)
     table = CostTable(workload.cost, workload.tree, batch.lengths, budget)
     check_feasible(table, batch, workload.tree.spmax)
-    return Context(batch=batch, workload=workload, table=table, token_budget=budget)
+    return Context(batch=batch, workload=workload, table=table)
 
 
 def micro_batch_estimate(ctx: Context, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_]) -> float:
     """Step estimate of the masked sorted samples run as one micro-batch (module doc)."""
+    return estimate_of(ctx, ctx.table.evaluate(degrees, firsts, mask))
+
+
+def estimate_of(ctx: Context, loads: ProxyLoad) -> float:
+    """:func:`micro_batch_estimate` of one micro-batch's already evaluated proxy stage times."""
     fsdp = ctx.workload.cost.fsdp()
     layers = ctx.workload.cost.num_layers
     gather, bwd_comm = layers * fsdp.allgather, layers * (fsdp.allgather + fsdp.reduce_scatter)
-    loads = ctx.table.evaluate(degrees, firsts, mask)
     return max(float(loads.d_fwd.max()), gather) + max(float(loads.d_bwd.max()), bwd_comm)
+
+
+def static_floor(ctx: Context, samples: IntArray, degree: int) -> float:
+    """No placement of ``samples`` (sorted, longest first) at one ``degree`` has a proxy Load below
+    this: their total work spread evenly over the GPUs, or the longest sample's own cost there."""
+    cost = ctx.table.total(degree)[samples]
+    return max(float(cost.sum()) * degree / ctx.num_gpus, float(cost[0]) + ctx.table.overhead_total(degree))
 
 
 def step_estimate(ctx: Context, placement: Placement) -> float:

@@ -37,8 +37,8 @@ import numpy as np
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (Context, IntArray, Placement, Stopwatch, finish, make_context, micro_batch_estimate,
-                                  step_estimate)
+from nspsim.planners.base import (Context, IntArray, Placement, Stopwatch, estimate_of, finish, make_context,
+                                  proxy_load, static_floor, step_estimate)
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.planners.static_planner import best, pack_degree, sweep
 
@@ -60,7 +60,7 @@ def route_chunk(ctx: Context, chunk: IntArray) -> ChunkRoute:
     packed in order of a Load floor (their work spread evenly, or the longest sample alone); once the
     floor exceeds the best estimate found, no later degree can win (estimate >= Load >= floor)."""
     longest = int(ctx.table.lengths[chunk[0]])
-    floors = {d: _floor(ctx, chunk, d) for d in ctx.levels if longest <= d * ctx.budget}
+    floors = {d: static_floor(ctx, chunk, d) for d in ctx.levels if longest <= d * ctx.budget}
     found: ChunkRoute | None = None
     for d in sorted(floors, key=lambda d: (floors[d], d)):
         if found is not None and floors[d] > found.estimate:
@@ -72,21 +72,16 @@ def route_chunk(ctx: Context, chunk: IntArray) -> ChunkRoute:
     return found
 
 
-def _floor(ctx: Context, chunk: IntArray, degree: int) -> float:
-    cost = ctx.table.total(degree)[chunk]
-    return max(float(cost.sum()) * degree / ctx.num_gpus, float(cost[0]) + ctx.table.overhead_total(degree))
-
-
 def _pack_chunk(ctx: Context, chunk: IntArray, degree: int) -> ChunkRoute:
     placement = pack_degree(ctx, degree, chunk)
-    degrees = np.full(ctx.table.num_samples, degree, dtype=np.int64)
     parts = placement.micro_batches[chunk]
     estimate, load = 0.0, 0.0
     for part in range(int(parts.max()) + 1):
         mask = np.zeros(ctx.table.num_samples, dtype=bool)
         mask[chunk[parts == part]] = True
-        estimate += micro_batch_estimate(ctx, degrees, placement.firsts, mask)
-        load += ctx.table.evaluate(degrees, placement.firsts, mask).load
+        loads = ctx.table.evaluate(placement.degrees, placement.firsts, mask)
+        estimate += estimate_of(ctx, loads)
+        load += loads.load
     return ChunkRoute(degree, placement.firsts[chunk], parts, estimate, load)
 
 
@@ -128,10 +123,7 @@ class BASPPlanner:
         candidates = [(static.step, static.load, seed)]  # = the m = 1 cut when one pass holds the batch
         for m in range(max(first, 2), last + 1):
             placement = batch_aware_placement(ctx, m)
-            candidates.append((step_estimate(ctx, placement), _load(ctx, placement), placement))
+            candidates.append((step_estimate(ctx, placement), proxy_load(ctx, placement), placement))
         chosen = min(candidates, key=lambda c: (c[0], c[1]))[2]
         return finish(self.name, ctx, chosen, started)
 
-
-def _load(ctx: Context, placement: Placement) -> float:
-    return ctx.table.load(placement.degrees, placement.firsts, placement.micro_batches)

@@ -58,7 +58,7 @@ import numpy as np
 from nspsim.batching import Batch
 from nspsim.config import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context
+from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, static_floor
 from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
@@ -249,9 +249,7 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
     mask[select] = True
     routes = []
     for d in levels:
-        cost = table.total(d)[select]
-        floor = max(float(cost.sum()) * d / ctx.num_gpus, float(cost[0]) + table.overhead_total(d))
-        if floor >= beaten:  # static at d cannot beat the beam: its work floor or its longest sample
+        if static_floor(ctx, select, d) >= beaten:  # static at d cannot beat the beam
             continue
         firsts_sel = pack_single_pass(ctx, d, select)
         if firsts_sel is None:

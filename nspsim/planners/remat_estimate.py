@@ -11,7 +11,7 @@ docs/planners.md.)
 
 So when the batch is memory-bound, the final candidates (the beam's best state and the static
 seeds) are compared by Load plus an estimate of that recomputation: the executor's top-down marking
-(:func:`nspsim.recompute.save_node`, roots first, same free bytes per GPU) is replayed on the
+(:func:`nspsim.recompute.saved_samples`, roots first, same free bytes per GPU) is replayed on the
 candidate's arrays, and every node's unkept samples add their recompute pass - the simulator's
 ``recompute_phases`` of their forward attention (Q/K/V re-send and kernel, no epilogue), times the
 layers - to each GPU of the node's backward stage. Estimate = max_p D_p^fwd + max_p (D_p^bwd + R_p).
@@ -28,9 +28,8 @@ import numpy.typing as npt
 from nspsim.cost_model import CostModel
 from nspsim.memory import MemoryModel
 from nspsim.planners.proxy import CostTable, ProxyLoad
-from nspsim.recompute import save_node
+from nspsim.recompute import nodes_top_down, saved_samples
 from nspsim.simulator.work import recompute_phases
-from nspsim.sp_tree import Node
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -50,21 +49,13 @@ def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select
                   degrees: IntArray, firsts: IntArray, tokens: FloatArray) -> FloatArray:
     """Seconds of recomputation per GPU if the selected samples run on ``(degrees, firsts)`` (one
     micro-batch) with ``tokens`` sharded tokens per GPU (``selected_loads(...).tokens``)."""
-    gpus = table.tree.num_gpus
     lengths = table.lengths[select].astype(np.float64)
     free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
-    remat = np.zeros(gpus)
-    order = np.lexsort((firsts, -degrees))
-    keys = np.stack([degrees[order], firsts[order]], axis=1)
-    starts = np.flatnonzero(np.r_[True, np.any(keys[1:] != keys[:-1], axis=1)])
-    for a, b in zip(starts.tolist(), [*starts[1:].tolist(), order.size]):
-        d, first = int(keys[a, 0]), int(keys[a, 1])
-        members = order[a:b]
-        saved = save_node(Node(d, first // d), lengths[members], float(free[first:first + d].min()), memory, cost)
-        free[first:first + d] -= memory.node_attention_bytes(float(lengths[members][saved].sum()), d)
-        if not saved.all():
-            redo = recompute_phases(cost.attention(lengths[members[~saved]], d).fwd)
-            remat[first:first + d] += cost.num_layers * (redo.prologue + redo.compute)
+    lost = ~saved_samples(lengths, degrees, firsts, free, memory, cost)
+    remat = np.zeros(table.tree.num_gpus)
+    for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
+        redo = recompute_phases(cost.attention(lengths[lost][members], d).fwd)
+        remat[first:first + d] += cost.num_layers * (redo.prologue + redo.compute)
     return remat
 
 
