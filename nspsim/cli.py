@@ -26,8 +26,9 @@ EXIT_USAGE = 2
 Handler = Callable[[argparse.Namespace], int]
 
 
-class CliError(Exception):
-    """A user-facing error raised by argument parsing."""
+class CliError(ValueError):
+    """A user-facing error raised by argument parsing (a ``ValueError``, so callers that report
+    ``ValueError`` as a one-line error, such as the runtime's entry points, need nothing more)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -141,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def silence_closed_stdout() -> int:
+    """After a ``BrokenPipeError`` on stdout (the reader of ``... | head`` left): point stdout at
+    /dev/null so Python's exit-time flush does not fail again, and return the conventional 141."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nspsim`` console script."""
     parser = build_parser()
@@ -149,10 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = args.func
         return handler(args)
     except BrokenPipeError:  # e.g. `nspsim trace stats T | head`: the reader left, nothing to report
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's exit-time flush of stdout would fail again
-        return 141
-    except (CliError, ValueError, OSError) as exc:
+        return silence_closed_stdout()
+    except (ValueError, OSError) as exc:
         print(f"nspsim: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

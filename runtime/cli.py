@@ -1,25 +1,18 @@
 """Command-line error policy shared by the runtime's entry points (``runtime.train``, ``runtime.report``).
 
 Bad arguments end with exactly one line ``<prog>: error: <message>`` on stderr and exit status 2:
-:class:`ArgumentParser` turns argparse's usage-plus-message exit into a ``ValueError`` the entry point
-reports with :func:`fail`. Trade-off: no usage dump on error (``--help`` still prints it).
+:class:`nspsim.cli.Parser` turns argparse's usage-plus-message exit into a ``ValueError``
+(``CliError``) the entry point reports with :func:`fail`. Trade-off: no usage dump on error
+(``--help`` still prints it).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import NoReturn
 
 EXIT_USAGE = 2
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors raise ``ValueError`` (one line) instead of printing usage and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ValueError(message)
 
 
 def fail(prog: str, exc: BaseException, code: int, rank: int | None = None, hard: bool = False) -> NoReturn:

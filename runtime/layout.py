@@ -341,7 +341,7 @@ def _recv_positions(sent: IntArray, src_rank: IntArray, dst_rank: IntArray, coun
 
 
 # ---- one rank's side of the layout change ----------------------------------------------------------
-def slot_starts(plan: Plan, shards: dict[Node, NodeShards], world: int) -> dict[Node, IntArray]:
+def slot_starts(shards: dict[Node, NodeShards], world: int) -> dict[Node, IntArray]:
     """For every node, the first execution row of its slot on each of its group ranks (a rank's
     buffer holds its nodes in issue order)."""
     rows = np.zeros(world, dtype=np.int64)
@@ -353,17 +353,17 @@ def slot_starts(plan: Plan, shards: dict[Node, NodeShards], world: int) -> dict[
     return out
 
 
-def execution_destinations(plan: Plan, micro_batch: int, shards: dict[Node, NodeShards], world: int,
+def execution_destinations(plan: Plan, shards: dict[Node, NodeShards], world: int,
                            tokens: IntArray) -> tuple[IntArray, IntArray]:
-    """(rank, row in its execution buffer) of each stream token in ``tokens`` (all of ``micro_batch``),
-    by chunk arithmetic on the token's sample, without building any rank's layout."""
+    """(rank, row in its execution buffer) of each stream token in ``tokens`` (all of the micro-batch
+    ``shards`` describe), by chunk arithmetic on the token's sample, without building any rank's layout."""
     lengths = plan.arrays[0]
     sample = sample_of(plan, tokens)
-    pos = tokens - (np.cumsum(lengths) - lengths)[sample]
+    pos = tokens - sample_starts(plan)[sample]
     where = np.full(lengths.size, -1, dtype=np.int64)  # node-local sample index of every plan sample
     dst_rank = np.full(tokens.size, -1, dtype=np.int64)
     dst_row = np.full(tokens.size, -1, dtype=np.int64)
-    starts = slot_starts(plan, shards, world)
+    starts = slot_starts(shards, world)
     node_of = np.full(lengths.size, -1, dtype=np.int64)
     nodes = list(shards)
     for i, sh in enumerate(shards.values()):
@@ -381,12 +381,9 @@ def execution_destinations(plan: Plan, micro_batch: int, shards: dict[Node, Node
 
 def _node_destinations(sh: NodeShards, local: IntArray, pos: IntArray) -> tuple[IntArray, IntArray]:
     """(group rank, row in the rank's slot) of position ``pos`` of node sample ``local``."""
-    n = sh.owners.size  # chunks per sample (even split: the first ``rem`` chunks one token longer)
-    length = sh.lengths[local]
-    base, rem = length // n, length % n
-    cut = rem * (base + 1)
-    chunk = np.where(pos < cut, pos // (base + 1), rem + (pos - cut) // np.maximum(base, 1))
-    offset = np.where(chunk < rem, chunk * (base + 1), cut + (chunk - rem) * base)
+    offsets = sh.chunk_offsets[local]  # [tokens, chunks]; empty chunks (short samples) come last
+    chunk = (offsets <= pos[:, None]).sum(axis=1) - 1
+    offset = offsets[np.arange(local.size), chunk]
     group_rank = sh.owners[chunk]
     early = sh.chunk_sizes[local, group_rank]  # a Ring rank holds its early chunk, then its late one
     in_sample = pos - offset + np.where(chunk == group_rank, 0, early)
@@ -395,12 +392,12 @@ def _node_destinations(sh: NodeShards, local: IntArray, pos: IntArray) -> tuple[
     return group_rank, before[local, group_rank] + in_sample
 
 
-def rank_exchange(plan: Plan, micro_batch: int, rank: int, world: int, shards: dict[Node, NodeShards],
+def rank_exchange(plan: Plan, mine: IntArray, world: int, shards: dict[Node, NodeShards],
                   layout: RankLayout) -> Exchange:
-    """``rank``'s side of the all-to-all from the input layout to the execution layout ``layout``:
-    equal to ``exchanges(inputs, layouts, total)[rank]`` but built from this rank's tokens only."""
-    mine = input_tokens(plan, micro_batch, rank, world)
-    dst_rank, dst_row = execution_destinations(plan, micro_batch, shards, world, mine)
+    """One rank's side of the all-to-all from the input layout (its stream tokens ``mine``, from
+    :func:`input_tokens`) to its execution layout ``layout``: equal to ``exchanges(inputs, layouts,
+    total)[rank]`` but built from this rank's tokens only."""
+    dst_rank, dst_row = execution_destinations(plan, shards, world, mine)
     send_rows = np.lexsort((dst_row, dst_rank)).astype(np.int64)  # by destination, then its row order
     bounds = input_bounds(int(plan.arrays[0].sum()), world)
     src = np.searchsorted(bounds, layout.tokens, side="right") - 1
@@ -428,9 +425,9 @@ def micro_batch_layout(plan: Plan, micro_batch: int, rank: int, world: int) -> M
     shards = node_shards(plan, micro_batch)
     layout = rank_layout(plan, micro_batch, rank, shards)
     lo = int(input_bounds(int(plan.arrays[0].sum()), world)[rank])
-    return MicroBatchLayout(shards=shards, layout=layout,
-                            layout_in=rank_exchange(plan, micro_batch, rank, world, shards, layout),
-                            input_rows=input_tokens(plan, micro_batch, rank, world) - lo)
+    mine = input_tokens(plan, micro_batch, rank, world)
+    return MicroBatchLayout(shards=shards, layout=layout, layout_in=rank_exchange(plan, mine, world, shards, layout),
+                            input_rows=mine - lo)
 
 
 @dataclass(frozen=True, kw_only=True)

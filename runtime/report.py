@@ -7,7 +7,6 @@ categories), skipping the first ``--skip`` warm-up steps. Text only; figures bel
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from nspsim.records import BREAKDOWN_CATEGORIES
-from runtime.cli import ArgumentParser, fail
+from nspsim.cli import Parser, silence_closed_stdout
+from runtime.cli import fail
 from runtime.records import read_records
 
 PROG = "runtime.report"
@@ -80,7 +80,7 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point; bad arguments or unreadable records end with one line and status 2."""
-    p = ArgumentParser(prog=PROG, description="Summarise measured step records.")
+    p = Parser(prog=PROG, description="Summarise measured step records.")
     p.add_argument("records", nargs="+")
     p.add_argument("--skip", type=int, default=1, help="warm-up steps to leave out (default 1)")
     try:
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(table(rows, [Path(f).stem for f in files]), flush=True)
     except BrokenPipeError:  # `... | head`: the reader left; nothing to report
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
+        sys.exit(silence_closed_stdout())
 
 
 def step_files(paths: list[str]) -> list[str]:

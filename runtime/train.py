@@ -41,14 +41,14 @@ import numpy as np
 
 from nspsim.config import Workload, WorkloadConfig, build_workload
 from nspsim.memory import MemoryModel
-from nspsim.cli import output_file
+from nspsim.cli import Parser, output_file
 from nspsim.options import parse_options, positive_float
 from nspsim.plan import Plan
 from nspsim.prepare import prepare_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.units import parse_tokens
-from runtime.cli import ArgumentParser, fail
+from runtime.cli import fail
 from runtime.prediction import Prediction, executed_plan, predict, recompute_policy, simulated_mode
 from runtime.records import MeasuredStep
 
@@ -142,7 +142,7 @@ def _lookahead(text: str) -> int | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring); errors raise ``ValueError`` (one line)."""
-    p = ArgumentParser(prog=PROG, description="Execute planned batches with NSP and record every step.")
+    p = Parser(prog=PROG, description="Execute planned batches with NSP and record every step.")
     p.add_argument("--planner", required=True,
                    help="planner spec: a registered name, optionally with options as name:key=value+key=value")
     p.add_argument("--planner-option", action="append", default=[], metavar="KEY=VALUE",
@@ -189,9 +189,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     args = TrainArgs(planner=name, planner_options=options, **values)
     checks = [(args.steps > 0, f"--steps must be positive, got {args.steps}"),
               (args.start_batch >= 0, f"--start-batch must be >= 0, got {args.start_batch}"),
-              (args.lr > 0, f"--lr must be positive, got {args.lr}"),
               (args.lookahead is None or args.lookahead >= 0, f"--lookahead must be >= 0, got {args.lookahead}"),
-              (args.comm_timeout_s > 0 and args.step_timeout_s > 0, "timeouts must be positive"),
               (not args.tree_recompute or args.recompute == "plan",
                f"--tree-recompute derives the marks; it cannot be combined with --recompute {args.recompute}")]
     for ok, msg in checks:
@@ -347,7 +345,8 @@ class Trainer:
         groups = GroupCache(world=d.world, backend="nccl" if d.device.type == "cuda" else "gloo",
                             timeout=timedelta(seconds=args.comm_timeout_s))
         bf16 = args.dtype == "bf16" or (args.dtype == "auto" and d.device.type == "cuda")
-        options = ExecOptions(lookahead=args.lookahead, recompute=args.recompute, kernel=args.kernel,
+        # ``--recompute all|none`` is already written into every executed plan (``_prepare``).
+        options = ExecOptions(lookahead=args.lookahead, recompute="plan", kernel=args.kernel,
                               grad_sync=args.grad_sync if d.world > 1 else "allreduce",
                               autocast="bfloat16" if bf16 else None)
         self.executor = NSPExecutor(model=self.model, spec=workload.model, rank=d.rank, world=d.world,

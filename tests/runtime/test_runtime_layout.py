@@ -153,7 +153,7 @@ def test_one_ranks_exchange_equals_the_all_ranks_construction_for_every_rank(pla
         full = exchanges([input_tokens(plan, mb, r, world) for r in range(world)], [lay.tokens for lay in layouts],
                          total)
         for rank in range(world):
-            mine = rank_exchange(plan, mb, rank, world, shards, layouts[rank])
+            mine = rank_exchange(plan, input_tokens(plan, mb, rank, world), world, shards, layouts[rank])
             for name in ("send_rows", "send_counts", "recv_counts", "recv_perm"):
                 assert np.array_equal(getattr(mine, name), getattr(full[rank], name)), (mb, rank, name)
             mbl = micro_batch_layout(plan, mb, rank, world)
