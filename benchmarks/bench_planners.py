@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 
 pytestmark = pytest.mark.benchmark

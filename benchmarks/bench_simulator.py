@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
-from nspsim.prepare import prepare_plan
+from nspsim.execution.prepare import prepare_plan
 from nspsim.simulator import SimOptions, Simulator
 
 pytestmark = pytest.mark.benchmark

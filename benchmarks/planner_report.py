@@ -30,11 +30,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nspsim.analytic_cost import AnalyticCostModel  # noqa: E402
-from nspsim.batching import Batch  # noqa: E402
-from nspsim.cluster_spec import get_cluster  # noqa: E402
-from nspsim.config import Workload, WorkloadConfig, build_workload, resolve_spmax  # noqa: E402
-from nspsim.model_spec import get_model  # noqa: E402
+from nspsim.cost.analytic import AnalyticCostModel  # noqa: E402
+from nspsim.trace.batching import Batch  # noqa: E402
+from nspsim.specs.cluster import get_cluster  # noqa: E402
+from nspsim.workload import Workload, WorkloadConfig, build_workload, resolve_spmax  # noqa: E402
+from nspsim.specs.model import get_model  # noqa: E402
 from nspsim.planners import get_planner  # noqa: E402
 from nspsim.planners.base import make_context, proxy_load  # noqa: E402
 from nspsim.planners.optimal_router import optimal_route  # noqa: E402

@@ -2,6 +2,6 @@
 
 import sys
 
-from nspsim.cli import main
+from nspsim.cli.main import main
 
 sys.exit(main())

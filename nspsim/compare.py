@@ -15,7 +15,7 @@ planner) the batch is planned, made executable and simulated. Specs:
   planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model").
 
 Executors: NSP-family plans (nsp, nsp2l, greedy and the ablations) are prepared by
-:func:`nspsim.prepare.prepare_plan`: tree-level recomputation marks, then an optimised issue order
+:func:`nspsim.execution.prepare.prepare_plan`: tree-level recomputation marks, then an optimised issue order
 re-ranked with the simulator; baselines run as planned (no marks: full attention recomputation when
 memory forces it). Each distinct (plan, mode) is simulated once (results are memoised by content
 hash), so ranking candidates and recording the chosen plan share one simulation.
@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from nspsim.batching import Batch
-from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
-from nspsim.prepare import prepare_plan
+from nspsim.execution.prepare import prepare_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.simulator.step_model import MODES

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.load import tokens_per_gpu
-from nspsim.model_spec import ModelSpec
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.cost.load import tokens_per_gpu
+from nspsim.specs.model import ModelSpec
 from nspsim.sp_tree import Node, SPTree
-from nspsim.training_spec import BACKENDS
+from nspsim.specs.training import BACKENDS
 
 if TYPE_CHECKING:
-    from nspsim.batching import Batch
+    from nspsim.trace.batching import Batch
 
 SCHEMA = "nspsim-plan"
 SCHEMA_VERSION = 1

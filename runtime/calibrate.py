@@ -11,7 +11,7 @@ One process per rank, one thread each (as the runtime runs under torchrun on CPU
 * gloo ``all_to_all_single`` and ring ``batch_isend_irecv`` over 2 and 4 local ranks, fitted as
   ``latency + bytes / bandwidth`` by least squares over 4 KiB .. 4 MiB per rank.
 
-Prints one JSON object. The figures are what the ``cpu`` preset in ``nspsim.cluster_spec`` records;
+Prints one JSON object. The figures are what the ``cpu`` preset in ``nspsim.specs.cluster`` records;
 rerun this on another machine and pass the numbers through a profile if they differ.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from nspsim.analytic_cost import AnalyticCostModel
+from nspsim.cost.analytic import AnalyticCostModel
 from runtime.attention_kernels import Segments, select_kernel
 from runtime.launch import RankEnv, run_ranks
 

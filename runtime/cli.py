@@ -1,7 +1,7 @@
 """Command-line error policy shared by the runtime's entry points (``runtime.train``, ``runtime.report``).
 
 Bad arguments end with exactly one line ``<prog>: error: <message>`` on stderr and exit status 2:
-:class:`nspsim.cli.Parser` turns argparse's usage-plus-message exit into a ``ValueError``
+:class:`nspsim.cli.flags.Parser` turns argparse's usage-plus-message exit into a ``ValueError``
 (``CliError``) the entry point reports with :func:`fail`. Trade-off: no usage dump on error
 (``--help`` still prints it).
 """

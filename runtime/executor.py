@@ -9,7 +9,7 @@ the final hidden rows to the input layout, where the loss of that micro-batch is
 back-propagated (the loss is normalised by the whole batch's token count, so micro-batches add up).
 
 :class:`NestedAttention` is one autograd Function per layer call. Its forward and backward run the
-phases of this rank's nodes in the global streamed order of :mod:`runtime.schedule` (prologues of the
+phases of this rank's nodes in the global streamed order of :mod:`nspsim.execution.schedule` (prologues of the
 next node in flight while the current node computes), each phase delegated to the node's backend
 (Ulysses, Ring, or the local one for leaves). Tree-level recomputation: samples marked ``recompute``
 keep no attention state after forward and are recomputed (communication and kernel) in backward.
@@ -34,10 +34,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from nspsim.memory import MemoryModel
-from nspsim.model_spec import ModelSpec
+from nspsim.specs.memory import MemoryModel
+from nspsim.specs.model import ModelSpec
 from nspsim.plan import Plan
-from nspsim.simulator.activation import plan_activations
+from nspsim.execution.activation import plan_activations
 from nspsim.sp_tree import Node
 from runtime.attention_kernels import select_kernel
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask, SPBackend
@@ -45,8 +45,8 @@ from runtime.backends.ring import RingBackend
 from runtime.backends.ulysses import UlyssesBackend
 from runtime.data import TokenStream
 from runtime.groups import Comm, GroupCache
-from runtime.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
-from runtime.schedule import rank_steps
+from nspsim.execution.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
+from nspsim.execution.schedule import rank_steps
 from runtime.timing import PhaseClock
 
 RECOMPUTE_MODES = ("plan", "all", "none")
@@ -91,7 +91,7 @@ class ExecOptions:
 
 def recompute_marks(plan: Plan, mode: str, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
     """Per-sample recompute marks: all or none, or (``plan``) the simulator's decision
-    (:func:`nspsim.simulator.activation.plan_activations`): the plan's own marks, else per micro-batch
+    (:func:`nspsim.execution.activation.plan_activations`): the plan's own marks, else per micro-batch
     keep all attention if it fits the memory model and recompute that micro-batch's attention otherwise
     (the paper's baseline). Without a memory model an unmarked plan keeps everything."""
     n = plan.num_samples

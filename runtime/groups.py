@@ -7,7 +7,7 @@ SP collective). A root spanning the whole world reuses the world group; leaves n
 rank joins at most one group per tree level (the nodes of its chain), as in the paper.
 
 :class:`Comm` issues every collective of the executor asynchronously, logs its (group, label) in
-issue order (tests compare the logs of all ranks, :func:`runtime.schedule.order_conflicts`) and
+issue order (tests compare the logs of all ranks, :func:`nspsim.execution.schedule.order_conflicts`) and
 times it. On CUDA the collectives are issued from a dedicated communication stream that first waits
 for the compute stream, and waiting makes the compute stream wait for the communication stream, so
 one node's collectives overlap another node's kernels; on CPU/gloo the async work runs on gloo's

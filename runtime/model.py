@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nspsim.model_spec import ModelSpec
+from nspsim.specs.model import ModelSpec
 from runtime.attention_kernels import AttentionKernel, Segments
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]

@@ -7,7 +7,7 @@ options are mapped onto the simulator's before simulating:
   ``replace(plan, recompute=marks)`` (:func:`executed_plan`); it is that plan which is hashed,
   broadcast, written to ``<records>.plans.jsonl`` and simulated. ``--recompute plan`` leaves the plan
   unchanged and the executor takes the simulator's own decision
-  (:func:`nspsim.simulator.activation.plan_activations`), so both always use the same marks, and the
+  (:func:`nspsim.execution.activation.plan_activations`), so both always use the same marks, and the
   record's ``recompute_policy`` is the simulator's label (:func:`recompute_policy`);
 * phase streaming (:func:`simulated_mode`): ``--lookahead all`` (every prologue first) is the
   simulator's ``stream`` mode; ``--lookahead 0`` (each node's prologue, compute and epilogue in turn:
@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from nspsim.memory import MemoryModel
+from nspsim.specs.memory import MemoryModel
 from nspsim.plan import Plan
 from nspsim.simulator import StepResult
-from nspsim.simulator.activation import plan_activations
+from nspsim.execution.activation import plan_activations
 
 RECOMPUTE_CHOICES = ("plan", "all", "none")
 

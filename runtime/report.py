@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.cli import Parser, silence_closed_stdout
+from nspsim.cli.flags import Parser, silence_closed_stdout
 from runtime.cli import fail
 from runtime.records import read_records
 

@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 4 -m runtime.train --planner nsp --trace wikipedia --model tiny \\
         --steps 20 --tokens-per-batch 8k --max-context 2k --seed 0 --records out/nsp.jsonl
 
-Every rank builds the same workload (``nspsim.config``) against a cluster preset describing the
+Every rank builds the same workload (``nspsim.workload``) against a cluster preset describing the
 machine actually used (``cpu`` under gloo by default, one "GPU" per process), the same model from the
 seed and the same batches (``BatchSampler.batch(i)`` is random access). Rank 0 plans batch ``i + 1``
 on a background thread while batch ``i`` executes (optionally simulating the plan too) and
@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from nspsim.config import Workload, WorkloadConfig, build_workload
-from nspsim.memory import MemoryModel
-from nspsim.cli import Parser, output_file
+from nspsim.workload import Workload, WorkloadConfig, build_workload
+from nspsim.specs.memory import MemoryModel
+from nspsim.cli.flags import Parser, output_file
 from nspsim.options import parse_options, positive_float
 from nspsim.plan import Plan
-from nspsim.prepare import prepare_plan
+from nspsim.execution.prepare import prepare_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.units import parse_tokens
@@ -170,9 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-on", choices=("rank0", "all"), default="rank0",
                    help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)")
     p.add_argument("--tree-recompute", action="store_true",
-                   help="derive tree-level save/recompute marks from the memory budget (nspsim.recompute)")
+                   help="derive tree-level save/recompute marks from the memory budget (nspsim.execution.recompute)")
     p.add_argument("--optimize-order", action="store_true",
-                   help="reorder each plan's issue order for phase streaming (nspsim.issue_order; simulator-ranked "
+                   help="reorder each plan's issue order for phase streaming (nspsim.execution.issue_order; simulator-ranked "
                         "unless --no-simulate)")
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
     p.add_argument("--comm-timeout", dest="comm_timeout_s", type=_timeout, default=120.0, help="collective timeout, s")
@@ -299,7 +299,7 @@ class PlanAhead:
 
     def _prepare(self, plan: Plan, rank_mode: str) -> Plan:
         """The executable plan: the marks ``--recompute all|none`` forces, then the preparation
-        ``nspsim compare`` and ``nspsim simulate`` apply (:func:`nspsim.prepare.prepare_plan`: tree-level
+        ``nspsim compare`` and ``nspsim simulate`` apply (:func:`nspsim.execution.prepare.prepare_plan`: tree-level
         marks, the issue order re-ranked by the simulator in ``rank_mode``), as the flags ask."""
         args, wl = self.args, self.workload
         evaluate = (lambda p: self.simulate(p, rank_mode).step_time_or_inf) if args.simulate else None

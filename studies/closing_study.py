@@ -22,7 +22,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from nspsim.compare import CompareConfig, run_compare
-from nspsim.config import WorkloadConfig
+from nspsim.workload import WorkloadConfig
 
 MODELS = (("qwen3-30b-a3b", "h100"), ("qwen3-235b-a22b", "h200"))
 CONTEXTS = (192 * 1024, 384 * 1024)

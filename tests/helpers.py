@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nspsim.analytic_cost import AnalyticCostModel
-from nspsim.cluster_spec import ClusterSpec, GpuSpec
-from nspsim.model_spec import ModelSpec
-from nspsim.profile import Profile
-from nspsim.training_spec import TrainingSpec
+from nspsim.cost.analytic import AnalyticCostModel
+from nspsim.specs.cluster import ClusterSpec, GpuSpec
+from nspsim.specs.model import ModelSpec
+from nspsim.cost.profile import Profile
+from nspsim.specs.training import TrainingSpec
 
 TOY_GPU = GpuSpec(name="toy", peak_flops=4e12, matmul_flops=2e12, attn_fwd_flops=1e12, attn_bwd_flops=0.5e12,
                   hbm_bytes=1e9, hbm_bw=1e11)
@@ -38,7 +38,7 @@ def toy_cost(backend: str = "ulysses", profile: Profile | None = None, layers: i
 
 def make_batch(lengths: Sequence[int], *, trace: str = "test", tokens_per_batch: int | None = None) -> Any:
     """A batch with the given lengths (no drops)."""
-    from nspsim.batching import Batch
+    from nspsim.trace.batching import Batch
 
     total = sum(lengths)
     return Batch(lengths=tuple(int(x) for x in lengths), trace=trace, seed=0, index=0,

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import make_batch
-from nspsim.batching import Batch
-from nspsim.config import Workload, WorkloadConfig, build_workload
-from nspsim.load import plan_load
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload, WorkloadConfig, build_workload
+from nspsim.cost.load import plan_load
 from nspsim.plan import Plan
 
 
@@ -27,7 +27,7 @@ def batch_of(lengths: Sequence[int]) -> Batch:
 
 
 def exact_load(plan: Plan, workload: Workload) -> float:
-    """Proxy Load from ``nspsim.load.plan_load`` (the reference), micro-batches summed."""
+    """Proxy Load from ``nspsim.cost.load.plan_load`` (the reference), micro-batches summed."""
     lengths, degrees, firsts, mbs = plan.arrays
     return sum(plan_load(workload.cost, workload.tree, lengths[mbs == mb], degrees[mbs == mb], firsts[mbs == mb]).load
                for mb in range(plan.num_micro_batches))
@@ -54,10 +54,10 @@ def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: in
     ``gpus_per_node`` shrinks the NVLink host so small groups already cross hosts."""
     from dataclasses import replace
 
-    from nspsim.analytic_cost import AnalyticCostModel
-    from nspsim.cluster_spec import get_cluster
-    from nspsim.config import resolve_spmax
-    from nspsim.model_spec import get_model
+    from nspsim.cost.analytic import AnalyticCostModel
+    from nspsim.specs.cluster import get_cluster
+    from nspsim.workload import resolve_spmax
+    from nspsim.specs.model import get_model
     from nspsim.sp_tree import SPTree
 
     base = tiny_workload(gpus=gpus, token_budget=token_budget)

@@ -1,6 +1,6 @@
 """A round-number cost model and plan builders for exact simulator tests.
 
-``StubCost`` implements the :class:`~nspsim.cost_model.CostModel` protocol with hand-checkable
+``StubCost`` implements the :class:`~nspsim.cost.interface.CostModel` protocol with hand-checkable
 times: for a node of degree k holding samples with token sum S and square sum Q, per GPU
 
 * forward: prologue = lat + pro * S / k, compute = comp * Q / k, epilogue = lat + epi * S / k
@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from helpers import make_batch, toy_cluster, toy_model
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.cost_model import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts
-from nspsim.memory import MemoryModel
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
+from nspsim.specs.memory import MemoryModel
 from nspsim.plan import Plan, make_plan
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.sp_tree import Node
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.training import TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ class StubCost:
         bwd = Phases(self.lat + 2 * self.epi * s if comm else 0.0, 2 * self.comp * q,
                      self.lat + 2 * self.pro * s if comm else 0.0)
         return AttentionCost(fwd, bwd)
+
+    def recompute_attention(self, lengths: np.ndarray, degree: int) -> Phases:
+        return recompute_phases(self.attention(lengths, degree).fwd)
 
     def attention_sample_costs(self, lengths: np.ndarray, degree: int) -> SampleCosts:
         lengths = np.asarray(lengths, dtype=np.float64)

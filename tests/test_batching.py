@@ -1,4 +1,4 @@
-"""Tests for nspsim.batching: the Batch record and the deterministic, random-access BatchSampler."""
+"""Tests for nspsim.trace.batching: the Batch record and the deterministic, random-access BatchSampler."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nspsim import batching
-from nspsim.batching import Batch, BatchSampler
+from nspsim.trace import batching
+from nspsim.trace.batching import Batch, BatchSampler
 from nspsim.trace import EmpiricalTrace, HistogramTrace, IntArray, LengthTrace, load_trace
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import make_batch, toy_model
 
-from nspsim.cli import main
-from nspsim.cluster_spec import get_cluster
+from nspsim.cli.main import main
+from nspsim.specs.cluster import get_cluster
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 
@@ -163,7 +163,7 @@ def test_a_closed_output_pipe_ends_quietly() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "nspsim.cli", "trace", "stats", "wikipedia", "--samples", "1000"],
+    proc = subprocess.Popen([sys.executable, "-m", "nspsim.cli.main", "trace", "stats", "wikipedia", "--samples", "1000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     proc.stdout.close()  # before the child writes anything

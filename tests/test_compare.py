@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from nspsim.cli import main
+from nspsim.cli.main import main
 from nspsim.compare import (
     CompareConfig, CompareResult, default_planners, parse_planner_spec, routing_counts, run_compare,
 )
-from nspsim.config import WorkloadConfig
+from nspsim.workload import WorkloadConfig
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES
 from nspsim.simulator import Simulator, StepResult
@@ -92,7 +92,7 @@ def test_normalisation_and_shares(static_run: CompareResult) -> None:
 
 
 def test_routing_counts_cover_every_sample() -> None:
-    from nspsim.config import build_workload
+    from nspsim.workload import build_workload
     from nspsim.planners import get_planner
 
     wl = build_workload(SMALL)
@@ -149,7 +149,7 @@ def test_compare_refuses_bad_input_before_running(argv: list[str], message: str,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """An empty planner list or an unusable report path fails at once, not after the whole comparison."""
-    import nspsim.commands.compare as command
+    import nspsim.cli.commands.compare as command
 
     monkeypatch.setattr(command, "run_compare", lambda *a, **k: pytest.fail("the comparison ran"))
     (tmp_path / "file").write_text("x")
@@ -187,7 +187,7 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
 
 def test_runner_keeps_only_the_chosen_plan_timeline() -> None:
     from nspsim.compare import _Runner
-    from nspsim.config import build_workload
+    from nspsim.workload import build_workload
 
     runner = _Runner(build_workload(SMALL), [], CompareConfig(workload=SMALL, planners=("static",), iters=1), None)
     fake = object()
@@ -202,7 +202,7 @@ class _Tty(io.StringIO):
 
 
 def test_progress_bar_prints_every_tenth_off_a_terminal_and_one_updating_line_on_one() -> None:
-    from nspsim.commands.compare import ProgressBar
+    from nspsim.cli.commands.compare import ProgressBar
 
     plain, tty = io.StringIO(), _Tty()
     for stream in (plain, tty):

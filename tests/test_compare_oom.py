@@ -12,7 +12,7 @@ import pytest
 from nspsim.compare import (
     CompareConfig, CompareResult, IterationRecord, PlannerSpec, _Runner, _summaries, parse_planner_spec,
 )
-from nspsim.config import WorkloadConfig, build_workload
+from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions
 
@@ -48,7 +48,7 @@ def test_normalisation_uses_only_batches_both_runs_completed() -> None:
 
 
 def test_table_and_report_render_an_out_of_memory_baseline() -> None:
-    from nspsim.commands.compare import format_table
+    from nspsim.cli.commands.compare import format_table
     from studies.compare_report import render
 
     res = result({"static": [None, None, None], "nsp": [0.8, 0.9, 1.0], "flexsp": [1.0, None, 1.1]}, "static")

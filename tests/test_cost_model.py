@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from helpers import toy_cluster, toy_cost, toy_model
 
-from nspsim.comm_model import alltoall_traffic, ring_collective_traffic, ring_traffic
-from nspsim.cost_model import CostModel
-from nspsim.profile import LengthTable, Profile
+from nspsim.cost.comm import alltoall_traffic, ring_collective_traffic, ring_traffic
+from nspsim.cost.interface import CostModel
+from nspsim.cost.profile import LengthTable, Profile
 
 L = np.array([1000])
 
@@ -119,8 +119,8 @@ def test_profile_overrides_bandwidth_throughput_and_latency() -> None:
 
 
 def test_throughput_saturates_with_length() -> None:
-    from nspsim.analytic_cost import AnalyticCostModel
-    from nspsim.training_spec import TrainingSpec
+    from nspsim.cost.analytic import AnalyticCostModel
+    from nspsim.specs.training import TrainingSpec
 
     cost = AnalyticCostModel(model=toy_model(), cluster=toy_cluster(), training=TrainingSpec(), attn_half_length=512)
     got = cost.attn_throughput(np.array([512, 1_000_000]), backward=False)
@@ -139,10 +139,10 @@ def test_link_traffic_split() -> None:
 
 
 def test_qwen3_orders_of_magnitude() -> None:
-    from nspsim.analytic_cost import AnalyticCostModel
-    from nspsim.cluster_spec import get_cluster
-    from nspsim.model_spec import get_model
-    from nspsim.training_spec import TrainingSpec
+    from nspsim.cost.analytic import AnalyticCostModel
+    from nspsim.specs.cluster import get_cluster
+    from nspsim.specs.model import get_model
+    from nspsim.specs.training import TrainingSpec
 
     cost = AnalyticCostModel(model=get_model("qwen3-30b-a3b"), cluster=get_cluster("h100", 64),
                              training=TrainingSpec())

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import Setup, StubCost
 
-from nspsim.issue_order import _candidate_perms, optimize_issue_order, stream_finish
+from nspsim.execution.issue_order import _candidate_perms, optimize_issue_order, stream_finish
 from nspsim.sp_tree import Node
 
 
@@ -84,7 +84,7 @@ def test_evaluator_reranks_candidates_and_never_loses_to_the_input_order() -> No
 def test_proxy_scores_a_marked_node_recompute_pass_like_the_simulator() -> None:
     # One 1000-token sample on sp2#0, marked: the proxy streams the Q/K/V re-send and recompute kernel
     # right before the node's backward phases, as executed (1 node: the proxy is exact, 2.3e-3 s).
-    from nspsim.issue_order import _tree_scores
+    from nspsim.execution.issue_order import _tree_scores
 
     setup = Setup(StubCost(comp=1e-9, pro=1e-7, epi=2e-7))
     lengths = np.array([1000])

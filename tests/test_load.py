@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import toy_cost
 
-from nspsim.load import plan_load, tokens_per_gpu
+from nspsim.cost.load import plan_load, tokens_per_gpu
 from nspsim.sp_tree import SPTree
 
 TREE = SPTree(num_gpus=8, spmax=4, gpus_per_node=2)

@@ -11,7 +11,7 @@ from helpers import make_batch, toy_cluster, toy_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nspsim.cluster_spec import get_cluster
+from nspsim.specs.cluster import get_cluster
 from nspsim.plan import Plan, make_plan
 from nspsim.sp_tree import Node, SPTree
 
@@ -129,7 +129,7 @@ def test_a_plan_refuses_lengths_above_max_context_and_another_node_size() -> Non
 
     from helpers import make_batch, toy_model
 
-    from nspsim.cluster_spec import get_cluster
+    from nspsim.specs.cluster import get_cluster
     from nspsim.plan import make_plan
     from nspsim.sp_tree import Node
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nspsim.config import Workload
-from nspsim.load import plan_load
+from nspsim.workload import Workload
+from nspsim.cost.load import plan_load
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.planners.microbatch import blaster_split

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nspsim.cli import main
+from nspsim.cli.main import main
 from nspsim.plan import Plan
 
 TINY = ["--model", "tiny", "--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "16k",

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from nspsim.config import Workload, WorkloadConfig, build_workload
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 from nspsim.planners.bucketing import _dp_bounds, bucketize
 from nspsim.planners.base import make_context

@@ -8,14 +8,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from planner_fixtures import batch_of, check_valid, guarantee_score, static_scores
 
-from nspsim.config import WorkloadConfig, build_workload
+from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 from nspsim.planners.nsp_planner import _static_routes
 from nspsim.planners.base import make_context
 from nspsim.planners.proxy import CostTable
 from nspsim.planners.remat_estimate import remat_aware_load, remat_per_gpu, selected_loads
 from nspsim.planners.token_balance import effective_budget, is_memory_bound
-from nspsim.recompute import mark_recompute
+from nspsim.execution.recompute import mark_recompute
 from nspsim.simulator.work import step_work
 
 BIG = WorkloadConfig(model="qwen3-235b-a22b", cluster="h200")  # memory-bound at 2M tokens / 64 GPUs

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from nspsim.config import WorkloadConfig, build_workload
+from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 from nspsim.planners.token_balance import AUTO_RATIO, effective_budget, is_memory_bound, kept_attention_capacity
 from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import Setup, StubCost
 
-from nspsim.memory import MemoryModel
-from nspsim.recompute import mark_recompute
-from nspsim.simulator.activation import plan_activations
+from nspsim.specs.memory import MemoryModel
+from nspsim.execution.recompute import mark_recompute
+from nspsim.execution.activation import plan_activations
 from nspsim.sp_tree import Node
 
 
@@ -78,8 +78,8 @@ def test_tree_marks_recompute_less_than_full_recomputation() -> None:
 
 
 def test_prepare_plan_marks_then_orders_like_the_steps_it_composes() -> None:
-    from nspsim.issue_order import optimize_issue_order
-    from nspsim.prepare import prepare_plan
+    from nspsim.execution.issue_order import optimize_issue_order
+    from nspsim.execution.prepare import prepare_plan
 
     setup = Setup(StubCost(comp=1e-9, pro=2e-6, epi=1e-7), memory=memory(1000))
     plan = setup.plan([Node(4, 0)] + [Node(1, g) for g in range(4)], [1600, 200, 200, 200, 200])

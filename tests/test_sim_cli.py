@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nspsim.cli import main
-from nspsim.config import WorkloadConfig, build_workload
+from nspsim.cli.main import main
+from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sp_tree import Node

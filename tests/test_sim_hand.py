@@ -11,15 +11,15 @@ import simpy
 from helpers import make_batch, toy_cluster, toy_cost, toy_model
 from sim_helpers import Setup, StubCost, roomy_memory
 
-from nspsim.analytic_cost import AnalyticCostModel
-from nspsim.cost_model import NonAttentionCost
+from nspsim.cost.analytic import AnalyticCostModel
+from nspsim.cost.interface import NonAttentionCost
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import Simulator
 from nspsim.simulator.hardware import Collective, Fabric
 from nspsim.simulator.step_model import CollectiveFactory
 from nspsim.sp_tree import Node
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.training import TrainingSpec
 
 REL = 1e-12
 

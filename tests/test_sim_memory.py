@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sim_helpers import Setup, StubCost
 
-from nspsim.memory import MemoryModel
-from nspsim.simulator.activation import plan_activations
+from nspsim.specs.memory import MemoryModel
+from nspsim.execution.activation import plan_activations
 from nspsim.sp_tree import Node
 
 COST = StubCost(comp=1e-9, pro=1e-7, epi=1e-7)

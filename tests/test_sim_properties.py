@@ -11,7 +11,7 @@ from sim_helpers import Setup, StubCost
 
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.training import TrainingSpec
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

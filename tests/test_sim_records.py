@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from sim_helpers import Setup, StubCost
 
-from nspsim.cost_model import AttentionCost
+from nspsim.cost.interface import AttentionCost
 from nspsim.simulator import SimOptions, TimelineEvent
-from nspsim.simulator.activation import ActivationPlan
+from nspsim.execution.activation import ActivationPlan
 from nspsim.simulator.periodic import Repeat
 from nspsim.sp_tree import Node
 

@@ -10,14 +10,14 @@ import math
 import pytest
 from sim_helpers import Setup, StubCost
 
-from nspsim.simulator.activation import plan_activations
-from nspsim.simulator.executor import Executor
+from nspsim.execution.activation import plan_activations
+from nspsim.simulator.engine import Executor
 from nspsim.simulator.periodic import _segment_times, settling_layers
 from nspsim.simulator.step_model import StepModel
 from nspsim.simulator.simulator import Simulator
 from nspsim.simulator.work import reduce_to_units, step_work
 from nspsim.sp_tree import Node
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.training import TrainingSpec
 
 
 def _settling(setup: Setup, nodes: list[Node], lengths: list[int], prefetch: int = 1) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from helpers import toy_cluster, toy_model
 
-from nspsim.cluster_spec import CLUSTER_PRESETS, get_cluster
-from nspsim.memory import memory_model, state_bytes_per_gpu
-from nspsim.model_spec import MODEL_PRESETS, ModelSpec, MoESpec, get_model
-from nspsim.training_spec import TrainingSpec, paper_training
+from nspsim.specs.cluster import CLUSTER_PRESETS, get_cluster
+from nspsim.specs.memory import memory_model, state_bytes_per_gpu
+from nspsim.specs.model import MODEL_PRESETS, ModelSpec, MoESpec, get_model
+from nspsim.specs.training import TrainingSpec, paper_training
 
 
 @pytest.mark.parametrize(

@@ -34,12 +34,12 @@ from nspsim.trace import (
     powerlaw_cdf,
     powerlaw_quantile,
 )
-from nspsim.trace_stats import trace_stats
+from nspsim.trace.stats import trace_stats
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Measured from /work/shared/traces/wikipedia.txt (FlexSP artifact, sha1 cb8af4de...) with
-# nspsim.trace_stats; the same numbers are in traces/README.md and the JSON's reference_stats.
+# nspsim.trace.stats; the same numbers are in traces/README.md and the JSON's reference_stats.
 WIKI_REAL = {
     "count": 1_000_000, "median": 347.0, "p90": 2112.0, "p99": 10919.02, "p999": 37353.014,
     "max": 1_823_777, "mean": 1013.64878, "share_lt_8k": 0.984008, "share_gt_128k": 49e-6,

@@ -1,4 +1,4 @@
-"""Tests for nspsim.trace_stats."""
+"""Tests for nspsim.trace.stats."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nspsim.trace_stats import BUCKET_NAMES, TraceStats, format_stats, trace_stats
+from nspsim.trace.stats import BUCKET_NAMES, TraceStats, format_stats, trace_stats
 
 KEYS = {"count", "min", "median", "p90", "p99", "p999", "max", "mean", "total_tokens", "share_lt_8k",
         "share_gt_128k", "share_by_bucket", "token_share_by_bucket"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nspsim.profile import LengthTable, Profile, load_profile, parse_profile
+from nspsim.cost.profile import LengthTable, Profile, load_profile, parse_profile
 from nspsim.units import format_tokens, parse_tokens
 
 
@@ -77,7 +77,7 @@ def test_length_table_validation() -> None:
 
 
 def test_builtin_flexsp_profile_reproduces_the_published_drop_past_one_host() -> None:
-    from nspsim.profile import builtin_profile_names
+    from nspsim.cost.profile import builtin_profile_names
 
     assert "flexsp-a100" in builtin_profile_names()
     prof = load_profile("flexsp-a100")

@@ -7,7 +7,7 @@ Usage (from the repository root)::
 The input defaults to ``$NSPSIM_SHARED/traces/wikipedia.txt``, else ``../shared/traces/wikipedia.txt``
 relative to the repository root. The script refuses any file whose SHA-1 is not the artifact's.
 ``nspsim.trace.fit_histogram`` bins the lengths on 8 log-spaced bins per octave and fits a power law
-inside each bin. The output also records the file's statistics (``nspsim.trace_stats``). The script
+inside each bin. The output also records the file's statistics (``nspsim.trace.stats``). The script
 has no randomness, so reruns give the same JSON. ``--check`` compares the result with the existing
 output instead of writing it, and exits 1 if they differ.
 """
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from nspsim.trace import HISTOGRAM_FORMAT, WIKIPEDIA_SOURCE, fit_histogram
-from nspsim.trace_stats import trace_stats
+from nspsim.trace.stats import trace_stats
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = REPO_ROOT / "traces" / "data" / "wikipedia_hist.json"

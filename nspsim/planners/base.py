@@ -29,8 +29,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.batching import Batch
-from nspsim.config import Workload
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 from nspsim.plan import Plan, make_plan
 from nspsim.planners.feasibility import check_feasible
 from nspsim.planners.lower_bound import lower_bound

@@ -34,8 +34,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from nspsim.batching import Batch
-from nspsim.config import Workload
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import (Context, IntArray, Placement, Stopwatch, estimate_of, finish, make_context,
                                   proxy_load, static_floor, step_estimate)

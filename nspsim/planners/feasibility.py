@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nspsim.batching import Batch
+from nspsim.trace.batching import Batch
 from nspsim.planners.proxy import CostTable
 
 

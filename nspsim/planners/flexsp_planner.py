@@ -33,8 +33,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from nspsim.batching import Batch
-from nspsim.config import Workload
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, step_estimate
 from nspsim.planners.bucketing import Buckets, bucketize

@@ -20,8 +20,8 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.batching import Batch
-from nspsim.config import Workload
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 from nspsim.plan import Plan
 from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context
 from nspsim.planners.microbatch import min_micro_batches, token_split

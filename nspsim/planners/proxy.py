@@ -1,7 +1,7 @@
 """Planner-side arithmetic on the routing proxy (SPEC 3, NSP paper 4.1.2), vectorised per batch.
 
 A planner scores thousands of candidate placements, so it cannot call the cost model per candidate.
-:class:`CostTable` asks the :class:`~nspsim.cost_model.CostModel` once per (distinct length, degree)
+:class:`CostTable` asks the :class:`~nspsim.cost.interface.CostModel` once per (distinct length, degree)
 and keeps, for each sample j and admissible degree d, what the sample adds to *every* GPU of its
 group, separately for the forward and backward pass:
 
@@ -12,7 +12,7 @@ non-attention time per sharded token: the planners assume the cost model's non-a
 is affine in its token count (slope plus an intercept paid by every GPU that holds tokens), which is
 exact for the analytic model (GEMMs are linear; the expert-parallel all-to-all is latency plus
 bytes). :func:`fit_non_attention` checks the assumption at three points and refuses a cost model that
-violates it, so the per-GPU sums below equal :func:`nspsim.load.plan_load` exactly (tested).
+violates it, so the per-GPU sums below equal :func:`nspsim.cost.load.plan_load` exactly (tested).
 
 Two proxies exist: ``"full"`` (the paper's cost model) and ``"attn-fwd"`` (the "w/o cost model"
 ablation: attention forward only, no backward, no non-attention work). Trade-off: tables cost one
@@ -27,7 +27,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.cost_model import CostModel
+from nspsim.cost.interface import CostModel
 from nspsim.sp_tree import SPTree
 
 PROXIES = ("full", "attn-fwd")

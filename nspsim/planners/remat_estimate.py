@@ -11,9 +11,9 @@ docs/planners.md.)
 
 So when the batch is memory-bound, the final candidates (the beam's best state and the static
 seeds) are compared by Load plus an estimate of that recomputation: the executor's top-down marking
-(:func:`nspsim.recompute.saved_samples`, roots first, same free bytes per GPU) is replayed on the
-candidate's arrays, and every node's unkept samples add their recompute pass - the simulator's
-``recompute_phases`` of their forward attention (Q/K/V re-send and kernel, no epilogue), times the
+(:func:`nspsim.execution.recompute.saved_samples`, roots first, same free bytes per GPU) is replayed on the
+candidate's arrays, and every node's unkept samples add their recompute pass - the cost model's
+``recompute_attention`` of their forward attention (Q/K/V re-send and kernel, no epilogue), times the
 layers - to each GPU of the node's backward stage. Estimate = max_p D_p^fwd + max_p (D_p^bwd + R_p).
 Trade-off: a few extra milliseconds per memory-bound batch (one marking per candidate); the choice
 can pick a candidate whose bare Load is higher, so on memory-bound batches NSP's guarantee is stated
@@ -25,11 +25,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.cost_model import CostModel
-from nspsim.memory import MemoryModel
+from nspsim.cost.interface import CostModel
+from nspsim.specs.memory import MemoryModel
 from nspsim.planners.proxy import CostTable, ProxyLoad
-from nspsim.recompute import nodes_top_down, saved_samples
-from nspsim.simulator.work import recompute_phases
+from nspsim.execution.recompute import nodes_top_down, saved_samples
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -54,7 +53,7 @@ def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select
     lost = ~saved_samples(lengths, degrees, firsts, free, memory, cost)
     remat = np.zeros(table.tree.num_gpus)
     for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
-        redo = recompute_phases(cost.attention(lengths[lost][members], d).fwd)
+        redo = cost.recompute_attention(lengths[lost][members], d)
         remat[first:first + d] += cost.num_layers * (redo.prologue + redo.compute)
     return remat
 

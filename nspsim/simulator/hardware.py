@@ -1,10 +1,10 @@
 """Links and collectives: per-GPU NVLink ports and NICs shared by processor sharing (SPEC section 3).
 
 Every GPU has two ports: its NVLink port into its host's switch and its own NIC to the fabric
-(:mod:`nspsim.comm_model`). A :class:`Collective` spans an aligned block of ranks and costs one event
+(:mod:`nspsim.cost.comm`). A :class:`Collective` spans an aligned block of ranks and costs one event
 per change of its timing: it starts when every member has issued it (the executor launches it),
 waits its latency, then moves its bytes. Its stand-alone
-bandwidth time ``work`` comes from the cost model; :class:`~nspsim.comm_model.Traffic` tells which
+bandwidth time ``work`` comes from the cost model; :class:`~nspsim.cost.comm.Traffic` tells which
 share of that time each port is busy (``u``: 1 on the bottleneck port, less on the other).
 
 Sharing (bottleneck processor sharing): the load of a port is the sum of ``u`` over the collectives
@@ -24,8 +24,8 @@ from typing import Any
 
 import simpy
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.comm_model import Traffic
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.cost.comm import Traffic
 
 NVLINK, NIC = 0, 1
 _EPS = 1e-12

@@ -1,11 +1,11 @@
 """The :class:`Simulator`: predicts one training step of any plan on a modelled cluster.
 
 Pipeline per :meth:`Simulator.simulate` call: check the plan belongs to this cluster and model;
-decide save/recompute and peak memory (:mod:`~nspsim.simulator.activation`; out of memory ends
+decide save/recompute and peak memory (:mod:`~nspsim.execution.activation`; out of memory ends
 here); price the plan's work with the cost model (:mod:`~nspsim.simulator.work`); build the task
 program (:mod:`~nspsim.simulator.step_model`) with a few decoder layers, GPUs with identical
 programs merged into one unit (:func:`~nspsim.simulator.work.reduce_to_units`); run it on a fresh
-SimPy clock (:mod:`~nspsim.simulator.executor`); extrapolate the repeated layers exactly
+SimPy clock (:mod:`~nspsim.simulator.engine`); extrapolate the repeated layers exactly
 (:mod:`~nspsim.simulator.periodic`) or, if no layer repeats within ``sim_layers``, rerun with every
 layer. The short run is skipped when the GPUs cannot settle into one pace within it
 (:func:`~nspsim.simulator.periodic.settling_layers`), as on every default workload.
@@ -27,22 +27,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.config import Workload
-from nspsim.cost_model import CostModel
-from nspsim.memory import MemoryModel
-from nspsim.model_spec import ModelSpec
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.workload import Workload
+from nspsim.cost.interface import CostModel
+from nspsim.specs.memory import MemoryModel
+from nspsim.specs.model import ModelSpec
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.simulator.activation import ActivationPlan, plan_activations
-from nspsim.simulator.executor import Executor
+from nspsim.execution.activation import ActivationPlan, plan_activations
+from nspsim.simulator.engine import Executor
 from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
 from nspsim.simulator.step_model import MODES, CollectiveFactory, StepModel, prefetch_layers
 from nspsim.simulator.timeline import build_timeline
 from nspsim.simulator.work import StepWork, reduce_to_units, step_work
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.training import TrainingSpec
 
 MIN_SIM_LAYERS = 6
 
@@ -89,7 +89,7 @@ def _cyclic_gc_paused_if_alone() -> Iterator[None]:
     GPUs, about 2x for nested plans on 1024 GPUs, docs/simulator.md). Its switch is process-wide, so
     with any other thread alive (a training loop planning ahead on a worker thread) it is left alone:
     nothing else can observe the pause, and the task graph is freed by reference counting either way
-    (:meth:`~nspsim.simulator.executor.Executor.release` breaks its cycles).
+    (:meth:`~nspsim.simulator.engine.Executor.release` breaks its cycles).
     """
     if threading.active_count() > 1 or not gc.isenabled():
         yield

@@ -14,7 +14,7 @@ Per layer and GPU:
   forward (no epilogue: the sequence-layout output is kept), charged to ``attn_remat``;
 * FSDP: with ``TrainingSpec.fsdp_prefetch_layers`` = d, the parameter all-gather of layer l is issued
   once the gathers before it are and the buffer of layer l-d-1 is free (d layers ahead, d+1 gathered
-  layers in memory, as :mod:`nspsim.memory` counts them; d = 0: gathered when the layer before it
+  layers in memory, as :mod:`nspsim.specs.memory` counts them; d = 0: gathered when the layer before it
   is done); backward gathers likewise in reverse. Gathers are not prefetched across micro-batches
   (FSDP reshards after each backward).
 
@@ -38,9 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.comm_model import Traffic, alltoall_traffic, ring_collective_traffic
-from nspsim.cost_model import CostModel, Phases
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.cost.comm import Traffic, alltoall_traffic, ring_collective_traffic
+from nspsim.cost.interface import CostModel, Phases
 from nspsim.simulator.hardware import Collective, port_shares
 from nspsim.simulator.program import (
     AG, ATTN_BWD, ATTN_FWD, ATTN_REMAT, COMPUTE, FSDP_COMM, NON_ATTN, OTHER, RS, SP, SP_COMM, Program, SharedTask,

@@ -1,6 +1,6 @@
 """What a plan asks of the hardware: uncontended phase times per tree node, GPU and micro-batch.
 
-Everything here comes from the :class:`~nspsim.cost_model.CostModel` interface, once per step:
+Everything here comes from the :class:`~nspsim.cost.interface.CostModel` interface, once per step:
 per active node the attention phases (forward, backward and, for its recompute-marked samples, the
 recomputed forward), per GPU the non-attention work for its sharded tokens and the output head, and
 once the FSDP collectives, the layout-change all-to-all and the optimizer step. The step model
@@ -25,11 +25,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from nspsim.cost_model import CostModel, FsdpCost, NonAttentionCost, Phases
-from nspsim.model_spec import ModelSpec
+from nspsim.cost.interface import CostModel, FsdpCost, NonAttentionCost, Phases
+from nspsim.specs.model import ModelSpec
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.training import TrainingSpec
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ TOKEN_ID_BYTES = 16  # an int64 token id and an int64 position per token, as run
 @dataclass(frozen=True, kw_only=True)
 class NodeWork:
     """One active tree node of a micro-batch: per-GPU phase times of one layer; ``remat`` is the
-    recompute pass of its marked samples in backward (:func:`recompute_phases`), ``None`` if none."""
+    recompute pass of its marked samples in backward (:meth:`CostModel.recompute_attention`), ``None`` if none."""
 
     node: Node
     fwd: Phases
@@ -185,19 +185,8 @@ def _node_work(cost: CostModel, node: Node, lengths: np.ndarray, remat: np.ndarr
     marked = lengths[remat]
     redo = None
     if marked.size:
-        again = full.fwd if marked.size == lengths.size else cost.attention(marked, node.degree).fwd
-        redo = recompute_phases(again)
+        redo = cost.recompute_attention(marked, node.degree)
     return NodeWork(node=node, fwd=full.fwd, bwd=full.bwd, remat=redo)
-
-
-def recompute_phases(forward: Phases) -> Phases:
-    """What recomputing attention for backward costs, given the marked samples' forward phases.
-
-    The backward kernel needs Q, K, V, O and the log-sum-exp in head layout: the prologue re-sends
-    Q, K, V and the kernel reruns to regenerate O and LSE. No epilogue: the output in sequence layout
-    (the o_proj input) is kept by autograd, so nothing goes back.
-    """
-    return Phases(forward.prologue, forward.compute, 0.0)
 
 
 def _per_value(fn: Callable[[float], T], values: np.ndarray) -> tuple[T, ...]:

@@ -3,7 +3,7 @@
 A backend runs the attention core of one SP-tree node on one rank of its group, split into a
 communication prologue, local compute and a communication epilogue, separately for forward and
 backward. The executor calls the phases of all of a rank's nodes in one global order
-(:mod:`runtime.schedule`), so a prologue or epilogue only *issues* asynchronous collectives and the
+(:mod:`nspsim.execution.schedule`), so a prologue or epilogue only *issues* asynchronous collectives and the
 next phase of the same node waits for them. State between phases lives in a :class:`NodeTask`.
 
 Tree-level recomputation: ``task.recompute`` marks node samples whose attention state is not kept
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from runtime.attention_kernels import AttentionKernel, Segments
 from runtime.groups import Comm, Pending
-from runtime.layout import NodeShards, Slot, sample_rows
+from nspsim.execution.layout import NodeShards, Slot, sample_rows
 from runtime.timing import PhaseClock
 
 

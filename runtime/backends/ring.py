@@ -2,7 +2,7 @@
 
 Group rank ``i`` of a degree-``k`` node holds chunks ``i`` and ``2k-1-i`` of every sample (all heads).
 Forward: ``k`` steps; at step ``s`` the rank attends its queries to the K/V block of rank ``i - s``
-(:func:`runtime.layout.ring_blocks` says which chunk pairs) while the block for step ``s + 1`` is
+(:func:`nspsim.execution.layout.ring_blocks` says which chunk pairs) while the block for step ``s + 1`` is
 passed one hop around the ring with ``batch_isend_irecv``; partial outputs are merged through the
 log-sum-exp. Backward: the same walk with the merged output and LSE; each K/V block travels with a
 dK/dV accumulator that collects every rank's contribution and arrives home after the last step.
@@ -26,7 +26,7 @@ from torch import Tensor
 from runtime.attention_kernels import Segments
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
-from runtime.layout import NodeShards, RingBlock, ring_blocks
+from nspsim.execution.layout import NodeShards, RingBlock, ring_blocks
 
 KV_TAG, DKV_TAG = 1, 2
 Shift = tuple[Pending, Tensor]

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
-from runtime.layout import NodeShards, ulysses_gather_order
+from nspsim.execution.layout import NodeShards, ulysses_gather_order
 
 _STATE = ("q", "k", "v", "out", "lse")
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from nspsim.model_spec import get_model
+from nspsim.specs.model import get_model
 from nspsim.plan import Plan
 from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, NSPExecutor
@@ -121,7 +121,7 @@ def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str,
     import numpy as np
     from datetime import timedelta
 
-    from runtime.layout import rank_layout
+    from nspsim.execution.layout import rank_layout
 
     spec = get_model("tiny")
     groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))

@@ -7,17 +7,17 @@ import pytest
 import torch
 
 from helpers import make_batch
-from nspsim.cluster_spec import get_cluster
-from nspsim.config import WorkloadConfig, build_workload
-from nspsim.model_spec import get_model
+from nspsim.specs.cluster import get_cluster
+from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from runtime.attention_kernels import Segments, select_kernel
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask
-from nspsim.memory import MemoryModel
-from nspsim.simulator.activation import plan_activations
+from nspsim.specs.memory import MemoryModel
+from nspsim.execution.activation import plan_activations
 from runtime.executor import ExecOptions, recompute_marks
-from runtime.layout import NodeShards, Slot
+from nspsim.execution.layout import NodeShards, Slot
 from runtime.timing import PhaseClock, breakdown
 
 CPU = torch.device("cpu")

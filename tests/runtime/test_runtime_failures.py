@@ -6,8 +6,8 @@ import pytest
 
 import rt_workers
 from helpers import make_batch
-from nspsim.cluster_spec import get_cluster
-from nspsim.model_spec import get_model
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from runtime.launch import spawn_ranks

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import make_batch
-from nspsim.cluster_spec import get_cluster
-from nspsim.model_spec import get_model
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
-from runtime.layout import (
+from nspsim.execution.layout import (
     NodeShards,
     exchanges,
     input_bounds,
@@ -26,7 +26,7 @@ from runtime.layout import (
     sample_rows,
     ulysses_gather_order,
 )
-from runtime.schedule import order_conflicts, rank_steps, stream_order
+from nspsim.execution.schedule import order_conflicts, rank_steps, stream_order
 
 
 def plan_of(lengths, nodes, world, micro_batches=None, backend="ulysses"):

@@ -16,16 +16,16 @@ import torch
 
 import rt_workers
 from helpers import make_batch
-from nspsim.cluster_spec import get_cluster
-from nspsim.config import WorkloadConfig, build_workload
-from nspsim.model_spec import get_model
+from nspsim.specs.cluster import get_cluster
+from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.specs.model import get_model
 from nspsim.plan import Plan, make_plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.sp_tree import Node
 from runtime.executor import ExecOptions
 from runtime.launch import run_ranks
-from runtime.layout import rank_layout
-from runtime.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_conflicts, rank_steps
+from nspsim.execution.layout import rank_layout
+from nspsim.execution.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_conflicts, rank_steps
 
 WORLDS = [2, 4, 8]
 TOL = 1e-5

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from helpers import make_batch
-from nspsim.cluster_spec import get_cluster
-from nspsim.config import WorkloadConfig, build_workload
-from nspsim.model_spec import get_model
+from nspsim.specs.cluster import get_cluster
+from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator

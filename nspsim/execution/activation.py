@@ -6,7 +6,7 @@ saved: L_j / |R(u_j)| tokens at ``attention_bytes_per_token(|R(u_j)|)`` each. De
 
 * plan without recompute marks: keep every node's attention if that fits on every GPU; otherwise
   full attention recomputation (the paper's baseline) for that micro-batch;
-* plan with marks (tree-level recomputation, :mod:`nspsim.recompute`): keep exactly the unmarked
+* plan with marks (tree-level recomputation, :mod:`nspsim.execution.recompute`): keep exactly the unmarked
   samples' attention;
 * if the chosen policy still does not fit on some GPU the step is out of memory: it is reported,
   never simulated.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nspsim.memory import GIB, MemoryModel
+from nspsim.specs.memory import GIB, MemoryModel
 from nspsim.plan import Plan
 
 POLICIES = ("keep-all", "full-recompute", "tree-marks")

@@ -4,7 +4,7 @@ A cluster is ``num_gpus`` identical GPUs in hosts of ``gpus_per_node`` joined by
 each GPU has its own NIC. Bandwidths are *effective* per-GPU collective bandwidths (what a large
 all-to-all achieves), not link peaks; latencies are per collective. Facts (peak FLOP/s, HBM, link
 generations) come from vendor data and SPEC section 7; achieved-throughput figures are design
-defaults that a measured profile (``nspsim.profile``) overrides.
+defaults that a measured profile (``nspsim.cost.profile``) overrides.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nspsim.cli import Parser, emit, positive_int
+from nspsim.cli.flags import Parser, emit, positive_int
 from nspsim.trace import builtin_trace_names, load_trace
-from nspsim.trace_stats import format_stats, trace_stats
+from nspsim.trace.stats import format_stats, trace_stats
 
 
 MAX_SAMPLES = 10_000_000  # 3-4.4 s and ~0.6 GB peak here; 10x more ran over 20 s with no output (a seeming hang)

@@ -2,9 +2,9 @@
 
 Two optional steps, in this order:
 
-1. tree-level recomputation marks for the memory budget (:func:`nspsim.recompute.mark_recompute`):
+1. tree-level recomputation marks for the memory budget (:func:`nspsim.execution.recompute.mark_recompute`):
    which samples keep their attention state and which recompute it in backward;
-2. the issue order for inter-level phase streaming (:func:`nspsim.issue_order.optimize_issue_order`),
+2. the issue order for inter-level phase streaming (:func:`nspsim.execution.issue_order.optimize_issue_order`),
    scored after the marks (a marked node's recompute pass streams in its backward) and, with
    ``evaluate`` (lower is better, e.g. a simulator's :attr:`~nspsim.simulator.StepResult.step_time_or_inf`),
    re-ranked by it, so the result is never worse than the planner's own order there.
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nspsim.cost_model import CostModel
-from nspsim.issue_order import optimize_issue_order
-from nspsim.memory import MemoryModel
+from nspsim.cost.interface import CostModel
+from nspsim.execution.issue_order import optimize_issue_order
+from nspsim.specs.memory import MemoryModel
 from nspsim.plan import Plan
-from nspsim.recompute import mark_recompute
+from nspsim.execution.recompute import mark_recompute
 
 
 def prepare_plan(plan: Plan, *, memory: MemoryModel, cost: CostModel, tree_recompute: bool = True,

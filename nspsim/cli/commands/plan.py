@@ -12,8 +12,8 @@ import argparse
 import json
 from typing import Any
 
-from nspsim.cli import add_workload_args, emit, non_negative_int, output_file, workload_config
-from nspsim.config import build_workload
+from nspsim.cli.flags import add_workload_args, emit, non_negative_int, output_file, workload_config
+from nspsim.workload import build_workload
 from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from nspsim.cli import add_workload_args, emit, output_file, positive_int, workload_config
+from nspsim.cli.flags import add_workload_args, emit, output_file, positive_int, workload_config
 from nspsim.compare import (
     ABLATIONS, DEFAULT_FLEXSP_TIME_LIMIT_S, DEFAULT_ITERS, MAX_ITERS, CompareConfig, CompareResult, default_planners,
     run_compare,

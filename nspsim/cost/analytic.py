@@ -26,20 +26,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.comm_model import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
-from nspsim.cost_model import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts
-from nspsim.memory import gathered_layer_params
-from nspsim.model_spec import ModelSpec
-from nspsim.profile import Profile
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.cost.comm import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
+from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
+from nspsim.specs.memory import gathered_layer_params
+from nspsim.specs.model import ModelSpec
+from nspsim.cost.profile import Profile
+from nspsim.specs.training import TrainingSpec
 
 BWD_ATTN_FLOP_RATIO = 2.5
 
 
 @dataclass(frozen=True, kw_only=True)
 class AnalyticCostModel:
-    """The default :class:`~nspsim.cost_model.CostModel`; a :class:`Profile` overrides coefficients."""
+    """The default :class:`~nspsim.cost.interface.CostModel`; a :class:`Profile` overrides coefficients."""
 
     model: ModelSpec
     cluster: ClusterSpec
@@ -165,6 +165,10 @@ class AnalyticCostModel:
         fwd = cf + (k - 1) * max(cf, mf + lat)
         bwd = cb + (k - 1) * max(cb, mb + lat)
         return AttentionCost(Phases(0.0, fwd, 0.0), Phases(0.0, bwd, 0.0))
+
+    def recompute_attention(self, lengths: np.ndarray, degree: int) -> Phases:
+        """Re-send Q/K/V and rerun the forward kernel (:func:`recompute_phases`)."""
+        return recompute_phases(self.attention(lengths, degree).fwd)
 
     def attention_sample_costs(self, lengths: np.ndarray, degree: int) -> SampleCosts:
         """Additive per-sample totals at ``degree`` (all phases, no latency), one layer."""

@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nspsim.analytic_cost import AnalyticCostModel
-from nspsim.batching import BatchSampler
-from nspsim.cluster_spec import ClusterSpec, get_cluster
-from nspsim.memory import MemoryModel, memory_model
-from nspsim.model_spec import ModelSpec, get_model
-from nspsim.profile import Profile, load_profile
+from nspsim.cost.analytic import AnalyticCostModel
+from nspsim.trace.batching import BatchSampler
+from nspsim.specs.cluster import ClusterSpec, get_cluster
+from nspsim.specs.memory import MemoryModel, memory_model
+from nspsim.specs.model import ModelSpec, get_model
+from nspsim.cost.profile import Profile, load_profile
 from nspsim.sp_tree import SPTree
 from nspsim.trace import load_trace
-from nspsim.training_spec import TrainingSpec, paper_training
+from nspsim.specs.training import TrainingSpec, paper_training
 
 DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
 DEFAULT_MAX_CONTEXT = 192 * 1024

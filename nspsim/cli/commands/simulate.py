@@ -13,12 +13,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli import emit, non_negative_int, output_file, positive_int
-from nspsim.config import WorkloadConfig, build_workload
-from nspsim.memory import GIB
+from nspsim.cli.flags import emit, non_negative_int, output_file, positive_int
+from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.specs.memory import GIB
 from nspsim.options import non_negative_float
 from nspsim.plan import Plan
-from nspsim.prepare import prepare_plan
+from nspsim.execution.prepare import prepare_plan
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.step_model import MODES
 

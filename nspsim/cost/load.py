@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.cost_model import CostModel
+from nspsim.cost.interface import CostModel
 from nspsim.sp_tree import SPTree
 
 

@@ -23,10 +23,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from nspsim.cost_model import CostModel
-from nspsim.memory import MemoryModel
+from nspsim.cost.interface import CostModel
+from nspsim.specs.memory import MemoryModel
 from nspsim.plan import Plan
-from nspsim.simulator.activation import base_bytes_per_gpu
+from nspsim.execution.activation import base_bytes_per_gpu
 from nspsim.sp_tree import Node
 
 

@@ -32,9 +32,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from nspsim.cost_model import CostModel
+from nspsim.cost.interface import CostModel
 from nspsim.plan import Plan
-from nspsim.simulator.work import recompute_phases
 from nspsim.sp_tree import Node
 
 MAX_EXHAUSTIVE_LEVELS = 7
@@ -142,7 +141,7 @@ def _phase_tables(plan: Plan, cost: CostModel, nodes: list[Node], levels: list[i
         fwd[rows, k] = (c.fwd.prologue, c.fwd.compute, c.fwd.epilogue)
         bwd[rows, k, 1] = (c.bwd.prologue, c.bwd.compute, c.bwd.epilogue)
         if marks is not None and marks[samples].any():
-            redo = recompute_phases(cost.attention(lengths[samples[marks[samples]]], node.degree).fwd)
+            redo = cost.recompute_attention(lengths[samples[marks[samples]]], node.degree)
             bwd[rows, k, 0] = (redo.prologue, redo.compute, redo.epilogue)
     return fwd, bwd
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nspsim.cli import add_workload_args, emit, workload_config
-from nspsim.config import build_workload
+from nspsim.cli.flags import add_workload_args, emit, workload_config
+from nspsim.workload import build_workload
 from nspsim.units import format_bytes, format_tokens
 
 

@@ -12,19 +12,16 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nspsim.cluster_spec import CLUSTER_PRESETS
-from nspsim.config import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, WorkloadConfig
-from nspsim.model_spec import MODEL_PRESETS
+from nspsim.specs.cluster import CLUSTER_PRESETS
+from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, WorkloadConfig
+from nspsim.specs.model import MODEL_PRESETS
 from nspsim.units import parse_tokens
 
 EXIT_USAGE = 2
-
-Handler = Callable[[argparse.Namespace], int]
-
 
 class CliError(ValueError):
     """A user-facing error raised by argument parsing (a ``ValueError``, so callers that report
@@ -131,40 +128,8 @@ def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
     print(json.dumps(data, indent=2) if args.json else text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``nspsim`` parser: every module in ``nspsim.commands`` registers its subcommand."""
-    from nspsim.commands import COMMANDS
-
-    parser = Parser(prog="nspsim", description="Nested sequence parallelism simulator and planners.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for register in COMMANDS:
-        register(sub)
-    return parser
-
-
 def silence_closed_stdout() -> int:
     """After a ``BrokenPipeError`` on stdout (the reader of ``... | head`` left): point stdout at
     /dev/null so Python's exit-time flush does not fail again, and return the conventional 141."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 141
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``nspsim`` console script."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        handler: Handler = args.func
-        return handler(args)
-    except BrokenPipeError:  # e.g. `nspsim trace stats T | head`: the reader left, nothing to report
-        return silence_closed_stdout()
-    except (ValueError, OSError) as exc:
-        print(f"nspsim: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("nspsim: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nspsim.commands import compare, info, inspect, plan, simulate, trace
+from nspsim.cli.commands import compare, info, inspect, plan, simulate, trace
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nspsim.cluster_spec import ClusterSpec
-from nspsim.model_spec import ModelSpec
-from nspsim.training_spec import TrainingSpec
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.model import ModelSpec
+from nspsim.specs.training import TrainingSpec
 
 GIB = 1024**3
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nspsim.cli import emit, positive_int
-from nspsim.cluster_spec import get_cluster
+from nspsim.cli.flags import emit, positive_int
+from nspsim.specs.cluster import get_cluster
 from nspsim.plan import Plan
 
 

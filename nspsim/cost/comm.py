@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nspsim.cluster_spec import ClusterSpec
+from nspsim.specs.cluster import ClusterSpec
 
 
 @dataclass(frozen=True)

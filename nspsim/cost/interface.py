@@ -1,14 +1,16 @@
 """The cost-model interface (SPEC section 3): the one narrow, typed boundary that planners and the
-simulator depend on. Implementations: :mod:`nspsim.analytic_cost` (from FLOPs, bytes and bandwidths,
-optionally overridden by a measured JSON profile, :mod:`nspsim.profile`).
+simulator depend on. Implementations: :mod:`nspsim.cost.analytic` (from FLOPs, bytes and bandwidths,
+optionally overridden by a measured JSON profile, :mod:`nspsim.cost.profile`).
 
 Levels of the hierarchy and where they live:
 
 * backend level - :meth:`CostModel.attention`: per tree node and layer, the (prologue, compute,
-  epilogue) phase times of the attention core in forward and backward, per GPU of the group;
+  epilogue) phase times of the attention core in forward and backward, per GPU of the group, and
+  :meth:`CostModel.recompute_attention`, the extra backward pass of samples whose attention state was
+  not kept (tree-level recomputation);
 * model level - :meth:`CostModel.non_attention`: projections, FFN/MoE (and the expert-parallel
   all-to-all) for the tokens a GPU holds;
-* tree and iteration level - :mod:`nspsim.load` sums these over each GPU's active chain and forms
+* tree and iteration level - :mod:`nspsim.cost.load` sums these over each GPU's active chain and forms
   Load(a) = max_p D_p^fwd + max_p D_p^bwd;
 * FSDP, layout change, output head and optimizer - :meth:`fsdp`, :meth:`alltoall_time`,
   :meth:`head` and :meth:`optimizer_time`, used by the simulator and micro-batch-aware planners.
@@ -96,6 +98,17 @@ class FsdpCost:
     reduce_scatter: float
 
 
+def recompute_phases(forward: Phases) -> Phases:
+    """What recomputing attention for backward costs, given the recomputed samples' forward phases.
+
+    The backward kernel needs Q, K, V, O and the log-sum-exp in head layout: the prologue re-sends
+    Q, K, V and the kernel reruns to regenerate O and LSE. No epilogue: the output in sequence layout
+    (the o_proj input) is kept by autograd, so nothing goes back. Implementations of
+    :meth:`CostModel.recompute_attention` that derive the pass from their forward phases use this.
+    """
+    return Phases(forward.prologue, forward.compute, 0.0)
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """What planners and the simulator may ask about costs. Lengths are token counts (int arrays)."""
@@ -107,6 +120,11 @@ class CostModel(Protocol):
 
     def attention(self, lengths: np.ndarray, degree: int) -> AttentionCost:
         """Phase times of one node of SP ``degree`` holding samples ``lengths``, one layer."""
+        ...
+
+    def recompute_attention(self, lengths: np.ndarray, degree: int) -> Phases:
+        """Phase times of recomputing, in backward, the forward attention of samples ``lengths`` kept
+        at SP ``degree`` (tree-level recomputation), one layer; see :func:`recompute_phases`."""
         ...
 
     def attention_sample_costs(self, lengths: np.ndarray, degree: int) -> SampleCosts:

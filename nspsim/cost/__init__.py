@@ -1,0 +1,3 @@
+"""Costs: the narrow typed interface (:mod:`~nspsim.cost.interface`) that planners, the execution
+layer and the simulator depend on, the analytic implementation, JSON profile overrides, the
+communication traffic model and the tree/iteration-level Load."""
