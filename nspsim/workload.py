@@ -12,14 +12,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from nspsim.cost.analytic import AnalyticCostModel
-from nspsim.trace.batching import BatchSampler
+from nspsim.cost.backends import backend_cost
+from nspsim.cost.profile import Profile, load_profile
+from nspsim.sp_tree import SPTree
+from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import ClusterSpec, get_cluster
 from nspsim.specs.memory import MemoryModel, memory_model
 from nspsim.specs.model import ModelSpec, get_model
-from nspsim.cost.profile import Profile, load_profile
-from nspsim.sp_tree import SPTree
-from nspsim.trace import load_trace
 from nspsim.specs.training import TrainingSpec, paper_training
+from nspsim.trace import load_trace
+from nspsim.trace.batching import BatchSampler
 
 DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
 DEFAULT_MAX_CONTEXT = 192 * 1024
@@ -27,7 +29,8 @@ DEFAULT_MAX_CONTEXT = 192 * 1024
 
 @dataclass(frozen=True, kw_only=True)
 class WorkloadConfig:
-    """Everything that identifies a workload; all fields are plain values (JSON-friendly)."""
+    """Everything that identifies a workload; all fields are plain values (JSON-friendly; ``backend``
+    is a string enum, written as its value)."""
 
     trace: str = "wikipedia"
     model: str = "qwen3-30b-a3b"
@@ -36,10 +39,15 @@ class WorkloadConfig:
     tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH
     max_context: int = DEFAULT_MAX_CONTEXT
     seed: int = 0
-    backend: str = "ulysses"
+    backend: SPBackend = SPBackend.ULYSSES
     profile: str | None = None
     token_budget: int | None = None
     spmax: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown SP backend {self.backend!r} (known: {', '.join(BACKENDS)})")
+        object.__setattr__(self, "backend", SPBackend(self.backend))  # a plain "ring" becomes the member
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -66,8 +74,9 @@ class Workload:
 
 
 def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requested: int | None) -> int:
-    """Largest admissible SP degree: <= GPUs, and <= attention heads for Ulysses."""
-    limit = cluster.num_gpus if backend == "ring" else min(cluster.num_gpus, model.max_ulysses_degree)
+    """Largest admissible SP degree: <= GPUs, and what the backend admits (:meth:`BackendCost.max_degree`:
+    <= attention heads for Ulysses)."""
+    limit = backend_cost(backend).max_degree(model, cluster.num_gpus)
     if requested is None:
         return limit
     if requested > limit or requested & (requested - 1) or requested <= 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from runtime.launch import RankEnv, run_ranks
 SIZES = [1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22]
 
 
-def _best(fn: Any, repeat: int = 20) -> float:
+def _best(fn: Callable[[], object], repeat: int = 20) -> float:
     fn()
     times = []
     for _ in range(repeat):
@@ -70,7 +71,7 @@ def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
     return max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15)
 
 
-def _comm_rank(env: RankEnv, _: Any) -> dict[str, list[float]]:
+def _comm_rank(env: RankEnv, _: object) -> dict[str, list[float]]:
     torch.set_num_threads(1)
     out: dict[str, list[float]] = {"a2a": [], "ring": []}
     nxt, prv = (env.rank + 1) % env.world, (env.rank - 1) % env.world

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.execution.layout import input_bounds
+from nspsim.execution.shards import input_bounds
 
 NOISE = 0.1
 MAX_STRIDE = 7

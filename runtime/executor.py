@@ -40,16 +40,16 @@ from nspsim.plan import Plan
 from nspsim.execution.activation import plan_activations
 from nspsim.sp_tree import Node
 from runtime.attention_kernels import select_kernel
-from runtime.backends.base import ExecContext, LocalBackend, NodeTask, SPBackend
-from runtime.backends.ring import RingBackend
-from runtime.backends.ulysses import UlyssesBackend
+from nspsim.specs.backend import SPBackend
+from runtime.backends import sp_backends
+from runtime.backends.base import ExecContext, LocalBackend, NodeTask, PhaseBackend
 from runtime.data import TokenStream
 from runtime.groups import Comm, GroupCache
+from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.execution.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
 from nspsim.execution.schedule import rank_steps
 from runtime.timing import PhaseClock
 
-RECOMPUTE_MODES = ("plan", "all", "none")
 GRAD_SYNC_MODES = ("fsdp", "allreduce")
 
 
@@ -74,7 +74,7 @@ class ExecOptions:
     ``"bfloat16"``) runs forward and backward under ``torch.autocast`` (fp32 master weights)."""
 
     lookahead: int | None = None
-    recompute: str = "plan"
+    recompute: RecomputeMode = RecomputeMode.PLAN
     kernel: str = "auto"
     grad_sync: str = "fsdp"
     sync_timing: bool = False
@@ -83,21 +83,22 @@ class ExecOptions:
     def __post_init__(self) -> None:
         if self.lookahead is not None and self.lookahead < 0:
             raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
-        if self.recompute not in RECOMPUTE_MODES:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
+        if self.recompute not in RECOMPUTE_CHOICES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CHOICES)}, got {self.recompute!r}")
+        object.__setattr__(self, "recompute", RecomputeMode(self.recompute))  # a plain "all" becomes the member
         if self.grad_sync not in GRAD_SYNC_MODES:
             raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC_MODES)}, got {self.grad_sync!r}")
 
 
-def recompute_marks(plan: Plan, mode: str, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
+def recompute_marks(plan: Plan, mode: RecomputeMode, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
     """Per-sample recompute marks: all or none, or (``plan``) the simulator's decision
     (:func:`nspsim.execution.activation.plan_activations`): the plan's own marks, else per micro-batch
     keep all attention if it fits the memory model and recompute that micro-batch's attention otherwise
     (the paper's baseline). Without a memory model an unmarked plan keeps everything."""
     n = plan.num_samples
-    if mode == "all":
+    if mode == RecomputeMode.ALL:
         return np.ones(n, dtype=bool)
-    if mode == "none":
+    if mode == RecomputeMode.NONE:
         return np.zeros(n, dtype=bool)
     if plan.recompute is not None:
         return np.asarray(plan.recompute, dtype=bool)
@@ -146,7 +147,7 @@ class _NestedAttentionFn(torch.autograd.Function):
 class NestedAttention:
     """The attention call NSP plugs into the model for one micro-batch on one rank."""
 
-    def __init__(self, ctx: ExecContext, layout: RankLayout, backends: Mapping[Node, SPBackend],
+    def __init__(self, ctx: ExecContext, layout: RankLayout, backends: Mapping[Node, PhaseBackend],
                  marks: npt.NDArray[np.bool_], order: tuple[Node, ...], lookahead: int | None) -> None:
         self.ctx, self.layout, self.backends, self.marks = ctx, layout, backends, marks
         self.steps = {"fwd": rank_steps(order, layout.rank, lookahead),
@@ -226,8 +227,7 @@ class NSPExecutor:
         self.clock = PhaseClock(sync)
         self.comm = Comm(rank=rank, world=world, groups=groups, clock=self.clock, device=device)
         self.ctx = ExecContext(comm=self.comm, kernel=select_kernel(options.kernel, device), clock=self.clock)
-        heads = {"num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads}
-        self._sp: dict[str, SPBackend] = {"ulysses": UlyssesBackend(**heads), "ring": RingBackend(**heads)}
+        self._sp: dict[SPBackend, PhaseBackend] = sp_backends(spec)
         self._local = LocalBackend()
         self._layouts: dict[str, list[MicroBatchLayout]] = {}
 
@@ -269,7 +269,7 @@ class NSPExecutor:
         return NestedAttention(self.ctx, mbl.layout, backends, marks, plan.issue_order[micro_batch],
                                self.options.lookahead)
 
-    def _backend(self, plan: Plan, node: Node) -> SPBackend:
+    def _backend(self, plan: Plan, node: Node) -> PhaseBackend:
         return self._local if node.degree == 1 else self._sp[plan.backend]
 
     # ---- one step -----------------------------------------------------------------------------------

@@ -24,7 +24,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: torch is imported inside the functions that use it
+    from multiprocessing.context import ForkServerContext, ForkServerProcess
+    from multiprocessing.queues import Queue
+
+    import torch
 
 PRELOAD = ["torch", "torch.distributed", "torch.distributed.fsdp", "runtime.executor", "runtime.model", "runtime.data"]
 
@@ -39,7 +45,7 @@ class RankEnv:
     backend: str = "gloo"
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         """``cuda:rank`` under NCCL, else the CPU."""
         import torch
 
@@ -62,10 +68,14 @@ class LaunchError(RuntimeError):
     """At least one rank did not return normally."""
 
 
-def _worker(fn: Callable[[RankEnv, Any], Any], env: RankEnv, port: int, arg: Any, out: Any) -> None:
+# What a worker puts on the results queue: rank, status, pickled value, error message, elapsed seconds.
+Report = tuple[int, str, bytes | None, str, float]
+
+
+def _worker(fn: Callable[[RankEnv, Any], Any], env: RankEnv, port: int, arg: Any, out: Queue[Report]) -> None:
     import torch
     import torch.distributed as dist
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # stubs do not re-export it
 
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -89,7 +99,7 @@ def _worker(fn: Callable[[RankEnv, Any], Any], env: RankEnv, port: int, arg: Any
         os._exit(0)
 
 
-def _context() -> Any:
+def _context() -> ForkServerContext:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
@@ -99,12 +109,12 @@ def spawn_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, 
                 comm_timeout_s: float = 30.0, grace_s: float = 20.0, backend: str = "gloo") -> list[RankOutcome]:
     """Run ``fn`` on ``world`` ranks (gloo, or NCCL with one GPU per rank); every rank's outcome,
     within ``timeout_s`` overall."""
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # stubs do not re-export it
 
     store = TCPStore("127.0.0.1", 0, world_size=world + 1, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout_s))
     ctx = _context()
-    results = ctx.Queue()
+    results: Queue[Report] = ctx.Queue()
     envs = [RankEnv(rank=r, world=world, timeout_s=comm_timeout_s, backend=backend) for r in range(world)]
     procs = [ctx.Process(target=_worker, args=(fn, env, store.port, arg, results), daemon=True) for env in envs]
     for p in procs:
@@ -119,7 +129,8 @@ def spawn_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, 
         del store
 
 
-def _collect(procs: list[Any], results: Any, deadline: float, grace_s: float) -> list[RankOutcome]:
+def _collect(procs: list[ForkServerProcess], results: Queue[Report], deadline: float,
+             grace_s: float) -> list[RankOutcome]:
     outcomes: dict[int, RankOutcome] = {}
     first_failure: float | None = None
     while len(outcomes) < len(procs) and time.monotonic() < deadline:

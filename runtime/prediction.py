@@ -26,38 +26,52 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
-from nspsim.specs.memory import MemoryModel
+from nspsim.execution.activation import RecomputePolicy, plan_activations
 from nspsim.plan import Plan
 from nspsim.simulator import StepResult
-from nspsim.execution.activation import plan_activations
+from nspsim.simulator.step_model import SimMode
+from nspsim.specs.memory import MemoryModel
 
-RECOMPUTE_CHOICES = ("plan", "all", "none")
+
+class RecomputeMode(StrEnum):
+    """``--recompute``: the marks the executor runs with. ``plan``: the plan's own marks, else the
+    simulator's decision (:class:`~nspsim.execution.activation.RecomputePolicy`); ``all``/``none``:
+    every sample's attention recomputed / kept, whatever the plan says."""
+
+    PLAN = "plan"
+    ALL = "all"
+    NONE = "none"
+
+
+RECOMPUTE_CHOICES: tuple[str, ...] = tuple(m.value for m in RecomputeMode)
+"""The ``--recompute`` choices in order (CLI choices, ``in`` tests and error messages)."""
 
 
 def executed_plan(plan: Plan, recompute: str) -> Plan:
     """``plan`` with the marks ``--recompute`` forces (``all``: every sample, ``none``: no sample)."""
     if recompute not in RECOMPUTE_CHOICES:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CHOICES)}, got {recompute!r}")
-    if recompute == "plan":
+    if recompute == RecomputeMode.PLAN:
         return plan
-    return replace(plan, recompute=(recompute == "all",) * plan.num_samples)
+    return replace(plan, recompute=(recompute == RecomputeMode.ALL,) * plan.num_samples)
 
 
-def simulated_mode(plan: Plan, *, lookahead: int | None, grad_sync: str, world: int) -> tuple[str | None, str]:
+def simulated_mode(plan: Plan, *, lookahead: int | None, grad_sync: str, world: int) -> tuple[SimMode | None, str]:
     """``(mode, note)``: the simulator mode that matches the executed options, or ``None`` and why."""
     if grad_sync == "allreduce" and world > 1:
         return None, "not simulated: --grad-sync allreduce has no simulator counterpart (it models FSDP)"
     if lookahead == 0:
-        return "no-stream", ""
+        return SimMode.NO_STREAM, ""
     longest = max((len(order) for order in plan.issue_order), default=0)
     if lookahead is None or lookahead >= longest - 1:
-        return "stream", ""
+        return SimMode.STREAM, ""
     return None, (f"not simulated: --lookahead {lookahead} (a bounded prologue window) has no simulator "
                   "counterpart (stream = all, no-stream = 0)")
 
 
-def recompute_policy(plan: Plan, memory: MemoryModel) -> tuple[str, float]:
+def recompute_policy(plan: Plan, memory: MemoryModel) -> tuple[RecomputePolicy, float]:
     """The simulator's recompute policy label and recomputed-sample share of ``plan``."""
     act = plan_activations(plan, memory)
     return act.policy, act.remat_fraction
@@ -67,7 +81,7 @@ def recompute_policy(plan: Plan, memory: MemoryModel) -> tuple[str, float]:
 class Prediction:
     """A simulated step of the executed configuration, or why there is none (``note``)."""
 
-    mode: str | None
+    mode: SimMode | None
     step_time_s: float | None = None
     breakdown_s: dict[str, float] = field(default_factory=dict)
     note: str = ""
@@ -77,7 +91,8 @@ class Prediction:
             raise ValueError("a prediction has a step time or a note saying why it has none, not both")
 
 
-def predict(plan: Plan, mode: str | None, note: str, simulate: Callable[[Plan, str], StepResult]) -> Prediction:
+def predict(plan: Plan, mode: SimMode | None, note: str,
+            simulate: Callable[[Plan, SimMode], StepResult]) -> Prediction:
     """Simulate ``plan`` in ``mode`` (``None``: record ``note`` instead); an out-of-memory result is
     recorded as a note too (the runtime runs it anyway; the simulator's memory model says it would
     not fit)."""

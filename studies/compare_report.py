@@ -6,6 +6,9 @@ NSP paper's Figure 7 form); the step-time breakdown stacked per planner, normali
 (Figure 9); and one iteration's timeline per planner on a few GPUs (the critical one first), drawn
 from the accounting track, so each bar is what the breakdown charges. plotly.js is inlined once, so
 the file opens offline.
+
+``nspsim compare -o`` loads this module by the name in
+``nspsim.cli.commands.compare.REPORT_RENDERER`` and calls :func:`render`: keep its signature.
 """
 
 from __future__ import annotations

@@ -3,19 +3,23 @@ HTML report (on a small workload: Qwen3-30B on 16 H100s, 512K-token batches)."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 from pathlib import Path
 
 import pytest
 
+import nspsim.cli.commands.compare as command
 from nspsim.cli.main import main
 from nspsim.compare import (
-    CompareConfig, CompareResult, default_planners, parse_planner_spec, routing_counts, run_compare,
+    ABLATIONS, CompareConfig, CompareResult, default_planners, parse_planner_spec, routing_counts, run_compare,
 )
+from nspsim.compare.runner import _Runner
 from nspsim.workload import WorkloadConfig
 from nspsim.plan import Plan
-from nspsim.planners import PLANNER_NAMES
+from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.planners.base import Preparation
 from nspsim.simulator import Simulator, StepResult
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
@@ -61,6 +65,35 @@ def test_planner_specs() -> None:
         CompareConfig(workload=SMALL, planners=("static", "static"))
 
 
+def test_specs_are_prepared_as_their_planner_declares() -> None:
+    """Marks and issue order follow the planner's ``preparation``; the nesting planners (what compare
+    once listed by name) declare both, the baselines neither, and only ablations override it."""
+    expected = {"nsp": True, "nsp2l": True, "greedy": True, "static": False, "flexsp": False, "basp": False}
+    for name in PLANNER_NAMES:
+        declared = get_planner(name).preparation
+        spec = parse_planner_spec(name)
+        assert (spec.tree_recompute, spec.optimize_order) == (declared.tree_recompute, declared.optimize_order)
+        if name in expected:
+            assert declared == Preparation(tree_recompute=expected[name], optimize_order=expected[name]), name
+    resolved = {label: (s.tree_recompute, s.optimize_order, s.mode)
+                for label in ABLATIONS if (s := parse_planner_spec(label)).planner in PLANNER_NAMES}
+    assert resolved == {"nsp-no-recompute": (False, True, "stream"), "nsp-no-overlap": (True, True, "no-stream"),
+                        "nsp-greedy": (True, True, "stream"), "nsp-attn-fwd": (True, True, "stream")}
+    with pytest.raises(ValueError, match="tree_recompute must be True or False"):
+        Preparation(tree_recompute=1)  # type: ignore[arg-type]
+
+
+def test_the_report_renderer_is_the_named_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``nspsim compare -o`` loads the studies layer only through ``REPORT_RENDERER``, before running."""
+    assert callable(importlib.import_module(command.REPORT_RENDERER).render)
+    monkeypatch.setattr(command, "REPORT_RENDERER", "studies.no_such_renderer")
+    monkeypatch.setattr(command, "run_compare", lambda *a, **k: pytest.fail("the comparison ran"))
+    assert main(["compare", "--quiet", "--planners", "static", "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot build the HTML report (No module named 'studies.no_such_renderer')" in err
+
+
 def test_every_planner_sees_the_same_batches(static_run: CompareResult) -> None:
     by_planner = {p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["planners"]}
     assert all(v == [0, 1] for v in by_planner.values())
@@ -93,7 +126,6 @@ def test_normalisation_and_shares(static_run: CompareResult) -> None:
 
 def test_routing_counts_cover_every_sample() -> None:
     from nspsim.workload import build_workload
-    from nspsim.planners import get_planner
 
     wl = build_workload(SMALL)
     plan = get_planner("static", degree=4).plan(wl.sampler.batch(0), wl)
@@ -186,7 +218,6 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
 
 
 def test_runner_keeps_only_the_chosen_plan_timeline() -> None:
-    from nspsim.compare import _Runner
     from nspsim.workload import build_workload
 
     runner = _Runner(build_workload(SMALL), [], CompareConfig(workload=SMALL, planners=("static",), iters=1), None)

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from nspsim.compare import (
-    CompareConfig, CompareResult, IterationRecord, PlannerSpec, _Runner, _summaries, parse_planner_spec,
+    CompareConfig, CompareResult, IterationRecord, PlannerSpec, parse_planner_spec, summarise,
 )
+from nspsim.compare.runner import _Runner
 from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions
@@ -31,7 +32,7 @@ def record(planner: str, i: int, step: float | None) -> IterationRecord:
 
 def result(runs: dict[str, list[float | None]], baseline: str) -> CompareResult:
     records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
-    summaries = _summaries(tuple(runs), records, {}, baseline)
+    summaries = summarise(tuple(runs), records, {}, baseline)
     config = {"workload": SMALL.to_dict(), "iters": 3, "planners": list(runs)}
     return CompareResult(config=config, baseline=baseline, summaries=summaries, records=tuple(records), timelines={})
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import toy_cluster, toy_cost, toy_model
 
+from nspsim.cost.backends import BACKENDS, COSTS, SPBackend, backend_cost
 from nspsim.cost.comm import alltoall_traffic, ring_collective_traffic, ring_traffic
 from nspsim.cost.interface import CostModel
 from nspsim.cost.profile import LengthTable, Profile
+from nspsim.specs.training import TrainingSpec
 
 L = np.array([1000])
 
@@ -150,3 +154,35 @@ def test_qwen3_orders_of_magnitude() -> None:
     # A 128K sample at SP=32 spends more time computing than communicating, and crossing hosts costs.
     assert one.fwd.compute > one.fwd.comm > 0
     assert cost.alltoall_seconds_per_byte(16) > 4 * cost.alltoall_seconds_per_byte(8)
+
+
+def test_every_sp_backend_has_a_registered_cost() -> None:
+    """Adding an SPBackend member without a cost file fails here (recipe: nspsim.cost.backends)."""
+    assert set(COSTS) == set(SPBackend)
+    assert backend_cost("ring") is COSTS[SPBackend.RING]
+    with pytest.raises(ValueError, match=r"unknown SP backend 'mesh' \(known: ulysses, ring\)"):
+        backend_cost("mesh")
+
+
+def test_backend_names_are_their_old_strings() -> None:
+    """Members equal, hash and serialise like the plain strings plans and configs always held."""
+    spec = TrainingSpec(backend="ring")
+    assert spec.backend is SPBackend.RING and spec.backend == "ring" and f"{spec.backend}" == "ring"
+    assert json.dumps({"backend": spec.backend}) == '{"backend": "ring"}'
+    assert {"ring": 1}[SPBackend.RING] == 1
+    assert BACKENDS == ("ulysses", "ring")
+
+
+def test_max_degree_per_backend() -> None:
+    model = toy_model()  # 4 heads
+    assert COSTS[SPBackend.ULYSSES].max_degree(model, 64) == model.max_ulysses_degree
+    assert COSTS[SPBackend.RING].max_degree(model, 64) == 64
+    assert COSTS[SPBackend.ULYSSES].max_degree(model, 2) == 2
+
+
+@pytest.mark.parametrize("backend", list(SPBackend))
+def test_degree_one_is_the_local_kernel_under_every_backend(backend: SPBackend) -> None:
+    lengths = np.array([300, 1000])
+    assert toy_cost(backend).attention(lengths, 1) == toy_cost("ulysses").attention(lengths, 1)
+    assert toy_cost(backend).node_overhead(1) == (0.0, 0.0)
+    assert COSTS[backend].collectives_per_node(8) == (2 if backend == SPBackend.ULYSSES else 7)

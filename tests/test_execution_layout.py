@@ -12,15 +12,11 @@ from nspsim.specs.cluster import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
-from nspsim.execution.layout import (
+from nspsim.execution.layout import exchanges, input_tokens, micro_batch_layout, rank_exchange, rank_layout
+from nspsim.execution.shards import (
     NodeShards,
-    exchanges,
     input_bounds,
-    input_tokens,
-    micro_batch_layout,
     node_shards,
-    rank_exchange,
-    rank_layout,
     ranges,
     ring_blocks,
     sample_rows,

@@ -86,7 +86,7 @@ def test_wrong_cluster_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda t: t[: len(t) // 2], "not valid JSON"),
+        (lambda t: t[: len(t) // 2], "invalid JSON"),
         (lambda t: "[]", "not an nspsim plan"),
         (lambda t: t.replace('"schema_version": 1', '"schema_version": 99'), "schema version 99"),
         (lambda t: t.replace('"planner": "manual"', '"planner": "forged"'), "content hash"),
@@ -103,7 +103,7 @@ def test_corrupt_plan_files(tmp_path: Path, mutate: object, message: str) -> Non
         json.loads(text)
     except json.JSONDecodeError:
         json_ok = False
-    assert json_ok or message == "not valid JSON"
+    assert json_ok or message == "invalid JSON"
 
 
 def test_missing_plan_file(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import threading
 
 import numpy as np
@@ -13,9 +14,12 @@ from sim_helpers import Setup, StubCost
 
 from nspsim.cost.interface import AttentionCost
 from nspsim.simulator import SimOptions, TimelineEvent
-from nspsim.execution.activation import ActivationPlan
+from nspsim.execution.activation import POLICIES, ActivationPlan, RecomputePolicy
 from nspsim.simulator.periodic import Repeat
+from nspsim.simulator.step_model import MODES, SimMode
 from nspsim.sp_tree import Node
+from nspsim.specs.backend import SPBackend
+from nspsim.workload import WorkloadConfig
 
 
 def test_records_are_frozen_and_keyword_only() -> None:
@@ -58,3 +62,18 @@ def test_a_simulation_on_a_worker_thread_leaves_the_cycle_collector_alone() -> N
         main_thread_saw.append(gc.isenabled())
     worker.join()
     assert cost.seen and all(cost.seen) and all(main_thread_saw) and gc.isenabled()
+
+
+def test_mode_and_policy_names_are_string_enums_with_the_old_messages() -> None:
+    """Plain strings become the members; unknown names keep their one-line errors; JSON is unchanged."""
+    assert SimOptions(mode="serial").mode is SimMode.SERIAL
+    assert MODES == ("stream", "no-stream", "serial") and POLICIES == ("keep-all", "full-recompute", "tree-marks")
+    with pytest.raises(ValueError, match=r"unknown simulation mode 'bogus' \(known: stream, no-stream, serial\)"):
+        SimOptions(mode="bogus")
+    act = ActivationPlan(policy="tree-marks", remat=np.zeros(2, bool), peak_bytes=np.zeros(4), oom=None)
+    assert act.policy is RecomputePolicy.TREE_MARKS and json.dumps(act.policy) == '"tree-marks"'
+    with pytest.raises(ValueError, match=r"unknown recompute policy 'some' \(known: keep-all, "):
+        ActivationPlan(policy="some", remat=np.zeros(2, bool), peak_bytes=np.zeros(4), oom=None)
+    with pytest.raises(ValueError, match=r"unknown SP backend 'mesh' \(known: ulysses, ring\)"):
+        WorkloadConfig(backend="mesh")
+    assert WorkloadConfig(backend="ring").backend is SPBackend.RING

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, WorkloadConfig
 from nspsim.specs.model import MODEL_PRESETS
@@ -96,19 +97,27 @@ def output_file(text: str, *, flag: str, inputs: Iterable[str | None] = (), sibl
     return path
 
 
-def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True) -> None:
-    """Flags shared by every command that needs a workload (info, plan, simulate, compare)."""
+def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True, gpus: bool = True,
+                      model: str = "qwen3-30b-a3b", cluster: str | None = "h100", cluster_help: str | None = None,
+                      tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH, max_context: int = DEFAULT_MAX_CONTEXT,
+                      seed_help: str = "batch sampler seed") -> None:
+    """Flags shared by every command that needs a workload (info, plan, simulate, compare) and by
+    ``runtime.train``, which passes its own defaults: ``gpus=False`` leaves ``--gpus`` out (its world
+    size decides it), ``cluster=None`` leaves the preset to the caller (say how in ``cluster_help``),
+    and ``seed_help`` says what else the seed seeds."""
     if trace:
         parser.add_argument("--trace", default="wikipedia", help="built-in trace name or length file")
-    parser.add_argument("--model", default="qwen3-30b-a3b", help=f"model preset ({', '.join(MODEL_PRESETS)})")
-    parser.add_argument("--cluster", default="h100", help=f"cluster preset ({', '.join(CLUSTER_PRESETS)})")
-    parser.add_argument("--gpus", type=positive_int, default=64, help="number of GPUs (a power of two)")
-    parser.add_argument("--tokens-per-batch", type=tokens_arg, default=DEFAULT_TOKENS_PER_BATCH,
+    parser.add_argument("--model", default=model, help=f"model preset ({', '.join(MODEL_PRESETS)})")
+    parser.add_argument("--cluster", default=cluster,
+                        help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})")
+    if gpus:
+        parser.add_argument("--gpus", type=positive_int, default=64, help="number of GPUs (a power of two)")
+    parser.add_argument("--tokens-per-batch", type=tokens_arg, default=tokens_per_batch,
                         help="global token budget per batch, e.g. 2M")
-    parser.add_argument("--max-context", type=tokens_arg, default=DEFAULT_MAX_CONTEXT,
+    parser.add_argument("--max-context", type=tokens_arg, default=max_context,
                         help="drop samples longer than this, e.g. 192k")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="batch sampler seed")
-    parser.add_argument("--backend", choices=("ulysses", "ring"), default="ulysses", help="SP backend")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help=seed_help)
+    parser.add_argument("--backend", choices=BACKENDS, default=SPBackend.ULYSSES, help="SP backend")
     parser.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
     parser.add_argument("--token-budget", type=tokens_arg, default=None, help="override the per-GPU token budget")
     parser.add_argument("--spmax", type=positive_int, default=None, help="largest SP degree (default: admissible max)")

@@ -5,12 +5,9 @@ Attention core (per layer, per GPU of a node of SP degree k, samples of lengths 
 * FLOPs: forward 2 * L^2 * q_width per sample (causal), backward 2.5x forward; a GPU does 1/k.
   Kernel throughput grows with length, ``attn_flops * L / (L + attn_half_length)``, unless a profile
   gives a measured table.
-* Ulysses: prologue = all-to-all of Q, K, V (KV heads replicated up to k), epilogue = all-to-all of
-  the output; backward mirrors it (dO in, dQ dK dV out). A GPU holds L/k tokens and sends (k-1)/k
-  of them, so it sends L/k * width * bytes * (k-1)/k per sample and collective.
-* Ring: k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward) to its neighbour while the
-  next block is computed; a step takes max(block compute, block transfer). Whole node in
-  :meth:`attention`; per sample in :meth:`attention_sample_costs` (an upper bound).
+* The SP backend decides how a node of degree k > 1 splits and overlaps that work: one file per
+  backend under :mod:`nspsim.cost.backends` (Ulysses: all-to-all prologue and epilogue; Ring: k-1
+  overlapped K/V hops), looked up once per model; degree-1 nodes are the plain local kernel.
 
 Non-attention work: GEMM FLOPs of the projections and active FFN at ``nonattn_flops``; backward is
 2x forward plus one recomputed FFN forward (selective checkpointing); expert parallelism adds two
@@ -26,15 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nspsim.specs.cluster import ClusterSpec
+from nspsim.cost.backends import LOCAL, BackendCost, NodeCost, backend_cost
 from nspsim.cost.comm import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
 from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
+from nspsim.cost.profile import Profile
+from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.memory import gathered_layer_params
 from nspsim.specs.model import ModelSpec
-from nspsim.cost.profile import Profile
 from nspsim.specs.training import TrainingSpec
-
-BWD_ATTN_FLOP_RATIO = 2.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,12 +44,14 @@ class AnalyticCostModel:
     attn_half_length: float = 512.0
     dense_gemm_efficiency: float = 0.85
     moe_gemm_efficiency: float = 0.6
+    _backend: BackendCost = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.attn_half_length < 0:
             raise ValueError("attn_half_length must be >= 0")
         if not (0 < self.dense_gemm_efficiency <= 1 and 0 < self.moe_gemm_efficiency <= 1):
             raise ValueError("GEMM efficiencies must be in (0, 1]")
+        object.__setattr__(self, "_backend", backend_cost(self.training.backend))
 
     @property
     def num_layers(self) -> int:
@@ -117,54 +115,17 @@ class AnalyticCostModel:
         traffic = ring_collective_traffic(bytes_moved, group_size, self.cluster.gpus_per_node)
         return collective_time(traffic, self.cluster, group_size)
 
-    # ---- backend level -------------------------------------------------------------------------
-    def _widths(self, degree: int) -> tuple[float, float]:
-        """Bytes per token of the Ulysses QKV all-to-all and of the output all-to-all."""
-        m, ab = self.model, self.training.act_bytes
-        kv = max(m.num_kv_heads, degree) * m.head_dim
-        return (m.q_width + 2 * kv) * ab, m.q_width * ab
-
-    def _compute(self, lengths: np.ndarray, degree: int, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-sample (fwd, bwd) attention compute on one GPU; efficiency from ``block`` lengths."""
-        flops = self.model.attention_flops(1.0) * lengths.astype(np.float64) ** 2 / degree
-        fwd = flops / self.attn_throughput(block, backward=False)
-        bwd = BWD_ATTN_FLOP_RATIO * flops / self.attn_throughput(block, backward=True)
-        return fwd, bwd
-
-    def _ulysses_parts(self, lengths: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
-        """Per-sample Ulysses phases without latency: fwd (pro, comp, epi), bwd (pro, comp, epi)."""
-        qkv, out = self._widths(k)
-        sent = lengths.astype(np.float64) / k * (k - 1) / k * self.alltoall_seconds_per_byte(k)
-        fwd, bwd = self._compute(lengths, k, lengths)
-        return sent * qkv, fwd, sent * out, sent * out, bwd, sent * qkv
-
-    def _ring_parts(self, lengths: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per-sample ring step compute and step transfer times, (fwd, bwd) each, per GPU."""
-        kv_block = lengths.astype(np.float64) / k * 2 * self.model.kv_width * self.training.act_bytes
-        step_comm = kv_block * self.p2p_seconds_per_byte(k)
-        fwd, bwd = self._compute(lengths, k, np.maximum(lengths // k, 1))
-        return fwd / k, bwd / k, step_comm, 2 * step_comm
+    # ---- backend level (per-backend formulas in nspsim.cost.backends) -------------------------
+    def _node_cost(self, degree: int) -> NodeCost:
+        """Degree-1 nodes cost the same under every backend; larger ones are the backend's."""
+        return self._backend if degree > 1 else LOCAL
 
     def attention(self, lengths: np.ndarray, degree: int) -> AttentionCost:
         """Phase times of one node of ``degree`` holding ``lengths``, one layer, per GPU."""
         lengths = np.asarray(lengths, dtype=np.int64)
         if lengths.size == 0:
             return AttentionCost(Phases(0.0, 0.0, 0.0), Phases(0.0, 0.0, 0.0))
-        if self.training.backend == "ring" and degree > 1:
-            return self._ring_node(lengths, degree)
-        lat = self.latency(degree)
-        fp, fc, fe, bp, bc, be = (float(x.sum()) for x in self._ulysses_parts(lengths, degree))
-        latency_pro = lat if degree > 1 else 0.0
-        return AttentionCost(
-            Phases(fp + latency_pro, fc, fe + latency_pro), Phases(bp + latency_pro, bc, be + latency_pro)
-        )
-
-    def _ring_node(self, lengths: np.ndarray, k: int) -> AttentionCost:
-        cf, cb, mf, mb = (float(x.sum()) for x in self._ring_parts(lengths, k))
-        lat = self.latency(k)
-        fwd = cf + (k - 1) * max(cf, mf + lat)
-        bwd = cb + (k - 1) * max(cb, mb + lat)
-        return AttentionCost(Phases(0.0, fwd, 0.0), Phases(0.0, bwd, 0.0))
+        return self._node_cost(degree).node(self, lengths, degree)
 
     def recompute_attention(self, lengths: np.ndarray, degree: int) -> Phases:
         """Re-send Q/K/V and rerun the forward kernel (:func:`recompute_phases`)."""
@@ -173,18 +134,13 @@ class AnalyticCostModel:
     def attention_sample_costs(self, lengths: np.ndarray, degree: int) -> SampleCosts:
         """Additive per-sample totals at ``degree`` (all phases, no latency), one layer."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        if self.training.backend == "ring" and degree > 1:
-            cf, cb, mf, mb = self._ring_parts(lengths, degree)
-            return SampleCosts(cf + (degree - 1) * np.maximum(cf, mf), cb + (degree - 1) * np.maximum(cb, mb))
-        fp, fc, fe, bp, bc, be = self._ulysses_parts(lengths, degree)
-        return SampleCosts(fp + fc + fe, bp + bc + be)
+        return self._node_cost(degree).sample_costs(self, lengths, degree)
 
     def node_overhead(self, degree: int) -> tuple[float, float]:
         """Latency of a non-empty node per layer: two all-to-alls (Ulysses) or k-1 ring steps."""
         if degree <= 1:
             return 0.0, 0.0
-        count = degree - 1 if self.training.backend == "ring" else 2
-        lat = count * self.latency(degree)
+        lat = self._backend.collectives_per_node(degree) * self.latency(degree)
         return lat, lat
 
     # ---- model level ---------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from nspsim.jsonfile import parse_json
+
 FORMAT = "nspsim-profile"
 VERSION = 1
 
@@ -123,12 +125,7 @@ def load_profile(path: str | Path) -> Profile:
     except OSError as exc:
         known = ", ".join(builtin_profile_names())
         raise ValueError(f"cannot read profile {path}: {exc.strerror} (built-in profiles: {known})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: not a cost profile (JSON nested too deeply)") from None
+    data = parse_json(text, where=str(path), what="cost profile")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a profile must be a JSON object")
     return parse_profile(data, str(path))

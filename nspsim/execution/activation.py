@@ -18,20 +18,32 @@ activations (activations are freed after each micro-batch's backward).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
 from nspsim.specs.memory import GIB, MemoryModel
 from nspsim.plan import Plan
 
-POLICIES = ("keep-all", "full-recompute", "tree-marks")
+
+
+class RecomputePolicy(StrEnum):
+    """Which attention a step keeps for backward (see the module docstring)."""
+
+    KEEP_ALL = "keep-all"
+    FULL_RECOMPUTE = "full-recompute"
+    TREE_MARKS = "tree-marks"
+
+
+POLICIES: tuple[str, ...] = tuple(p.value for p in RecomputePolicy)
+"""The policy names in order (``in`` tests and error messages)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ActivationPlan:
     """Which samples rerun attention in backward, and the memory that results."""
 
-    policy: str
+    policy: RecomputePolicy
     remat: np.ndarray
     peak_bytes: np.ndarray
     oom: str | None
@@ -39,6 +51,7 @@ class ActivationPlan:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown recompute policy {self.policy!r} (known: {', '.join(POLICIES)})")
+        object.__setattr__(self, "policy", RecomputePolicy(self.policy))  # a plain string becomes the member
         if self.remat.dtype != bool or self.remat.ndim != 1 or self.peak_bytes.ndim != 1:
             raise ValueError("remat must be a boolean mask per sample and peak_bytes one value per GPU")
 
@@ -74,25 +87,31 @@ def plan_activations(plan: Plan, memory: MemoryModel) -> ActivationPlan:
         worst = np.maximum(worst, act)
         if oom is None and not memory.fits(float(act.max())):
             oom = _oom_message(plan, memory, mb, act, policy)
-    policy = "tree-marks" if plan.recompute is not None else "full-recompute" if "full-recompute" in policies else "keep-all"
+    if plan.recompute is not None:
+        policy = RecomputePolicy.TREE_MARKS
+    elif RecomputePolicy.FULL_RECOMPUTE in policies:
+        policy = RecomputePolicy.FULL_RECOMPUTE
+    else:
+        policy = RecomputePolicy.KEEP_ALL
     return ActivationPlan(policy=policy, remat=remat, peak_bytes=memory.state_bytes + memory.buffer_bytes + worst,
                           oom=oom)
 
 
-def _micro_batch_policy(plan: Plan, memory: MemoryModel, mb: int, remat: np.ndarray) -> tuple[str, np.ndarray]:
+def _micro_batch_policy(plan: Plan, memory: MemoryModel, mb: int,
+                        remat: np.ndarray) -> tuple[RecomputePolicy, np.ndarray]:
     """(policy, activation bytes per GPU) of one micro-batch; updates ``remat`` for unmarked plans."""
     mask = plan.sample_mask(mb)
     base = base_bytes_per_gpu(plan, memory, mb)
     if plan.recompute is not None:
-        return "tree-marks", base + attention_bytes_per_gpu(plan, memory, mask & ~remat)
+        return RecomputePolicy.TREE_MARKS, base + attention_bytes_per_gpu(plan, memory, mask & ~remat)
     keep = base + attention_bytes_per_gpu(plan, memory, mask)
     if memory.fits(float(keep.max())):
-        return "keep-all", keep
+        return RecomputePolicy.KEEP_ALL, keep
     remat[mask] = True
-    return "full-recompute", base
+    return RecomputePolicy.FULL_RECOMPUTE, base
 
 
-def _oom_message(plan: Plan, memory: MemoryModel, mb: int, act: np.ndarray, policy: str) -> str:
+def _oom_message(plan: Plan, memory: MemoryModel, mb: int, act: np.ndarray, policy: RecomputePolicy) -> str:
     g = int(np.argmax(act))
     return (f"out of memory: GPU {g} needs {act[g] / GIB:.1f} GiB of activations in micro-batch {mb} "
             f"({policy}, {plan.tokens_per_gpu(mb)[g]:.0f} sharded tokens) but only "

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -29,7 +29,9 @@ from nspsim.specs.cluster import ClusterSpec
 from nspsim.cost.load import tokens_per_gpu
 from nspsim.specs.model import ModelSpec
 from nspsim.sp_tree import Node, SPTree
-from nspsim.specs.training import BACKENDS
+from nspsim.specs.backend import BACKENDS, SPBackend
+from nspsim.plan.refs import BatchRef, ClusterRef, ModelRef, model_fingerprint
+from nspsim.jsonfile import parse_json, read_json
 
 if TYPE_CHECKING:
     from nspsim.trace.batching import Batch
@@ -37,95 +39,6 @@ if TYPE_CHECKING:
 SCHEMA = "nspsim-plan"
 SCHEMA_VERSION = 1
 _BUDGET_SLACK = 1e-9
-
-
-def _check_int(value: object, what: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_str(value: object, what: str) -> None:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string, got {value!r}")
-
-
-def _fingerprint(obj: object) -> str:
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def model_fingerprint(model: ModelSpec) -> str:
-    """Stable hash of a model spec (every field)."""
-    return _fingerprint(asdict(model))
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterRef:
-    """Which cluster a plan was made for."""
-
-    name: str
-    num_gpus: int
-    fingerprint: str
-
-    def __post_init__(self) -> None:
-        _check_str(self.name, "cluster name")
-        _check_int(self.num_gpus, "cluster num_gpus", 1)
-        _check_str(self.fingerprint, "cluster fingerprint")
-
-    @staticmethod
-    def of(cluster: ClusterSpec) -> ClusterRef:
-        """Reference to ``cluster``."""
-        return ClusterRef(name=cluster.name, num_gpus=cluster.num_gpus, fingerprint=cluster.fingerprint())
-
-    @property
-    def label(self) -> str:
-        """``name x num_gpus``, e.g. ``h100x64``."""
-        return f"{self.name}x{self.num_gpus}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelRef:
-    """Which model a plan was made for."""
-
-    name: str
-    fingerprint: str
-
-    def __post_init__(self) -> None:
-        _check_str(self.name, "model name")
-        _check_str(self.fingerprint, "model fingerprint")
-
-    @staticmethod
-    def of(model: ModelSpec) -> ModelRef:
-        """Reference to ``model``."""
-        return ModelRef(name=model.name, fingerprint=model_fingerprint(model))
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchRef:
-    """Which batch a plan routes: trace, sampler settings and the batch's content fingerprint."""
-
-    trace: str
-    seed: int
-    index: int
-    tokens_per_batch: int
-    max_context: int
-    fingerprint: str
-
-    def __post_init__(self) -> None:
-        _check_str(self.trace, "batch trace")
-        _check_int(self.seed, "batch seed", 0)
-        _check_int(self.index, "batch index", 0)
-        _check_int(self.tokens_per_batch, "batch tokens_per_batch", 1)
-        _check_int(self.max_context, "batch max_context", 1)
-        _check_str(self.fingerprint, "batch fingerprint")
-
-    @staticmethod
-    def of(batch: Batch) -> BatchRef:
-        """Reference to ``batch``."""
-        return BatchRef(
-            trace=batch.trace, seed=batch.seed, index=batch.index, tokens_per_batch=batch.tokens_per_batch,
-            max_context=batch.max_context, fingerprint=batch.fingerprint(),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +52,7 @@ class Plan:
     spmax: int
     gpus_per_node: int
     token_budget: int
-    backend: str = "ulysses"
+    backend: SPBackend = SPBackend.ULYSSES
     lengths: tuple[int, ...]
     nodes: tuple[Node, ...]
     micro_batches: tuple[int, ...]
@@ -153,6 +66,7 @@ class Plan:
             raise ValueError(f"plan schema version {self.schema_version} is not supported (expected {SCHEMA_VERSION})")
         if self.backend not in BACKENDS:
             raise ValueError(f"plan backend {self.backend!r} unknown (known: {', '.join(BACKENDS)})")
+        object.__setattr__(self, "backend", SPBackend(self.backend))  # a plain "ring" becomes the member
         if self.token_budget <= 0:
             raise ValueError(f"plan token budget must be positive, got {self.token_budget}")
         self._check_samples()
@@ -326,7 +240,7 @@ class Plan:
     @staticmethod
     def from_json(text: str, origin: str = "plan") -> Plan:
         """Parse and validate; a corrupt or foreign document raises a one-line ``ValueError``."""
-        return _plan_from_json(text, origin)
+        return _plan_from_data(parse_json(text, where=origin, what="plan"), origin)
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON (callers decide where; library code never writes on its own)."""
@@ -335,11 +249,7 @@ class Plan:
     @staticmethod
     def load(path: str | Path, cluster: ClusterSpec | None = None, model: ModelSpec | None = None) -> Plan:
         """Read a plan file, optionally checking that it matches ``cluster`` and ``model``."""
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ValueError(f"cannot read plan {path}: {exc.strerror}") from None
-        plan = Plan.from_json(text, str(path))
+        plan = _plan_from_data(read_json(path, "plan"), str(path))
         if cluster is not None:
             plan.check_compatible(cluster, model)
         return plan
@@ -371,7 +281,7 @@ def default_issue_order(nodes: Sequence[Node], micro_batches: Sequence[int]) -> 
 
 def make_plan(
     *, planner: str, cluster: ClusterSpec, model: ModelSpec, batch: Batch, spmax: int, token_budget: int,
-    nodes: Sequence[Node], micro_batches: Sequence[int] | None = None, backend: str = "ulysses",
+    nodes: Sequence[Node], micro_batches: Sequence[int] | None = None, backend: SPBackend = SPBackend.ULYSSES,
     issue_order: Sequence[Sequence[Node]] | None = None, recompute: Sequence[bool] | None = None,
     metadata: Mapping[str, float | int | str] | None = None,
 ) -> Plan:
@@ -387,13 +297,7 @@ def make_plan(
     )
 
 
-def _plan_from_json(text: str, origin: str) -> Plan:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{origin} is not valid JSON ({exc.msg} at line {exc.lineno}); the file is corrupt") from None
-    except RecursionError:
-        raise ValueError(f"{origin} is not a plan: its JSON is nested too deeply to read") from None
+def _plan_from_data(data: Any, origin: str) -> Plan:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{origin} is not an nspsim plan (missing \"schema\": \"{SCHEMA}\")")
     if data.get("schema_version") != SCHEMA_VERSION:
@@ -420,7 +324,7 @@ def _build_from_dict(data: dict[str, Any]) -> Plan:
     return Plan(
         planner=str(data["planner"]), cluster=ClusterRef(**data["cluster"]), model=ModelRef(**data["model"]),
         batch=BatchRef(**data["batch"]), spmax=int(data["spmax"]), gpus_per_node=int(data["gpus_per_node"]),
-        token_budget=int(data["token_budget"]), backend=str(data["backend"]),
+        token_budget=int(data["token_budget"]), backend=cast(SPBackend, str(data["backend"])),  # checked by Plan
         lengths=tuple(int(x) for x in s["length"]), nodes=nodes, micro_batches=tuple(int(x) for x in s["micro_batch"]),
         issue_order=tuple(tuple(Node.parse(t) for t in order) for order in data["issue_order"]),
         recompute=None if recompute is None else tuple(bool(r) for r in recompute),

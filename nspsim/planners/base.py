@@ -17,6 +17,14 @@ Step estimate (used to choose micro-batch counts and the static degree): per mic
 FSDP collectives are hidden behind a pass's compute when it is longer, and every extra micro-batch
 repeats them (the NSP paper's main argument against micro-batching). It ignores overlap inside a pass,
 which the simulator models.
+
+Preparation: each planner declares, as a class attribute ``preparation``, how the executor prepares its
+plans before they run (:func:`nspsim.execution.prepare.prepare_plan`: tree-level recompute marks, then
+an optimised issue order). Plans routed for nesting (NSP, NSP-2L, greedy) are designed for both
+(``NESTED_PREPARATION``); the baselines run as planned (``AS_PLANNED``: no marks, so full attention
+recomputation when memory forces it, and the planner's own issue order). A declaration, not a name
+list, so a new planner states what it needs where it is defined; it is a ``ClassVar``, so it is not
+a planner option and never enters a plan.
 """
 
 from __future__ import annotations
@@ -41,6 +49,24 @@ IntArray = npt.NDArray[np.int64]
 Metadata = Mapping[str, float | int | str]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Preparation:
+    """How the executor prepares a planner's plans (module doc): tree-level recompute marks
+    (``tree_recompute``) and an optimised issue order (``optimize_order``)."""
+
+    tree_recompute: bool = False
+    optimize_order: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("tree_recompute", "optimize_order"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"preparation {key} must be True or False, got {getattr(self, key)!r}")
+
+
+AS_PLANNED = Preparation()
+NESTED_PREPARATION = Preparation(tree_recompute=True, optimize_order=True)
+
+
 @runtime_checkable
 class Planner(Protocol):
     """Routes one batch of a workload: ``plan(batch, workload) -> Plan``."""
@@ -48,6 +74,11 @@ class Planner(Protocol):
     @property
     def name(self) -> str:
         """Registry name of the planner."""
+        ...
+
+    @property
+    def preparation(self) -> Preparation:
+        """How the executor prepares this planner's plans (module doc)."""
         ...
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:

@@ -37,8 +37,8 @@ import numpy as np
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (Context, IntArray, Placement, Stopwatch, estimate_of, finish, make_context,
-                                  proxy_load, static_floor, step_estimate)
+from nspsim.planners.base import (AS_PLANNED, Preparation, Context, IntArray, Placement, Stopwatch, estimate_of, finish,
+                                  make_context, proxy_load, static_floor, step_estimate)
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.planners.static_planner import best, pack_degree, sweep
 
@@ -105,6 +105,7 @@ class BASPPlanner:
 
     max_micro_batches: int = 5
     name: ClassVar[str] = "basp"
+    preparation: ClassVar[Preparation] = AS_PLANNED
 
     def __post_init__(self) -> None:
         if isinstance(self.max_micro_batches, bool) or not isinstance(self.max_micro_batches, int) \

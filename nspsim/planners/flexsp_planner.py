@@ -36,7 +36,8 @@ import numpy as np
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, step_estimate
+from nspsim.planners.base import (AS_PLANNED, Preparation, Stopwatch, Context, IntArray, Placement, finish,
+                                  make_context, step_estimate)
 from nspsim.planners.bucketing import Buckets, bucketize
 from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
@@ -70,6 +71,7 @@ class FlexSPPlanner:
     solver: str = "highs"
     mip_gap: float = 1e-4
     name: ClassVar[str] = "flexsp"
+    preparation: ClassVar[Preparation] = AS_PLANNED
 
     def __post_init__(self) -> None:
         if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) or self.time_limit <= 0:

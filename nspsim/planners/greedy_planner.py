@@ -23,7 +23,8 @@ import numpy.typing as npt
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context
+from nspsim.planners.base import (NESTED_PREPARATION, Preparation, Stopwatch, Context, IntArray, Placement, finish,
+                                  make_context)
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
@@ -107,6 +108,7 @@ class GreedyPlanner:
 
     token_balance_ratio: float | str = "auto"
     name: ClassVar[str] = "greedy"
+    preparation: ClassVar[Preparation] = NESTED_PREPARATION
 
     def __post_init__(self) -> None:
         check_ratio(self.token_balance_ratio)

@@ -58,7 +58,8 @@ import numpy as np
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, static_floor
+from nspsim.planners.base import (NESTED_PREPARATION, Preparation, Stopwatch, Context, IntArray, Placement, finish,
+                                  make_context, static_floor)
 from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
@@ -102,6 +103,7 @@ class NSPPlanner:
     token_balance_ratio: float | str = "auto"
     remat_aware: bool = True
     name: ClassVar[str] = "nsp"
+    preparation: ClassVar[Preparation] = NESTED_PREPARATION
 
     def __post_init__(self) -> None:
         if self.prefix_k != "auto":
@@ -163,6 +165,7 @@ class NSP2LPlanner(NSPPlanner):
     """NSP-2L: the same planner on the levels {spmax, 1} only."""
 
     name: ClassVar[str] = "nsp2l"
+    preparation: ClassVar[Preparation] = NESTED_PREPARATION
 
     def levels(self, workload: Workload) -> tuple[int, ...]:
         """spmax and 1."""

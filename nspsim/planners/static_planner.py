@@ -30,7 +30,8 @@ import numpy as np
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import Stopwatch, Context, IntArray, Placement, finish, make_context, proxy_load, step_estimate
+from nspsim.planners.base import (AS_PLANNED, Preparation, Stopwatch, Context, IntArray, Placement, finish,
+                                  make_context, proxy_load, step_estimate)
 from nspsim.planners.packing import pack_balanced
 from nspsim.sp_tree import is_power_of_two
 
@@ -123,6 +124,7 @@ class StaticPlanner:
 
     degree: int | str = "auto"
     name: ClassVar[str] = "static"
+    preparation: ClassVar[Preparation] = AS_PLANNED
 
     def __post_init__(self) -> None:
         if self.degree != "auto" and (isinstance(self.degree, bool) or not isinstance(self.degree, int)

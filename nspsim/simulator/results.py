@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from nspsim.execution.activation import RecomputePolicy
 from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator.step_model import SimMode
 
 _SUM_TOLERANCE = 1e-6
 
@@ -49,7 +51,7 @@ class StepResult:
     planner: str
     plan_hash: str
     num_gpus: int
-    mode: str
+    mode: SimMode
     oom: bool
     oom_detail: str | None = None
     step_time_s: float | None = None
@@ -57,7 +59,7 @@ class StepResult:
     per_gpu_breakdown_s: np.ndarray = field(default_factory=lambda: np.zeros((0, len(BREAKDOWN_CATEGORIES))))
     critical_gpu: int | None = None
     peak_memory_bytes: tuple[float, ...] = ()
-    recompute_policy: str = "keep-all"
+    recompute_policy: RecomputePolicy = RecomputePolicy.KEEP_ALL
     remat_share: float = 0.0
     num_micro_batches: int = 1
     num_layers: int = 0

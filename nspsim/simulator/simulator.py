@@ -39,7 +39,7 @@ from nspsim.simulator.engine import Executor
 from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
-from nspsim.simulator.step_model import MODES, CollectiveFactory, StepModel, prefetch_layers
+from nspsim.simulator.step_model import MODES, CollectiveFactory, SimMode, StepModel, prefetch_layers
 from nspsim.simulator.timeline import build_timeline
 from nspsim.simulator.work import StepWork, reduce_to_units, step_work
 from nspsim.specs.training import TrainingSpec
@@ -59,7 +59,7 @@ class SimOptions:
     programs once (exact; off when ``jitter`` > 0, since noise differs per GPU).
     """
 
-    mode: str = "stream"
+    mode: SimMode = SimMode.STREAM
     extrapolate: bool = True
     sim_layers: int = 12
     jitter: float = 0.0
@@ -69,6 +69,7 @@ class SimOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
+        object.__setattr__(self, "mode", SimMode(self.mode))  # a plain "serial" becomes the member
         layers = self.sim_layers
         if not isinstance(layers, int) or isinstance(layers, bool) or layers < MIN_SIM_LAYERS:
             raise ValueError(f"sim_layers must be an integer >= {MIN_SIM_LAYERS} to detect repeated layers, "
@@ -164,7 +165,8 @@ class Simulator:
         if not opts.extrapolate or opts.jitter > 0 or opts.sim_layers >= total:
             return [total]
         prefetch = prefetch_layers(opts.mode, self.training.fsdp_prefetch_layers)
-        if settling_layers(work, prefetch, overlap=opts.mode == "stream") > opts.sim_layers - self._repeat_window():
+        overlap = opts.mode == SimMode.STREAM
+        if settling_layers(work, prefetch, overlap=overlap) > opts.sim_layers - self._repeat_window():
             return [total]
         return [opts.sim_layers, total]
 

@@ -36,6 +36,7 @@ Each mode's dependencies contain the previous mode's, so (without link sharing) 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from typing import NamedTuple
 
 from nspsim.specs.cluster import ClusterSpec
@@ -48,7 +49,18 @@ from nspsim.simulator.program import (
 )
 from nspsim.simulator.work import MicroBatchWork, StepWork
 
-MODES = ("stream", "no-stream", "serial")
+
+class SimMode(StrEnum):
+    """How much of a step overlaps (see the module docstring); each mode's dependencies contain the
+    previous mode's."""
+
+    STREAM = "stream"
+    NO_STREAM = "no-stream"
+    SERIAL = "serial"
+
+
+MODES: tuple[str, ...] = tuple(m.value for m in SimMode)
+"""The mode names in order (CLI choices, ``in`` tests and error messages)."""
 
 
 class Pass(NamedTuple):
@@ -81,10 +93,10 @@ PerGpu = list[Task | None]
 _NO_TASKS: dict[int, Task] = {}  # shared and never modified: a pass without that collective
 
 
-def prefetch_layers(mode: str, depth: int) -> int:
+def prefetch_layers(mode: SimMode, depth: int) -> int:
     """How many layers ahead FSDP all-gathers run in ``mode``: the configured ``depth``, 0 in serial
     mode (nothing overlaps)."""
-    return 0 if mode == "serial" else depth
+    return 0 if mode == SimMode.SERIAL else depth
 
 
 class CollectiveFactory:
@@ -115,11 +127,11 @@ class CollectiveFactory:
 class StepModel:
     """Builds the :class:`Program` of one step with ``layers`` decoder layers per micro-batch."""
 
-    def __init__(self, work: StepWork, colls: CollectiveFactory, *, mode: str = "stream", layers: int | None = None,
-                 noise: Callable[[float], float] | None = None) -> None:
+    def __init__(self, work: StepWork, colls: CollectiveFactory, *, mode: SimMode = SimMode.STREAM,
+                 layers: int | None = None, noise: Callable[[float], float] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown simulation mode {mode!r} (known: {', '.join(MODES)})")
-        self.work, self.colls, self.mode = work, colls, mode
+        self.work, self.colls, self.mode = work, colls, SimMode(mode)
         self.layers = work.num_layers if layers is None else min(layers, work.num_layers)
         self.noise = noise
         self.U = work.num_units
@@ -130,7 +142,7 @@ class StepModel:
     @property
     def serial(self) -> bool:
         """Whether every task of a GPU runs alone (one queue per GPU)."""
-        return self.mode == "serial"
+        return self.mode == SimMode.SERIAL
 
     @property
     def prefetch(self) -> int:
@@ -294,7 +306,7 @@ class MicroBatchModel:
         reruns its forward kernel (:data:`REMAT`) right before its own backward phases."""
         staged = self._stage(phase)
         pros = [self._node_comm(sp, sp.pro_name, sp.pro_s, seg, inputs) for sp in staged]
-        stream = self.s.mode == "stream"
+        stream = self.s.mode == SimMode.STREAM
         last_pro = self._last_per_gpu(pros) if not stream else {}
         comps = [self._node_compute(sp, seg, pro, inputs, last_pro) for sp, pro in zip(staged, pros)]
         last_comp = self._last_per_gpu(comps) if not stream else {}

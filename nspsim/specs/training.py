@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nspsim.sp_tree import is_power_of_two
+from nspsim.specs.backend import BACKENDS, SPBackend
 
 GIB = 1024**3
-BACKENDS = ("ulysses", "ring")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,7 @@ class TrainingSpec:
     reserved_bytes: float = 4 * GIB
     fsdp_prefetch_layers: int = 1
     token_budget: int | None = None
-    backend: str = "ulysses"
+    backend: SPBackend = SPBackend.ULYSSES
     cpu_adam_params_per_s: float = 2e9
 
     def __post_init__(self) -> None:
@@ -52,6 +52,7 @@ class TrainingSpec:
             raise ValueError(f"cpu_adam_params_per_s must be positive, got {self.cpu_adam_params_per_s}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown SP backend {self.backend!r} (known: {', '.join(BACKENDS)})")
+        object.__setattr__(self, "backend", SPBackend(self.backend))  # a plain "ring" becomes the member
 
 
 def paper_training(model_name: str) -> TrainingSpec:

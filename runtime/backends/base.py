@@ -25,7 +25,8 @@ from torch import Tensor
 
 from runtime.attention_kernels import AttentionKernel, Segments
 from runtime.groups import Comm, Pending
-from nspsim.execution.layout import NodeShards, Slot, sample_rows
+from nspsim.execution.layout import Slot
+from nspsim.execution.shards import NodeShards, sample_rows
 from runtime.timing import PhaseClock
 
 
@@ -92,10 +93,13 @@ class NodeTask:
         self.pending.clear()
 
 
-class SPBackend(Protocol):
+class PhaseBackend(Protocol):
     """Three phases per pass; ``*_finish`` returns the node's local result in sequence layout."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The backend's name (an :class:`~nspsim.specs.backend.SPBackend` member, or ``local``)."""
+        ...
 
     def fwd_prologue(self, t: NodeTask, ctx: ExecContext) -> None: ...
     def fwd_compute(self, t: NodeTask, ctx: ExecContext) -> None: ...

@@ -23,10 +23,11 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from nspsim.specs.backend import SPBackend
 from runtime.attention_kernels import Segments
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
-from nspsim.execution.layout import NodeShards, RingBlock, ring_blocks
+from nspsim.execution.shards import NodeShards, RingBlock, ring_blocks
 
 KV_TAG, DKV_TAG = 1, 2
 Shift = tuple[Pending, Tensor]
@@ -62,7 +63,7 @@ def merge_partial(out: Tensor, lse: Tensor, rows: Tensor, o: Tensor, lse_b: Tens
 class RingBackend:
     """Ring attention; see the module docstring."""
 
-    name = "ring"
+    name = SPBackend.RING
 
     def __init__(self, *, num_heads: int, num_kv_heads: int) -> None:
         self.num_heads = num_heads

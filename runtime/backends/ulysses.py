@@ -24,9 +24,10 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from nspsim.specs.backend import SPBackend
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
-from nspsim.execution.layout import NodeShards, ulysses_gather_order
+from nspsim.execution.shards import NodeShards, ulysses_gather_order
 
 _STATE = ("q", "k", "v", "out", "lse")
 
@@ -47,7 +48,7 @@ def _perms(ctx: ExecContext, shards: NodeShards) -> tuple[Tensor, Tensor]:
 class UlyssesBackend:
     """All-to-all sequence parallelism; see the module docstring."""
 
-    name = "ulysses"
+    name = SPBackend.ULYSSES
 
     def __init__(self, *, num_heads: int, num_kv_heads: int) -> None:
         self.num_heads = num_heads

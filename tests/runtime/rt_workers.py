@@ -216,7 +216,8 @@ def dies_mid_step(env: RankEnv, payload: tuple[str, int]) -> None:
 
 def train_runs(env: RankEnv, argvs: list[list[str]]) -> list[list[str]]:
     """``runtime.train`` once per argument list, in this already-initialised world; rank 0's records."""
-    from runtime.train import parse_args, run
+    from runtime.training.args import parse_args
+    from runtime.training.trainer import run
 
     return [run(parse_args(argv)) for argv in argvs]
 

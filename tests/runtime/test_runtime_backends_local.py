@@ -13,11 +13,15 @@ from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from runtime.attention_kernels import Segments, select_kernel
+from nspsim.specs.backend import SPBackend
+from runtime.backends import RUNTIME_BACKENDS, sp_backends
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask
 from nspsim.specs.memory import MemoryModel
 from nspsim.execution.activation import plan_activations
 from runtime.executor import ExecOptions, recompute_marks
-from nspsim.execution.layout import NodeShards, Slot
+from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
+from nspsim.execution.layout import Slot
+from nspsim.execution.shards import NodeShards
 from runtime.timing import PhaseClock, breakdown
 
 CPU = torch.device("cpu")
@@ -132,3 +136,15 @@ def test_segments_reject_inconsistent_boundaries() -> None:
         Segments((1, 2), (0, 2))
     with pytest.raises(ValueError, match="non-decreasing"):
         Segments((0, 3, 2), (0, 1, 2))
+
+
+def test_every_sp_backend_has_a_registered_runtime_backend() -> None:
+    """Adding an SPBackend member without a runtime backend fails here (recipe: nspsim.cost.backends)."""
+    assert set(RUNTIME_BACKENDS) == set(SPBackend)
+    built = sp_backends(get_model("tiny"))
+    assert all(backend.name == name for name, backend in built.items())
+
+
+def test_recompute_modes_are_the_cli_choices() -> None:
+    assert RECOMPUTE_CHOICES == ("plan", "all", "none")
+    assert ExecOptions(recompute="all").recompute is RecomputeMode.ALL

@@ -12,7 +12,7 @@ from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from runtime.launch import spawn_ranks
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 COMM_TIMEOUT_S = 20.0
 
 

@@ -29,7 +29,7 @@ from nspsim.execution.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_c
 
 WORLDS = [2, 4, 8]
 TOL = 1e-5
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def planner_plans(world: int) -> list[Plan]:

@@ -17,7 +17,9 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.sp_tree import Node
 from runtime.prediction import Prediction, executed_plan, simulated_mode
-from runtime.train import PlanAhead, Planned, RankTimes, critical_rank, measured_record, parse_args
+from runtime.training.args import parse_args
+from runtime.training.outputs import RankTimes, critical_rank, measured_record
+from runtime.training.plan_ahead import PlanAhead, Planned
 
 BASE = ["--trace", "longtail-paper", "--model", "tiny", "--tokens-per-batch", "1k", "--max-context", "512",
         "--seed", "1", "--token-budget", "650"]

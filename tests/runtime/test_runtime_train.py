@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from nspsim.planners import PLANNER_NAMES
 from nspsim.records import BREAKDOWN_CATEGORIES
 from runtime.launch import run_ranks
 from runtime.records import read_records
-from runtime.train import output_paths, parse_args
+from runtime.training.args import RUNTIME_WORKLOAD, parse_args
+from runtime.training.outputs import output_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--trace", "longtail-paper", "--model", "tiny", "--steps", "3", "--tokens-per-batch", "1k",
@@ -105,6 +107,7 @@ def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
     resolved = json.loads(config.read_text())
     assert resolved["workload"]["cluster"] == "cpu" and resolved["workload"]["gpus"] == 2
     assert resolved["runtime"]["planner"] == "nsp" and resolved["world"] == 2
+    assert resolved["runtime"]["cluster"] is None and "workload" not in resolved["runtime"]  # written once, resolved
     executed = [Plan.from_json(line) for line in plans.read_text().splitlines()]
     assert [p.content_hash for p in executed] == [r["plan_hash"] for r in runs["nsp"]]
     assert all(p.cluster.label == "cpux2" for p in executed)
@@ -125,6 +128,8 @@ BAD_ARGUMENTS = (
     (["--planner", "nsp", "--records", ""], "--records: the output path is empty"),
     (["--planner", "nsp", "--records", "."], "--records . is a directory"),
     (["--planner", "nsp", "--records", "/proc/no/such/r.jsonl"], "cannot create the directory /proc/no"),
+    (["--planner", "nsp", "--seed", "-1"], "argument --seed: must be >= 0"),
+    (["--planner", "nsp", "--gpus", "4"], "unrecognized arguments: --gpus"),  # the world size decides it
     (["--planner", "nsp", "--bogus"], "unrecognized arguments: --bogus"),
     (["--steps", "2"], "the following arguments are required: --planner"),
 )
@@ -181,7 +186,17 @@ def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.Capt
 
 def test_parse_args_resolves_token_counts() -> None:
     args = parse_args(["--planner", "nsp", "--tokens-per-batch", "8k", "--max-context", "2k"])
-    assert (args.tokens_per_batch, args.max_context) == (8192, 2048)
+    assert (args.workload.tokens_per_batch, args.workload.max_context) == (8192, 2048)
+
+
+def test_the_workload_flags_are_nspsims_with_the_runtimes_defaults() -> None:
+    args = parse_args(["--planner", "nsp"])
+    assert args.workload == RUNTIME_WORKLOAD and args.cluster is None
+    assert args.workload_on(world=4, device_type="cpu") == replace(RUNTIME_WORKLOAD, gpus=4)
+    assert args.workload_on(world=8, device_type="cuda").cluster == "h100"  # no --cluster: the device decides
+    given = parse_args(["--planner", "nsp", "--cluster", "h200", "--seed", "3", "--backend", "ring"])
+    on = given.workload_on(world=8, device_type="cuda")
+    assert (on.cluster, on.gpus, on.seed, on.backend) == ("h200", 8, 3, "ring")
 
 
 def _run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

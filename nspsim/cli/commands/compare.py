@@ -3,9 +3,15 @@
 Prints a table (mean step time, normalised to the Static SP baseline, speedup, breakdown shares,
 planning time, out-of-memory count) with a progress bar on stderr, ``--json`` prints the records,
 and ``-o report.html`` writes a self-contained plotly report plus ``report.config.json`` beside it.
-The report is built by ``studies.compare_report``, imported only when a report is requested (nspsim
-itself never imports plotly). With no arguments it runs the built-in default: Qwen3-30B-A3B on 64
-H100s, 2M tokens per batch, 192K max context, the ``wikipedia`` trace, ``DEFAULT_ITERS`` batches.
+With no arguments it runs the built-in default: Qwen3-30B-A3B on 64 H100s, 2M tokens per batch, 192K
+max context, the ``wikipedia`` trace, ``DEFAULT_ITERS`` batches.
+
+The report crosses the one boundary from nspsim into ``studies`` (where plotly lives): the module named
+by ``REPORT_RENDERER`` is imported by that name, lazily, only when ``-o`` is given, and must provide
+``render(CompareResult) -> str``. One named lazy import, rather than a separate ``python -m`` renderer
+process, because the report draws each planner's in-memory timeline (tens of thousands of events)
+that a process boundary would have to serialise and parse back; the constant keeps the dependency in
+one place that the layering test can check (an ``importlib`` call is invisible to an import graph).
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from nspsim.compare import (
 )
 from nspsim.options import positive_float
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
-from nspsim.simulator.step_model import MODES
+from nspsim.simulator.step_model import MODES, SimMode
+
+REPORT_RENDERER = "studies.compare_report"  # the only studies module nspsim loads (module doc)
 
 
 class ProgressBar:
@@ -70,9 +78,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _report_module() -> Any:
-    """``studies.compare_report``, imported lazily (plotly lives in the studies layer)."""
+    """The ``REPORT_RENDERER`` module, imported lazily (plotly lives in the studies layer)."""
     try:
-        return importlib.import_module("studies.compare_report")
+        return importlib.import_module(REPORT_RENDERER)
     except ImportError as exc:
         raise ValueError(f"cannot build the HTML report ({exc}); install plotly or drop -o") from None
 
@@ -119,7 +127,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--flexsp-time-limit", type=positive_float, default=DEFAULT_FLEXSP_TIME_LIMIT_S,
                    help="seconds per FlexSP MILP solve, a safety net (default: the artifact's 10); its deterministic "
                         "work limit (flexsp:work_limit=N) stops the solves first and bounds planning time")
-    p.add_argument("--mode", choices=MODES, default="stream", help="executor overlap mode for every planner")
+    p.add_argument("--mode", choices=MODES, default=SimMode.STREAM, help="executor overlap mode for every planner")
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

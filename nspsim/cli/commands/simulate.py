@@ -20,7 +20,7 @@ from nspsim.options import non_negative_float
 from nspsim.plan import Plan
 from nspsim.execution.prepare import prepare_plan
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
-from nspsim.simulator.step_model import MODES
+from nspsim.simulator.step_model import MODES, SimMode
 
 
 def plan_workload_config(plan: Plan, profile: str | None) -> WorkloadConfig:
@@ -94,7 +94,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("plan", help="plan JSON file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--timeline", default=None, metavar="OUT.json", help="write a Chrome trace (Perfetto) here")
-    p.add_argument("--mode", choices=MODES, default="stream",
+    p.add_argument("--mode", choices=MODES, default=SimMode.STREAM,
                    help="stream (phase streaming), no-stream (streaming off), serial (no overlap at all)")
     p.add_argument("--tree-recompute", action="store_true",
                    help="mark save/recompute per sample top-down first (NSP tree-level recomputation)")

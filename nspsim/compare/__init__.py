@@ -1,0 +1,45 @@
+"""Compare parallel strategies on the same batches: plan, prepare, simulate, summarise (SPEC section 8).
+
+Three parts, in the order a comparison uses them:
+
+* :mod:`nspsim.compare.specs`: planner spec labels (``static-best``, ``static-<d>``, registered
+  planners, NSP ablations, ``name:key=value`` options) and the validated :class:`CompareConfig`;
+  every spec and option is checked before anything runs;
+* :mod:`nspsim.compare.runner`: :func:`run_compare`, the loop that plans, prepares (as each planner
+  declares) and simulates every spec on the same K batches, with the static-best sweep;
+* :mod:`nspsim.compare.summary`: the typed records (:class:`IterationRecord`,
+  :class:`PlannerSummary`, :class:`CompareResult`), routing counts and the normalisation rule.
+
+The public names of all three are re-exported here (``from nspsim.compare import run_compare``).
+"""
+
+from __future__ import annotations
+
+from nspsim.compare.runner import Progress, run_compare
+from nspsim.compare.specs import (
+    ABLATIONS,
+    DEFAULT_FLEXSP_TIME_LIMIT_S,
+    DEFAULT_ITERS,
+    MAIN_PLANNERS,
+    MAX_ITERS,
+    CompareConfig,
+    PlannerSpec,
+    default_planners,
+    parse_planner_spec,
+)
+from nspsim.compare.summary import (
+    LENGTH_BUCKETS,
+    CompareResult,
+    IterationRecord,
+    PlannerSummary,
+    baseline_of,
+    mean_step_time,
+    routing_counts,
+    summarise,
+)
+
+__all__ = [
+    "ABLATIONS", "DEFAULT_FLEXSP_TIME_LIMIT_S", "DEFAULT_ITERS", "LENGTH_BUCKETS", "MAIN_PLANNERS", "MAX_ITERS",
+    "CompareConfig", "CompareResult", "IterationRecord", "PlannerSpec", "PlannerSummary", "Progress", "baseline_of",
+    "default_planners", "mean_step_time", "parse_planner_spec", "routing_counts", "run_compare", "summarise",
+]

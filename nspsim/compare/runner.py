@@ -1,0 +1,179 @@
+"""Run a comparison: every planner spec on the same K batches, planned, prepared, simulated (SPEC section 8).
+
+For each spec and each of K batches (``sampler.batch(first_batch + i)``, identical for every spec)
+the batch is planned, prepared as the spec says (:func:`nspsim.execution.prepare.prepare_plan`:
+tree-level recomputation marks, then an optimised issue order re-ranked with the simulator; a spec
+without either runs as planned) and simulated. Each distinct (plan, mode) is simulated once (results
+are memoised by content hash), so ranking issue-order candidates, recording the chosen plan and
+identical plans of different specs share one simulation; only the reported iteration keeps its
+timeline, since a timeline holds tens of thousands of events.
+
+``static-best`` is the fastest *fixed* degree over the whole run: every admissible degree is planned
+on the same K batches and the one with the least mean simulated step time is kept. A degree that
+cannot hold some sample, or runs out of memory on any batch, is not eligible (a fixed degree must run
+the whole run); if none is, the comparison stops with a one-line error. It runs first, so a failing
+sweep wastes nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from nspsim.compare.specs import CompareConfig, PlannerSpec, parse_planner_spec
+from nspsim.compare.summary import (
+    CompareResult,
+    IterationRecord,
+    baseline_of,
+    mean_step_time,
+    routing_counts,
+    summarise,
+)
+from nspsim.execution.prepare import prepare_plan
+from nspsim.plan import Plan
+from nspsim.planners import get_planner
+from nspsim.simulator import SimOptions, Simulator, StepResult
+from nspsim.simulator.step_model import SimMode
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload, build_workload
+
+Progress = Callable[[int, int, str], None]
+
+
+def run_compare(config: CompareConfig, progress: Progress | None = None) -> CompareResult:
+    """Plan and simulate every planner on the same batches; see the module docstring.
+    ``progress(done, total, label)`` is called after every planned-and-simulated batch."""
+    workload = build_workload(config.workload)
+    batches = [workload.sampler.batch(config.first_batch + i) for i in range(config.iters)]
+    runner = _Runner(workload, batches, config, progress)
+    runs: dict[str, tuple[list[IterationRecord], str]] = {}
+    for label in sorted(config.planners, key=lambda p: p != "static-best"):  # a failing sweep fails first
+        runs[label] = runner.run(parse_planner_spec(label, config.mode, config.planner_options))
+    records = [r for label in config.planners for r in runs[label][0]]
+    baseline = baseline_of(config.planners)
+    summaries = summarise(config.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
+    resolved = {**config.to_dict(), "workload": config.workload.to_dict(), "baseline": baseline,
+                "static_best_degree": runner.best_degree, "token_budget": workload.token_budget,
+                "spmax": workload.tree.spmax}
+    return CompareResult(config=resolved, baseline=baseline, summaries=summaries, records=tuple(records),
+                         timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines})
+
+
+class _Runner:
+    """Plans, prepares and simulates planner specs on a fixed list of batches.
+
+    Each distinct (plan content, mode) is simulated once: issue-order candidates, the chosen plan and
+    identical plans of different specs (``static`` and a ``static-best`` degree) share results.
+    """
+
+    def __init__(self, workload: Workload, batches: list[Batch], config: CompareConfig,
+                 progress: Progress | None) -> None:
+        self.workload, self.batches, self.config = workload, batches, config
+        self.progress = progress
+        self.total = self._total_steps()
+        self.done = 0
+        self.timelines: dict[str, StepResult] = {}
+        self.best_degree: int | None = None
+        self.simulators: dict[tuple[str, bool], Simulator] = {}
+        self.results: dict[tuple[str, str], tuple[StepResult, bool]] = {}
+
+    def _total_steps(self) -> int:
+        sweeps = len(self.workload.tree.degrees) if "static-best" in self.config.planners else 0
+        others = len(self.config.planners) - (1 if sweeps else 0)
+        return (sweeps + others) * len(self.batches)
+
+    def _tick(self, label: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+
+    def simulator(self, mode: str, timeline: bool) -> Simulator:
+        """A simulator for ``mode`` (cached; one per mode and timeline setting)."""
+        key = (mode, timeline)
+        if key not in self.simulators:
+            options = SimOptions(mode=SimMode(mode), timeline=timeline)
+            self.simulators[key] = Simulator.for_workload(self.workload, options)
+        return self.simulators[key]
+
+    def simulate(self, plan: Plan, mode: str, timeline: bool) -> StepResult:
+        """The simulated step of ``plan`` (memoised; a result with a timeline serves both kinds)."""
+        key = (plan.content_hash, mode)
+        cached = self.results.get(key)
+        if cached is not None and (cached[1] or not timeline):
+            return cached[0]
+        result = self.simulator(mode, timeline).simulate(plan)
+        self.results[key] = (result, timeline)
+        return result
+
+    def _drop_timelines(self, keep: tuple[str, str]) -> None:
+        """Forget cached results that carry a timeline (tens of thousands of events each), except ``keep``:
+        only the chosen plan's timeline is reported."""
+        for key in [k for k, (_, has) in self.results.items() if has and k != keep]:
+            del self.results[key]
+
+    def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
+        """Records of ``spec`` on every batch, and a note (how static-best chose its degree)."""
+        if spec.label == "static-best":
+            records, kept, note = self._static_best(spec)
+        else:
+            (records, kept), note = self._run_fixed(spec), ""
+        if kept is not None:
+            self.timelines[spec.label] = kept
+        return records, note
+
+    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None]:
+        """Every batch planned and simulated, and the kept timeline iteration's result."""
+        planner = get_planner(spec.planner, **spec.options)
+        out, kept = [], None
+        for i, batch in enumerate(self.batches):
+            record, result = self._simulate(spec, i, batch, planner.plan(batch, self.workload))
+            out.append(record)
+            kept = result if self.config.timeline_iteration == i else kept
+            self._tick(spec.label)
+        return out, kept
+
+    def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None, str]:
+        """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
+        degree cannot be the fixed degree of the run); ``ValueError`` when no degree does."""
+        runs: dict[int, tuple[list[IterationRecord], StepResult | None]] = {}
+        skipped = []
+        for degree in self.workload.tree.degrees:
+            ticks = self.done
+            try:
+                runs[degree] = self._run_fixed(replace(spec, options={"degree": degree}))
+            except ValueError as exc:
+                skipped.append(f"SP{degree}: {exc}")
+                while self.done < ticks + len(self.batches):
+                    self._tick(spec.label)
+        oom = {d for d, (recs, _) in runs.items() if any(r.oom for r in recs)}
+        means = {d: m for d, (recs, _) in runs.items() if d not in oom and (m := mean_step_time(recs)) is not None}
+        skipped += [f"SP{d}: {sum(r.oom for r in recs)} of {len(recs)} batches out of memory"
+                    for d, (recs, _) in runs.items() if d in oom]
+        if not means:
+            raise ValueError("static-best: no fixed SP degree runs every batch; " + "; ".join(skipped))
+        best = self.best_degree = min(means, key=lambda d: means[d])
+        tried = ", ".join(f"SP{d} {m:.4f}s" for d, m in sorted(means.items()))
+        dropped = "".join(f"; SP{d} out of memory" for d in sorted(oom))
+        records, kept = runs[best]
+        note = f"fastest fixed degree SP{best} ({tried}{dropped})"
+        return [replace(r, planner=spec.label) for r in records], kept, note
+
+    def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
+        planning = float(plan.metadata.get("planning_time_s", 0.0))
+        ratio = plan.metadata.get("load_over_lower_bound")
+        timeline = self.config.timeline_iteration == i
+        plan = prepare_plan(plan, memory=self.workload.memory, cost=self.workload.cost,
+                            tree_recompute=spec.tree_recompute, optimize_order=spec.optimize_order,
+                            evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf)
+        result = self.simulate(plan, spec.mode, timeline)
+        if timeline:
+            self._drop_timelines(keep=(plan.content_hash, spec.mode))
+        record = IterationRecord(
+            planner=spec.label, iteration=i, batch_index=batch.index, plan_hash=plan.content_hash,
+            step_time_s=result.step_time_s, breakdown_s=dict(result.breakdown_s), oom=result.oom,
+            oom_detail=result.oom_detail, planning_time_s=planning, sim_wall_time_s=result.sim_wall_time_s,
+            events=result.events, num_micro_batches=plan.num_micro_batches,
+            recompute_policy=result.recompute_policy, routing=routing_counts(plan),
+            load_over_lower_bound=None if ratio is None else float(ratio),
+        )
+        return record, result

@@ -1,0 +1,168 @@
+"""What a comparison runs: planner specs (label -> planner, options, preparation, mode) and the
+validated :class:`CompareConfig`.
+
+A label is one of
+
+* a registered planner name (``static``, ``flexsp``, ``basp``, ``nsp2l``, ``nsp``, ``greedy``, ...);
+* ``static-<d>``: Static SP with the fixed degree d;
+* ``static-best``: the paper's Static SP baseline, the fastest *fixed* degree over the whole run
+  (the sweep is :mod:`nspsim.compare.runner`'s);
+* an NSP ablation (paper section 6.4): ``nsp-no-recompute`` (no tree-level marks: full recomputation
+  when memory forces it), ``nsp-no-overlap`` (phase streaming off), ``nsp-greedy`` (the ``greedy``
+  planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model");
+
+optionally followed by ``:key=value+key=value`` planner options. How a spec's plans are prepared
+(tree-level recompute marks, optimised issue order) is what its planner declares
+(:attr:`nspsim.planners.base.Planner.preparation`), which an ablation may override; a spec resolves it
+once, so the run loop never asks by name. Everything is validated when a spec or a
+:class:`CompareConfig` is built, before anything runs: a bad label or option costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from nspsim.options import parse_options
+from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.simulator.step_model import MODES, SimMode
+from nspsim.workload import WorkloadConfig
+
+DEFAULT_ITERS = 3
+MAX_ITERS = 100_000  # batches are drawn up front; 10**9 would look like a hang while memory filled
+# Seconds per MILP solve (the artifact's); a safety net: FlexSP's deterministic work limit stops first.
+DEFAULT_FLEXSP_TIME_LIMIT_S = 10.0
+MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
+ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # label: (planner, planner options, overrides of the planner's preparation and the mode)
+    "nsp-no-recompute": ("nsp", {}, {"tree_recompute": False}),
+    "nsp-no-overlap": ("nsp", {}, {"mode": SimMode.NO_STREAM}),
+    "nsp-greedy": ("greedy", {}, {}),
+    "nsp-attn-fwd": ("nsp", {"proxy": "attn-fwd"}, {}),
+}
+
+
+def default_planners() -> tuple[str, ...]:
+    """``static-best`` plus every main strategy whose planner is registered."""
+    return ("static-best", *(name for name in MAIN_PLANNERS if name in PLANNER_NAMES))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerSpec:
+    """How to plan and execute one compared strategy (``tree_recompute`` and ``optimize_order`` are the
+    resolved preparation, see the module docstring)."""
+
+    label: str
+    planner: str
+    options: dict[str, Any] = field(default_factory=dict)
+    tree_recompute: bool = False
+    optimize_order: bool = False
+    mode: str = SimMode.STREAM
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            raise ValueError("a planner spec needs a label")
+        if self.mode not in MODES:
+            raise ValueError(f"planner spec {self.label!r}: unknown mode {self.mode!r} (known: {', '.join(MODES)})")
+        if self.planner not in PLANNER_NAMES:
+            raise ValueError(f"planner spec {self.label!r}: planner {self.planner!r} is not registered "
+                             f"(known: {', '.join(PLANNER_NAMES)})")
+        get_planner(self.planner, **self.options)  # unknown or invalid options fail here, before anything runs
+
+
+def parse_planner_spec(label: str, mode: str = SimMode.STREAM,
+                       defaults: dict[str, dict[str, Any]] | None = None) -> PlannerSpec:
+    """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown.
+
+    ``name:key=value+key=value`` passes options to the planner (``flexsp:time_limit=10``); ``defaults``
+    gives per-planner options used when the label does not set them.
+    """
+    name, _, text = label.partition(":")
+    if name == "static-best" and text:
+        raise ValueError(f"planner spec {label!r}: static-best sweeps the degree and takes no options")
+    spec = _base_spec(name, mode)
+    options = {**(defaults or {}).get(spec.planner, {}), **spec.options, **_parse_options(label, text)}
+    return replace(spec, label=label, options=options)
+
+
+def _parse_options(label: str, text: str) -> dict[str, Any]:
+    try:
+        return parse_options(filter(None, text.split("+")))
+    except ValueError as exc:
+        raise ValueError(f"planner spec {label!r}: {exc} (options look like name:key=value+key=value)") from None
+
+
+def _base_spec(label: str, mode: str) -> PlannerSpec:
+    if label in ABLATIONS:
+        planner, options, overrides = ABLATIONS[label]
+        _check_registered(planner, label)
+        return replace(_declared_spec(label, planner, options, mode), **overrides)
+    if label.startswith("static-") and label != "static-best":
+        degree = label.removeprefix("static-")
+        if not degree.isdigit():
+            raise ValueError(f"planner spec {label!r}: expected static-<degree>, e.g. static-8, or static-best")
+        return _declared_spec(label, "static", {"degree": int(degree)}, mode)
+    if label == "static-best":
+        return _declared_spec(label, "static", {}, mode)
+    _check_registered(label, label)
+    return _declared_spec(label, label, {}, mode)
+
+
+def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str) -> PlannerSpec:
+    """A spec prepared as ``planner`` declares (a class attribute: default options suffice to read it)."""
+    preparation = get_planner(planner).preparation
+    return PlannerSpec(label=label, planner=planner, options=options, tree_recompute=preparation.tree_recompute,
+                       optimize_order=preparation.optimize_order, mode=mode)
+
+
+def _check_registered(planner: str, label: str) -> None:
+    if planner not in PLANNER_NAMES:
+        known = ", ".join([*PLANNER_NAMES, "static-best", "static-<d>", *ABLATIONS])
+        raise ValueError(f"planner {label!r} is not available (known: {known})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """Everything that identifies a comparison (plain values; what the CLI writes beside results)."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    planners: tuple[str, ...] = field(default_factory=default_planners)
+    planner_options: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"flexsp": {"time_limit": DEFAULT_FLEXSP_TIME_LIMIT_S}})
+    iters: int = DEFAULT_ITERS
+    first_batch: int = 0
+    mode: str = SimMode.STREAM
+    timeline_iteration: int | None = 0
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
+            raise ValueError(f"iters must be a positive integer and first_batch an integer >= 0, got {self.iters!r} "
+                             f"and {self.first_batch!r}")
+        if self.iters > MAX_ITERS:
+            raise ValueError(f"iters must be at most {MAX_ITERS:,} batches per comparison, got {self.iters:,} "
+                             "(split a longer sweep with --first-batch)")
+        if self.timeline_iteration is not None and not (_is_int(self.timeline_iteration)
+                                                        and 0 <= self.timeline_iteration < self.iters):
+            raise ValueError(f"timeline_iteration must be None or an iteration in 0..{self.iters - 1}, "
+                             f"got {self.timeline_iteration!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
+        if not self.planners:
+            raise ValueError("no planners given: name at least one, e.g. --planners static-best,nsp")
+        if len(set(self.planners)) != len(self.planners):
+            raise ValueError(f"planners must be a list without repeats, got {', '.join(self.planners)}")
+        for name, options in self.planner_options.items():
+            if name not in PLANNER_NAMES:
+                raise ValueError(f"planner_options names {name!r}, which is not a registered planner "
+                                 f"(known: {', '.join(PLANNER_NAMES)})")
+            get_planner(name, **options)
+        for label in self.planners:
+            parse_planner_spec(label, self.mode, self.planner_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

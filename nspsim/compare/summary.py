@@ -1,0 +1,167 @@
+"""What a comparison reports: one record per planner and batch, the per-planner summary and the whole
+result, plus the routing histogram and the normalisation rule they use.
+
+Normalisation is to ``static-best`` when it is compared, else to ``static`` (per-batch automatic
+degree), else to the first planner. ``normalized_to_static`` is the planner's summed step time over
+the baseline's on the iterations where *both* ran in memory (the paper's Figure 7 form on the same
+batches; ``normalized_iterations`` says how many), ``speedup_vs_static`` its inverse. Sums rather
+than a mean of per-batch ratios: the batches are the same, so this is the ratio of mean step times,
+and a long batch weighs what it costs. ``mean_step_time_s`` averages the iterations that fit;
+out-of-memory iterations are counted (``oom_count``), never averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from nspsim.plan import Plan
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator import StepResult
+
+LENGTH_BUCKETS = (("0-8K", 8 * 1024), ("8-32K", 32 * 1024), ("32-128K", 128 * 1024), ("128K+", None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterationRecord:
+    """One planner on one batch."""
+
+    planner: str
+    iteration: int
+    batch_index: int
+    plan_hash: str
+    step_time_s: float | None
+    breakdown_s: dict[str, float]
+    oom: bool
+    oom_detail: str | None
+    planning_time_s: float
+    sim_wall_time_s: float
+    events: int
+    num_micro_batches: int
+    recompute_policy: str
+    routing: dict[str, dict[int, int]]
+    load_over_lower_bound: float | None = None  # the routed plan's proxy Load / the batch's lower bound
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerSummary:
+    """Means over the iterations of one planner (``None`` when every iteration ran out of memory).
+
+    ``mean_step_time_s`` and the breakdown average the iterations that fit in memory;
+    ``normalized_to_static`` compares sums over the ``normalized_iterations`` batches on which both this
+    planner and the baseline ran (``None`` when there are none)."""
+
+    planner: str
+    mean_step_time_s: float | None
+    normalized_to_static: float | None
+    speedup_vs_static: float | None
+    normalized_iterations: int
+    breakdown_share: dict[str, float]
+    mean_breakdown_s: dict[str, float]
+    mean_planning_time_s: float
+    oom_count: int
+    iterations: int
+    sim_wall_time_s: float
+    routing_share: dict[str, dict[int, float]]
+    mean_load_over_lower_bound: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareResult:
+    """A whole comparison: the resolved config, one summary per planner, every iteration record and,
+    per planner, the simulated step (with timeline) of ``config.timeline_iteration``."""
+
+    config: dict[str, Any]
+    baseline: str
+    summaries: tuple[PlannerSummary, ...]
+    records: tuple[IterationRecord, ...]
+    timelines: dict[str, StepResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``config`` and ``results`` (one object per planner), plus every iteration."""
+        return {"config": self.config, "baseline": self.baseline,
+                "results": [asdict(s) for s in self.summaries], "iterations": [asdict(r) for r in self.records]}
+
+
+def routing_counts(plan: Plan) -> dict[str, dict[int, int]]:
+    """Samples per SP degree in each length bucket (0-8K, 8-32K, 32-128K, 128K+)."""
+    lengths, degrees, _, _ = plan.arrays
+    out: dict[str, dict[int, int]] = {}
+    low = 0
+    for name, high in LENGTH_BUCKETS:
+        mask = (lengths > low) & (lengths <= high if high is not None else True)
+        values, counts = np.unique(degrees[mask], return_counts=True)
+        out[name] = {int(v): int(c) for v, c in zip(values, counts)}
+        low = high or 0
+    return out
+
+
+def baseline_of(planners: Iterable[str]) -> str:
+    """The label everything is normalised to (module docstring)."""
+    labels = list(planners)
+    return next((b for b in ("static-best", "static") if b in labels), labels[0])
+
+
+def mean_step_time(records: list[IterationRecord]) -> float | None:
+    """Mean step time of the records that fit in memory (``None`` if none does)."""
+    steps = [r.step_time_s for r in records if r.step_time_s is not None]
+    return float(np.mean(steps)) if steps else None
+
+
+def summarise(planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str],
+              baseline: str) -> tuple[PlannerSummary, ...]:
+    """One summary per planner label, in ``planners`` order, normalised to ``baseline``."""
+    by_planner = {p: [r for r in records if r.planner == p] for p in planners}
+    base = {r.iteration: r.step_time_s for r in by_planner[baseline] if r.step_time_s is not None}
+    return tuple(_summary(p, by_planner[p], base, notes.get(p, "")) for p in planners)
+
+
+def _normalised(records: list[IterationRecord], base: dict[int, float]) -> tuple[float | None, int]:
+    """(sum of step times / the baseline's sum over the same iterations, how many), over the
+    iterations where both ran (same batches, so the ratio of means is the ratio of sums)."""
+    both = [(r.step_time_s, base[r.iteration]) for r in records if r.step_time_s is not None and r.iteration in base]
+    if not both:
+        return None, 0
+    ours, theirs = (float(sum(col)) for col in zip(*both))
+    return (ours / theirs if theirs > 0 else None), len(both)
+
+
+def _summary(label: str, records: list[IterationRecord], base: dict[int, float], note: str) -> PlannerSummary:
+    ok = [r for r in records if r.step_time_s is not None]
+    mean = mean_step_time(records)
+    norm, compared = _normalised(records, base)
+    breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
+    return PlannerSummary(
+        planner=label, mean_step_time_s=mean, normalized_to_static=norm,
+        speedup_vs_static=1.0 / norm if norm else None, normalized_iterations=compared,
+        breakdown_share={k: v / mean for k, v in breakdown.items()} if mean else {},
+        mean_breakdown_s=breakdown, mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
+        oom_count=sum(r.oom for r in records), iterations=len(records),
+        sim_wall_time_s=float(sum(r.sim_wall_time_s for r in records)), routing_share=_routing_share(records),
+        mean_load_over_lower_bound=_mean_ratio(records), note=note,
+    )
+
+
+def _mean_ratio(records: list[IterationRecord]) -> float | None:
+    """Mean Load / lower bound over the iterations whose plan reports a finite one (a planning figure:
+    out-of-memory iterations count too)."""
+    ratios = [r.load_over_lower_bound for r in records
+              if r.load_over_lower_bound is not None and np.isfinite(r.load_over_lower_bound)]
+    return float(np.mean(ratios)) if ratios else None
+
+
+def _routing_share(records: list[IterationRecord]) -> dict[str, dict[int, float]]:
+    """Share of samples per SP degree within each length bucket, over all iterations."""
+    out: dict[str, dict[int, float]] = {}
+    for name, _ in LENGTH_BUCKETS:
+        totals: dict[int, int] = {}
+        for r in records:
+            for degree, count in r.routing.get(name, {}).items():
+                totals[degree] = totals.get(degree, 0) + count
+        n = sum(totals.values())
+        out[name] = {d: c / n for d, c in sorted(totals.items(), reverse=True)} if n else {}
+    return out

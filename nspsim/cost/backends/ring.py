@@ -1,0 +1,52 @@
+"""Ring attention cost of one SP-tree node of degree k > 1.
+
+k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward) to its neighbour while the next
+block is computed; a step takes max(block compute, block transfer + latency), and the first block is
+computed before any transfer. The whole node (:meth:`node`) overlaps the summed blocks; the
+per-sample view (:meth:`sample_costs`) overlaps each sample on its own, a conservative upper bound.
+All of a phase is "compute" (the transfers hide inside it). Any degree up to the GPU count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nspsim.cost.backends.base import BackendCost, Coefficients, attention_compute
+from nspsim.cost.interface import AttentionCost, Phases, SampleCosts
+from nspsim.specs.model import ModelSpec
+
+
+def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-sample ring step compute and step transfer times, (fwd, bwd) each, per GPU."""
+    kv_block = lengths.astype(np.float64) / k * 2 * c.model.kv_width * c.training.act_bytes
+    step_comm = kv_block * c.p2p_seconds_per_byte(k)
+    fwd, bwd = attention_compute(c, lengths, k, np.maximum(lengths // k, 1))
+    return fwd / k, bwd / k, step_comm, 2 * step_comm
+
+
+@dataclass(frozen=True)
+class RingCost(BackendCost):
+    """See the module docstring."""
+
+    def node(self, c: Coefficients, lengths: np.ndarray, degree: int) -> AttentionCost:
+        """k steps of the summed blocks, the last k-1 bounded by their transfer."""
+        cf, cb, mf, mb = (float(x.sum()) for x in ring_parts(c, lengths, degree))
+        lat = c.latency(degree)
+        fwd = cf + (degree - 1) * max(cf, mf + lat)
+        bwd = cb + (degree - 1) * max(cb, mb + lat)
+        return AttentionCost(Phases(0.0, fwd, 0.0), Phases(0.0, bwd, 0.0))
+
+    def sample_costs(self, c: Coefficients, lengths: np.ndarray, degree: int) -> SampleCosts:
+        """Each sample's own k steps (no latency)."""
+        cf, cb, mf, mb = ring_parts(c, lengths, degree)
+        return SampleCosts(cf + (degree - 1) * np.maximum(cf, mf), cb + (degree - 1) * np.maximum(cb, mb))
+
+    def collectives_per_node(self, degree: int) -> int:
+        """One hop per step after the first: k-1."""
+        return degree - 1
+
+    def max_degree(self, model: ModelSpec, num_gpus: int) -> int:
+        """Every GPU holds all heads: any degree up to the GPU count."""
+        return num_gpus

@@ -1,0 +1,181 @@
+"""The ``runtime.train`` command line, resolved into one validated :class:`TrainArgs`.
+
+The workload flags are nspsim's own (:func:`nspsim.cli.flags.add_workload_args`, with the runtime's
+defaults: the ``tiny`` model, 8k tokens per batch, 2k max context) and land in a nested
+:class:`nspsim.workload.WorkloadConfig`, so ``nspsim`` and ``runtime.train`` cannot drift apart in
+what a workload flag means or accepts. Two of the workload's fields describe the machine and are
+known only once the world is up (:meth:`TrainArgs.workload_on`): ``gpus`` is the world size (there
+is no ``--gpus``), and the cluster preset is ``--cluster`` or, without it, ``cpu`` on CPU and
+``h100`` on CUDA. Trade-off: the runtime inherits nspsim's argument checks (a negative ``--seed`` or
+``--spmax 0`` is refused while parsing, with nspsim's message).
+
+Errors are one-line ``ValueError``\\ s (:class:`nspsim.cli.flags.Parser` turns argparse's into one);
+every rank parses, so a bad argument ends them all before any set-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from nspsim.cli.flags import Parser, add_workload_args, output_file
+from nspsim.options import parse_options, positive_float
+from nspsim.planners import get_planner
+from nspsim.workload import WorkloadConfig
+from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
+
+PROG = "runtime.train"
+
+RUNTIME_WORKLOAD = WorkloadConfig(model="tiny", cluster="cpu", gpus=1, tokens_per_batch=8192, max_context=2048)
+"""The runtime's workload defaults (one CPU process until the world says otherwise)."""
+
+CUDA_CLUSTER = "h100"
+"""The cluster preset planned against on CUDA when ``--cluster`` is not given."""
+
+MAX_TIMEOUT_S = 1e6
+"""Largest --comm-timeout / --step-timeout (11.6 days): gloo and NCCL take the timeout as a C integer
+of milliseconds, and 1e15 s already overflows it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainArgs:
+    """Resolved command line (written next to the records).
+
+    ``workload`` holds the workload flags; its ``gpus`` and (unless ``cluster`` names a preset)
+    ``cluster`` are replaced by the machine's in :meth:`workload_on`. ``cluster`` is ``--cluster`` as
+    given: ``None`` lets the device choose.
+    """
+
+    planner: str
+    planner_options: dict[str, Any] = field(default_factory=dict)
+    workload: WorkloadConfig = RUNTIME_WORKLOAD
+    cluster: str | None = None
+    steps: int = 10
+    start_batch: int = 0
+    lr: float = 1e-3
+    grad_sync: str = "fsdp"
+    recompute: RecomputeMode = RecomputeMode.PLAN
+    lookahead: int | None = None
+    kernel: str = "auto"
+    device: str = "auto"
+    dtype: str = "auto"
+    plan_on: str = "rank0"
+    tree_recompute: bool = False
+    optimize_order: bool = False
+    simulate: bool = True
+    comm_timeout_s: float = 120.0
+    step_timeout_s: float = 600.0
+    records: str | None = None
+
+    def __post_init__(self) -> None:
+        checks = [(self.steps > 0, f"--steps must be positive, got {self.steps}"),
+                  (self.start_batch >= 0, f"--start-batch must be >= 0, got {self.start_batch}"),
+                  (self.lookahead is None or self.lookahead >= 0, f"--lookahead must be >= 0, got {self.lookahead}"),
+                  (not self.tree_recompute or self.recompute == RecomputeMode.PLAN,
+                   f"--tree-recompute derives the marks; it cannot be combined with --recompute {self.recompute}"),
+                  (self.cluster is None or self.cluster == self.workload.cluster,
+                   f"cluster {self.cluster!r} differs from the workload's {self.workload.cluster!r}; "
+                   "give the same preset to both")]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(msg)
+
+    @property
+    def planner_spec(self) -> str:
+        """The planner as a spec in the ``nspsim compare`` label format (``nsp``, ``static:degree=2``)."""
+        if not self.planner_options:
+            return self.planner
+        return self.planner + ":" + "+".join(f"{k}={_spec_value(v)}" for k, v in self.planner_options.items())
+
+    def workload_on(self, *, world: int, device_type: str) -> WorkloadConfig:
+        """The workload every rank plans against on this machine: ``world`` GPUs of the preset
+        ``cluster``, else ``cpu`` on CPU and :data:`CUDA_CLUSTER` on CUDA (the preset must describe the
+        machine that runs)."""
+        cluster = self.cluster or ("cpu" if device_type == "cpu" else CUDA_CLUSTER)
+        return replace(self.workload, cluster=cluster, gpus=world)
+
+
+def _spec_value(value: Any) -> str:
+    """``value`` as :func:`nspsim.options.parse_value` reads it back."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def planner_options(spec: str, extra: list[str]) -> tuple[str, dict[str, Any]]:
+    """(name, options) of ``--planner name:key=value+key=value`` and ``--planner-option key=value``
+    (one parser for every entry point: :func:`nspsim.options.parse_options`; a key given twice is an
+    error)."""
+    name, _, text = spec.partition(":")
+    try:
+        return name, dict(parse_options([*filter(None, text.split("+")), *extra]))
+    except ValueError as exc:
+        raise ValueError(f"planner options: {exc} (--planner name:key=value+key=value, --planner-option key=value)"
+                         ) from None
+
+
+def _timeout(text: str) -> float:
+    value = positive_float(text)  # refuses nan, inf, 0 and negatives
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TIMEOUT_S:.0f} seconds, got {text!r}")
+    return value
+
+
+def _lookahead(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lookahead takes 'all' or an integer, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (see :mod:`runtime.train`); errors raise ``ValueError`` (one line)."""
+    p = Parser(prog=PROG, description="Execute planned batches with NSP and record every step.")
+    p.add_argument("--planner", required=True,
+                   help="planner spec: a registered name, optionally with options as name:key=value+key=value")
+    p.add_argument("--planner-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="planner option (nspsim.options value rules), repeatable")
+    add_workload_args(p, gpus=False, model=RUNTIME_WORKLOAD.model, cluster=None,
+                      cluster_help="cluster preset describing this machine (default: cpu on CPU)",
+                      tokens_per_batch=RUNTIME_WORKLOAD.tokens_per_batch, max_context=RUNTIME_WORKLOAD.max_context,
+                      seed_help="seed of batches, tokens and initial weights")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--start-batch", type=int, default=0, help="index of the first batch")
+    p.add_argument("--lr", type=positive_float, default=1e-3)
+    p.add_argument("--grad-sync", choices=("fsdp", "allreduce"), default="fsdp")
+    p.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=RecomputeMode.PLAN)
+    p.add_argument("--lookahead", type=_lookahead, default=None,
+                   help="phase streaming: all (default: every prologue first), or at most N prologues ahead "
+                        "(0 = serial)")
+    p.add_argument("--kernel", default="auto", help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="compute dtype: bf16 autocast (fp32 master weights) or fp32; auto = bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--plan-on", choices=("rank0", "all"), default="rank0",
+                   help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)")
+    p.add_argument("--tree-recompute", action="store_true",
+                   help="derive tree-level save/recompute marks from the memory budget (nspsim.execution.recompute)")
+    p.add_argument("--optimize-order", action="store_true",
+                   help="reorder each plan's issue order for phase streaming (nspsim.execution.issue_order; "
+                        "simulator-ranked unless --no-simulate)")
+    p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
+    p.add_argument("--comm-timeout", dest="comm_timeout_s", type=_timeout, default=120.0, help="collective timeout, s")
+    p.add_argument("--step-timeout", dest="step_timeout_s", type=_timeout, default=600.0, help="watchdog per step, s")
+    p.add_argument("--records", default=None, help="JSONL output (rank 0); config and plans are written beside it")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> TrainArgs:
+    """Parse and validate; ``ValueError`` with a one-line message for bad values."""
+    values = vars(build_parser().parse_args(argv))
+    name, options = planner_options(values.pop("planner"), values.pop("planner_option"))
+    cluster = values.pop("cluster")
+    given = {f.name: values.pop(f.name) for f in fields(WorkloadConfig) if f.name in values}
+    workload = replace(RUNTIME_WORKLOAD, cluster=cluster or RUNTIME_WORKLOAD.cluster, **given)
+    args = TrainArgs(planner=name, planner_options=options, workload=workload, cluster=cluster, **values)
+    if args.records is not None:  # every rank checks, so a bad path ends them all before any set-up
+        output_file(args.records, flag="--records", inputs=(workload.trace, workload.profile),
+                    siblings=(".config.json", ".plans.jsonl"), make_parent=True)
+    get_planner(args.planner, **args.planner_options)  # unknown names and options fail before any set-up
+    return args

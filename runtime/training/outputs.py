@@ -1,0 +1,117 @@
+"""What a run leaves behind: one record per step, assembled on rank 0 from every rank's times.
+
+Each rank measures its own step (:class:`RankTimes`); rank 0 gathers them and writes one
+:class:`runtime.records.MeasuredStep` per step whose breakdown is the *critical* rank's, the one the
+others waited for (every rank's is kept too). Rank 0 prints one line per step and, with
+``--records``, writes the JSONL records, the resolved configuration beside them
+(``<records>.config.json``: the workload as planned, every other runtime option, world, device,
+torch version) and the executed plans (``<records>.plans.jsonl``, replayable with ``nspsim
+simulate``). Trade-off: files are flushed after every step, so a run that dies keeps its finished
+steps at the cost of one flush per step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+
+from nspsim.plan import Plan
+from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.specs.memory import MemoryModel
+from nspsim.workload import Workload
+from runtime.prediction import recompute_policy
+from runtime.records import MeasuredStep
+from runtime.training.args import TrainArgs
+from runtime.training.distributed import Dist
+from runtime.training.plan_ahead import Planned
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankTimes:
+    """One rank's measured step: wall time, breakdown (summing to it) and SP communication span."""
+
+    step_s: float
+    breakdown_s: dict[str, float]
+    sp_comm_s: float
+
+
+def critical_rank(ranks: list[RankTimes]) -> int:
+    """The rank whose forward and backward finished last: the one the others waited for at the
+    barrier before the gradient sync (least ``comm_wait``; the lowest such rank on ties)."""
+    return int(np.argmin([r.breakdown_s["comm_wait"] for r in ranks]))
+
+
+def measured_record(*, step: int, index: int, planned: Planned, plan_wait_s: float, loss: float,
+                    ranks: list[RankTimes], spec: str, memory: MemoryModel) -> MeasuredStep:
+    """The :class:`runtime.records.MeasuredStep` of one step from every rank's times."""
+    plan, pred = planned.plan, planned.prediction
+    crit = critical_rank(ranks)
+    policy, share = recompute_policy(plan, memory)
+    return MeasuredStep(
+        step=step, batch_index=index, planner_spec=spec, planner=plan.planner, plan_hash=plan.content_hash,
+        backend=plan.backend, num_gpus=len(ranks), cluster=plan.cluster.label, model=plan.model.name,
+        num_samples=plan.num_samples, num_tokens=int(sum(plan.lengths)), num_micro_batches=plan.num_micro_batches,
+        samples_per_degree=plan.samples_per_degree(), recompute_policy=policy, remat_share=share, loss=loss,
+        step_time_s=ranks[crit].step_s, breakdown_s=ranks[crit].breakdown_s, critical_gpu=crit,
+        per_gpu_step_time_s=[r.step_s for r in ranks],
+        per_gpu_breakdown_s={k: [r.breakdown_s[k] for r in ranks] for k in BREAKDOWN_CATEGORIES},
+        sp_comm_s=ranks[crit].sp_comm_s, per_gpu_sp_comm_s=[r.sp_comm_s for r in ranks],
+        planning_time_s=planned.planning_time_s, plan_wait_s=plan_wait_s,
+        simulated_mode=pred.mode, simulated_step_time_s=pred.step_time_s, simulated_breakdown_s=pred.breakdown_s,
+        simulated_note=pred.note)
+
+
+def output_paths(records: str) -> tuple[Path, Path, Path]:
+    """(records, resolved config, executed plans) paths."""
+    path = Path(records)
+    stem = path.with_suffix("") if path.suffix else path
+    return path, stem.with_name(stem.name + ".config.json"), stem.with_name(stem.name + ".plans.jsonl")
+
+
+def resolved_config(args: TrainArgs, d: Dist, workload: Workload) -> dict[str, Any]:
+    """The ``<records>.config.json`` content: ``workload`` is the configuration planned against
+    (``args.workload`` with this machine's cluster and GPUs), ``runtime`` every other option."""
+    runtime = {k: v for k, v in asdict(args).items() if k != "workload"}
+    return {"workload": workload.config.to_dict(), "runtime": runtime, "world": d.world, "device": str(d.device),
+            "torch": torch.__version__, "token_budget": workload.token_budget}
+
+
+class Outputs:
+    """Rank 0's step lines on stdout and, with ``--records``, its three files (nothing elsewhere)."""
+
+    def __init__(self, files: tuple[TextIO, TextIO] | None = None) -> None:
+        self._files = files
+
+    @classmethod
+    def open(cls, args: TrainArgs, d: Dist, workload: Workload) -> Outputs:
+        """Write the resolved config and open the records and plans files (rank 0 with ``--records``)."""
+        if d.rank != 0 or args.records is None:
+            return cls()
+        records, config, plans = output_paths(args.records)
+        records.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(resolved_config(args, d, workload), indent=1, sort_keys=True))
+        return cls((records.open("w"), plans.open("w")))
+
+    def emit(self, line: str, plan: Plan) -> None:
+        """Print the step's summary line and append its record and executed plan."""
+        rec = json.loads(line)
+        sim = rec["simulated_step_time_s"]
+        print(f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner_spec']} loss {rec['loss']:.5f} "
+              f"time {rec['step_time_s']:.3f}s" + (f" (simulated {sim:.3f}s)" if sim is not None else "")
+              + f" plan {rec['plan_hash']}", flush=True)
+        if self._files is not None:
+            records, plans = self._files
+            records.write(line + "\n")
+            records.flush()
+            plans.write(plan.to_json() + "\n")
+            plans.flush()
+
+    def close(self) -> None:
+        """Close the files (if any)."""
+        for f in self._files or ():
+            f.close()
