@@ -8,7 +8,7 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 
-.PHONY: install install-dev demo test typecheck unit bench bench-report
+.PHONY: install install-dev demo test lint typecheck unit bench bench-report
 install: $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e .
 
@@ -19,15 +19,21 @@ install-dev: $(BIN)/python
 demo: install
 	$(BIN)/nspsim compare -o out/report.html
 
+# ruff lint and format check over the whole tree (config in pyproject.toml).
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# mypy strict over nspsim and runtime (runtime needs torch: the runtime extra).
 typecheck:
 	$(BIN)/mypy
 
 unit:
 	$(BIN)/pytest -n 2 -m "not benchmark and not gpu" --timeout 600
 
-# The test command: install, type-check nspsim, run the default test tiers.
+# The test command: install, lint, type-check nspsim and runtime, run the default test tiers.
 test: install-dev
-	$(MAKE) typecheck unit
+	$(MAKE) lint typecheck unit
 
 bench: install-dev
 	$(BIN)/pytest benchmarks -m benchmark --benchmark-only -p no:xdist

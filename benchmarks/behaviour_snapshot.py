@@ -31,26 +31,61 @@ BIN = Path(sys.executable).parent
 # (label, workload flags): the default, a memory-bound 235B case, a Ring case and a small tiny-model case.
 WORKLOADS: list[tuple[str, list[str]]] = [
     ("30b-h100-wiki", []),
-    ("235b-h200-code-384k", ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--max-context", "384k",
-                             "--trace", "code"]),
+    (
+        "235b-h200-code-384k",
+        ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--max-context", "384k", "--trace", "code"],
+    ),
     ("30b-ring-code", ["--backend", "ring", "--trace", "code", "--gpus", "32", "--tokens-per-batch", "1M"]),
-    ("tiny-cpu", ["--model", "tiny", "--cluster", "cpu", "--gpus", "4", "--tokens-per-batch", "16k",
-                  "--max-context", "4k", "--token-budget", "5k"]),
+    (
+        "tiny-cpu",
+        [
+            "--model",
+            "tiny",
+            "--cluster",
+            "cpu",
+            "--gpus",
+            "4",
+            "--tokens-per-batch",
+            "16k",
+            "--max-context",
+            "4k",
+            "--token-budget",
+            "5k",
+        ],
+    ),
 ]
-PLANNERS: list[list[str]] = [["--planner", "static", "-O", "degree=8"], ["--planner", "flexsp"],
-                             ["--planner", "basp"], ["--planner", "nsp2l"], ["--planner", "nsp"],
-                             ["--planner", "greedy"]]
+PLANNERS: list[list[str]] = [
+    ["--planner", "static", "-O", "degree=8"],
+    ["--planner", "flexsp"],
+    ["--planner", "basp"],
+    ["--planner", "nsp2l"],
+    ["--planner", "nsp"],
+    ["--planner", "greedy"],
+]
 BATCHES = [0, 3]
 SIM_FLAGS: list[list[str]] = [[], ["--tree-recompute", "--optimize-order"], ["--mode", "serial"]]
-VOLATILE = {"planning_time_s", "planning_cpu_s", "wall_s", "elapsed_s", "simulation_time_s", "sim_wall_s",
-            "timestamp", "date", "planning_s", "time_s"}
+VOLATILE = {
+    "planning_time_s",
+    "planning_cpu_s",
+    "wall_s",
+    "elapsed_s",
+    "simulation_time_s",
+    "sim_wall_s",
+    "timestamp",
+    "date",
+    "planning_s",
+    "time_s",
+}
 
 
 def _scrub(value: Any) -> Any:
     """Drop wall-clock fields (they differ run to run) and absolute temp paths."""
     if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items() if k not in VOLATILE and "wall" not in k
-                and "planning_time" not in k and "elapsed" not in k}
+        return {
+            k: _scrub(v)
+            for k, v in value.items()
+            if k not in VOLATILE and "wall" not in k and "planning_time" not in k and "elapsed" not in k
+        }
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     if isinstance(value, str) and value.startswith(tempfile.gettempdir()):
@@ -69,8 +104,22 @@ def plan_case(label: str, flags: list[str], planner: list[str], batch: int, work
     """Plan one batch, then simulate the plan under each simulator flag set (with a timeline)."""
     name = f"{label}-{'-'.join(planner[1:]).replace('=', '')}-{batch}"
     plan_path = work / f"{name}.json"
-    res: dict[str, Any] = {"plan": _run([str(BIN / "nspsim"), "plan", *planner, *flags, "--batch-index",
-                                         str(batch), "--json", "-o", str(plan_path)], work)}
+    res: dict[str, Any] = {
+        "plan": _run(
+            [
+                str(BIN / "nspsim"),
+                "plan",
+                *planner,
+                *flags,
+                "--batch-index",
+                str(batch),
+                "--json",
+                "-o",
+                str(plan_path),
+            ],
+            work,
+        )
+    }
     if res["plan"]["rc"] != 0:
         return {name: res}
     res["plan"]["file_sha"] = hashlib.sha256(_canonical_plan(plan_path)).hexdigest()[:16]
@@ -97,26 +146,62 @@ def _canonical_timeline(path: Path) -> bytes:
 
 def compare_case(label: str, flags: list[str], work: Path) -> dict[str, Any]:
     """Every default planner (prepared as compare prepares them) on two batches."""
-    return {f"compare-{label}": _run([str(BIN / "nspsim"), "compare", *flags, "--iters", "2", "--json",
-                                      "--quiet"], work)}
+    return {
+        f"compare-{label}": _run([str(BIN / "nspsim"), "compare", *flags, "--iters", "2", "--json", "--quiet"], work)
+    }
 
 
 def runtime_case(planner: str, ranks: int, work: Path) -> dict[str, Any]:
     """A short gloo run; the loss curve and plan hashes must not change."""
     rec = work / f"rt-{planner.replace(':', '-').replace('=', '')}-{ranks}.jsonl"
-    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), "-m", "runtime.train",
-           "--planner", planner, "--trace", "wikipedia", "--model", "tiny", "--steps", "3",
-           "--tokens-per-batch", "16k", "--max-context", "4k", "--token-budget", "5k", "--seed", "0",
-           "--tree-recompute", "--records", str(rec)]
-    out = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
-                         check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        str(BIN / "torchrun"),
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        "-m",
+        "runtime.train",
+        "--planner",
+        planner,
+        "--trace",
+        "wikipedia",
+        "--model",
+        "tiny",
+        "--steps",
+        "3",
+        "--tokens-per-batch",
+        "16k",
+        "--max-context",
+        "4k",
+        "--token-budget",
+        "5k",
+        "--seed",
+        "0",
+        "--tree-recompute",
+        "--records",
+        str(rec),
+    ]
+    out = subprocess.run(
+        cmd,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     key = f"runtime-{planner}-{ranks}"
     if out.returncode != 0:
         return {key: {"rc": out.returncode, "stderr_tail": out.stderr.strip().splitlines()[-3:]}}
     rows = [json.loads(line) for line in rec.read_text().splitlines() if line.strip()]
-    return {key: {"rc": 0, "loss": [r.get("loss") for r in rows], "plan_hash": [r.get("plan_hash") for r in rows],
-                  "simulated": [r.get("simulated_step_time_s") for r in rows],
-                  "samples_per_degree": [r.get("samples_per_degree") for r in rows]}}
+    return {
+        key: {
+            "rc": 0,
+            "loss": [r.get("loss") for r in rows],
+            "plan_hash": [r.get("plan_hash") for r in rows],
+            "simulated": [r.get("simulated_step_time_s") for r in rows],
+            "samples_per_degree": [r.get("samples_per_degree") for r in rows],
+        }
+    }
 
 
 def snapshot(jobs: int, runtime: bool) -> dict[str, Any]:
@@ -125,8 +210,12 @@ def snapshot(jobs: int, runtime: bool) -> dict[str, Any]:
     try:
         result: dict[str, Any] = {}
         with ThreadPoolExecutor(jobs) as pool:
-            futs = [pool.submit(plan_case, lab, fl, pl, b, work) for lab, fl in WORKLOADS for pl in PLANNERS
-                    for b in BATCHES]
+            futs = [
+                pool.submit(plan_case, lab, fl, pl, b, work)
+                for lab, fl in WORKLOADS
+                for pl in PLANNERS
+                for b in BATCHES
+            ]
             futs += [pool.submit(compare_case, lab, fl, work) for lab, fl in WORKLOADS]
             for f in futs:
                 result.update(f.result())

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.planners import get_planner
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 pytestmark = pytest.mark.benchmark
 
@@ -41,9 +41,14 @@ def test_planning_latency(benchmark: Any, name: str, scale: str, trace: str) -> 
     planner = get_planner(name, **OPTIONS[scale].get(name, {}))
     slow = name == "flexsp" or (scale == "1024" and name in SLOW_AT_1024)
     rounds = 1 if slow else (3 if scale == "1024" else 10)
-    plan = benchmark.pedantic(planner.plan, args=(batch, wl), rounds=rounds, iterations=1,
-                              warmup_rounds=0 if slow else 1)
+    plan = benchmark.pedantic(
+        planner.plan, args=(batch, wl), rounds=rounds, iterations=1, warmup_rounds=0 if slow else 1
+    )
     meta = plan.metadata
-    benchmark.extra_info.update(planning_time_s=meta["planning_time_s"], load_s=meta["load_s"],
-                                load_over_lower_bound=meta["load_over_lower_bound"], num_samples=plan.num_samples)
+    benchmark.extra_info.update(
+        planning_time_s=meta["planning_time_s"],
+        load_s=meta["load_s"],
+        load_over_lower_bound=meta["load_over_lower_bound"],
+        num_samples=plan.num_samples,
+    )
     assert plan.num_samples == batch.num_samples

@@ -8,29 +8,29 @@ measured table lives in ``benchmarks/results/simulator.md``.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import pytest
 
-from nspsim.workload import Workload, WorkloadConfig, build_workload
+from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
-from nspsim.execution.prepare import prepare_plan
 from nspsim.simulator import SimOptions, Simulator
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 pytestmark = pytest.mark.benchmark
 
 PLANNERS: dict[str, dict[str, Any]] = {"static": {}, "flexsp": {}, "basp": {}, "nsp2l": {}, "nsp": {}}
 
 
-@lru_cache(maxsize=None)
+@cache
 def workload(gpus: int) -> Workload:
     """Qwen3-30B-A3B on ``gpus`` H100s, 32K tokens per GPU per batch (2M at 64 GPUs), 192K context."""
     return build_workload(WorkloadConfig(gpus=gpus, tokens_per_batch=2 * 1024**2 * gpus // 64))
 
 
-@lru_cache(maxsize=None)
+@cache
 def prepared_plan(gpus: int, planner: str) -> Plan:
     """Batch 0 planned and prepared as ``compare`` executes it (NSP family: marks and the proxy's issue
     order; compare also re-ranks the order by simulating candidates, which is not what is timed here)."""
@@ -45,9 +45,16 @@ def _run(benchmark: Any, gpus: int, planner: str, rounds: int, **options: Any) -
     plan = prepared_plan(gpus, planner)
     result = benchmark.pedantic(sim.simulate, args=(plan,), rounds=rounds, iterations=1, warmup_rounds=1)
     benchmark.extra_info.update(
-        planner=planner, gpus=gpus, step_time_s=result.step_time_s, events=result.events, tasks=result.tasks,
-        units=result.units, layers_simulated=result.layers_simulated, micro_batches=plan.num_micro_batches,
-        samples=plan.num_samples, events_per_s=result.events / benchmark.stats.stats.mean,
+        planner=planner,
+        gpus=gpus,
+        step_time_s=result.step_time_s,
+        events=result.events,
+        tasks=result.tasks,
+        units=result.units,
+        layers_simulated=result.layers_simulated,
+        micro_batches=plan.num_micro_batches,
+        samples=plan.num_samples,
+        events_per_s=result.events / benchmark.stats.stats.mean,
         tasks_per_s=result.tasks / benchmark.stats.stats.mean,
     )
 

@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_simulator import prepared_plan, workload  # noqa: E402
-
 from nspsim.simulator import SimOptions, Simulator  # noqa: E402
 
 CASES: tuple[tuple[int, str, int, dict[str, Any]], ...] = (
@@ -50,9 +49,18 @@ def measure(gpus: int, planner: str, rounds: int, options: dict[str, Any]) -> di
         walls.append(time.perf_counter() - started)
     mean = statistics.mean(walls)
     label = planner + (" (all 48 layers, all GPUs)" if options else "")
-    return {"gpus": gpus, "label": label, "min": min(walls), "mean": mean, "step": result.step_time_s,
-            "mb": plan.num_micro_batches, "units": result.units, "layers": result.layers_simulated,
-            "events": result.events, "tasks": result.tasks}
+    return {
+        "gpus": gpus,
+        "label": label,
+        "min": min(walls),
+        "mean": mean,
+        "step": result.step_time_s,
+        "mb": plan.num_micro_batches,
+        "units": result.units,
+        "layers": result.layers_simulated,
+        "events": result.events,
+        "tasks": result.tasks,
+    }
 
 
 def reference_loop_s() -> float:
@@ -69,38 +77,49 @@ def reference_loop_s() -> float:
 
 def row(m: dict[str, Any]) -> str:
     """One markdown table row."""
-    return (f"| {m['gpus']} | {m['label']} | {m['min']:.3f} | {m['mean']:.3f} | {m['step']:.3f} | {m['mb']} | "
-            f"{m['units']} | {m['layers']} | {m['events']:,} | {m['tasks']:,} | {m['events'] / m['mean']:,.0f} | "
-            f"{m['tasks'] / m['mean']:,.0f} |")
+    return (
+        f"| {m['gpus']} | {m['label']} | {m['min']:.3f} | {m['mean']:.3f} | {m['step']:.3f} | {m['mb']} | "
+        f"{m['units']} | {m['layers']} | {m['events']:,} | {m['tasks']:,} | {m['events'] / m['mean']:,.0f} | "
+        f"{m['tasks'] / m['mean']:,.0f} |"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every case and write the markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64-GPU cases only, one round each")
-    parser.add_argument("-o", "--output", default=None,
-                        help="default benchmarks/results/simulator.md (a --quick run: out/simulator-quick.md)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="default benchmarks/results/simulator.md (a --quick run: out/simulator-quick.md)",
+    )
     args = parser.parse_args(argv)
     if args.output is None:
         args.output = str(ROOT / ("out/simulator-quick.md" if args.quick else "benchmarks/results/simulator.md"))
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     load_before, loop_before = os.getloadavg()[0], reference_loop_s()
-    lines = ["| GPUs | plan (batch 0) | min (s) | mean (s) | predicted step (s) | micro-batches | simulated units "
-             "| layers simulated | SimPy events | tasks | events/s | tasks/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| GPUs | plan (batch 0) | min (s) | mean (s) | predicted step (s) | micro-batches | simulated units "
+        "| layers simulated | SimPy events | tasks | events/s | tasks/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for gpus, planner, rounds, options in CASES:
         if args.quick and gpus > 64:
             continue
         lines.append(row(measure(gpus, planner, 1 if args.quick else rounds, options)))
         print(lines[-1], flush=True)
-    stamp = (f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-             f"{platform.python_version()}; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; "
-             f"reference loop (10**6 Python additions) {loop_before:.3f} s before, {reference_loop_s():.3f} s after; "
-             f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    stamp = (
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
+        f"{platform.python_version()}; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; "
+        f"reference loop (10**6 Python additions) {loop_before:.3f} s before, {reference_loop_s():.3f} s after; "
+        f"{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}"
+    )
     body = Path(args.output).read_text() if Path(args.output).exists() else ""
     marker_start, marker_end = "<!-- table:start -->", "<!-- table:end -->"
     table = "\n".join([marker_start, *lines, "", stamp, marker_end])
     if marker_start in body and marker_end in body:
-        body = body[:body.index(marker_start)] + table + body[body.index(marker_end) + len(marker_end):]
+        body = body[: body.index(marker_start)] + table + body[body.index(marker_end) + len(marker_end) :]
     elif body:
         print(f"{args.output} has no table markers; not overwriting its text", file=sys.stderr)
         return 1

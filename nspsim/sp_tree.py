@@ -98,9 +98,7 @@ class SPTree:
         if not is_power_of_two(self.num_gpus):
             raise ValueError(f"number of GPUs must be a power of two, got {self.num_gpus}")
         if not is_power_of_two(self.spmax) or self.spmax > self.num_gpus:
-            raise ValueError(
-                f"spmax must be a power of two <= the number of GPUs ({self.num_gpus}), got {self.spmax}"
-            )
+            raise ValueError(f"spmax must be a power of two <= the number of GPUs ({self.num_gpus}), got {self.spmax}")
         if not is_power_of_two(self.gpus_per_node):
             raise ValueError(f"gpus_per_node must be a power of two, got {self.gpus_per_node}")
 
@@ -224,8 +222,7 @@ class SPTree:
         out = np.zeros(self.num_gpus, dtype=np.float64)
         for deg in np.unique(degrees):
             mask = degrees == deg
-            blocks = np.bincount(first_ranks[mask] // deg, weights=values[mask],
-                                 minlength=self.num_gpus // int(deg))
+            blocks = np.bincount(first_ranks[mask] // deg, weights=values[mask], minlength=self.num_gpus // int(deg))
             out += np.repeat(blocks, int(deg))
         return out
 

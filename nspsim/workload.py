@@ -96,11 +96,19 @@ def build_workload(config: WorkloadConfig) -> Workload:
     profile = load_profile(config.profile) if config.profile else Profile()
     memory = memory_model(model, cluster, training)
     spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
-    sampler = BatchSampler(load_trace(config.trace), tokens_per_batch=config.tokens_per_batch,
-                           max_context=config.max_context, seed=config.seed)
+    sampler = BatchSampler(
+        load_trace(config.trace),
+        tokens_per_batch=config.tokens_per_batch,
+        max_context=config.max_context,
+        seed=config.seed,
+    )
     return Workload(
-        config=config, model=model, cluster=cluster, training=training,
+        config=config,
+        model=model,
+        cluster=cluster,
+        training=training,
         cost=AnalyticCostModel(model=model, cluster=cluster, training=training, profile=profile),
-        memory=memory, sampler=sampler,
+        memory=memory,
+        sampler=sampler,
         tree=SPTree(num_gpus=cluster.num_gpus, spmax=spmax, gpus_per_node=cluster.gpus_per_node),
     )

@@ -24,11 +24,10 @@ many short samples of long-tail batches, at the cost of an index gather/scatter 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import importlib.util
 import inspect
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -123,8 +122,10 @@ class Segments:
     def check(self, q: Tensor, k: Tensor, causal: bool) -> None:
         """Raise ``ValueError`` if the buffers do not match the segments."""
         if q.shape[0] != self.total_q or k.shape[0] != self.total_k:
-            raise ValueError(f"segments cover {self.total_q} query / {self.total_k} key rows, "
-                             f"buffers have {q.shape[0]} / {k.shape[0]}")
+            raise ValueError(
+                f"segments cover {self.total_q} query / {self.total_k} key rows, "
+                f"buffers have {q.shape[0]} / {k.shape[0]}"
+            )
         if causal and np.any(self.q_lengths != self.k_lengths):
             raise ValueError("causal segments need equal query and key lengths")
 
@@ -138,8 +139,9 @@ class AttentionKernel(Protocol):
         """``(out [Tq, Hq, D], lse [Tq, Hq] fp32)``; rows of empty segments get out 0 and lse -inf."""
         ...
 
-    def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 seg: Segments, causal: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, seg: Segments, causal: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """``(dq, dk, dv)`` given the (possibly merged) output and LSE."""
         ...
 
@@ -185,8 +187,9 @@ class _GroupedKernel(ABC):
         """(output, log-sum-exp) of one group of equally long segments."""
 
     @abstractmethod
-    def _bwd_group(self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
-                   scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def _bwd_group(
+        self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """(dq, dk, dv) of one group of equally long segments."""
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, seg: Segments, causal: bool) -> tuple[Tensor, Tensor]:
@@ -202,8 +205,9 @@ class _GroupedKernel(ABC):
             _scatter(lse.unsqueeze(-1), q_rows, l_.unsqueeze(-1).float())
         return out, lse
 
-    def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 seg: Segments, causal: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, seg: Segments, causal: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """See :class:`AttentionKernel`."""
         seg.check(q, k, causal)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -211,8 +215,9 @@ class _GroupedKernel(ABC):
         for _, _, q_rows, k_rows in seg.groups():
             kg, vg = (_expand_kv(_gather(t, k_rows), groups) for t in (k, v))
             lg = _gather(lse.unsqueeze(-1), q_rows).squeeze(-1)
-            gq, gk, gv = self._bwd_group(_gather(dout, q_rows), _gather(q, q_rows), kg, vg,
-                                         _gather(out, q_rows), lg, causal, scale)
+            gq, gk, gv = self._bwd_group(
+                _gather(dout, q_rows), _gather(q, q_rows), kg, vg, _gather(out, q_rows), lg, causal, scale
+            )
             _scatter(dq, q_rows, gq)
             _scatter(dk, k_rows, _reduce_kv(gk, groups))
             _scatter(dv, k_rows, _reduce_kv(gv, groups))
@@ -236,8 +241,9 @@ class MathKernel(_GroupedKernel):
         out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), v.float())
         return out.to(q.dtype), lse
 
-    def _bwd_group(self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
-                   scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def _bwd_group(
+        self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
         p = torch.exp(self._scores(q, k, causal, scale) - lse.float().unsqueeze(-1))
         do32 = do.float()
         dv = torch.matmul(p.transpose(-1, -2), do32)
@@ -258,11 +264,21 @@ class CpuFlashKernel(_GroupedKernel):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
         return out, lse
 
-    def _bwd_group(self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool,
-                   scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    def _bwd_group(
+        self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
         op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-        dq, dk, dv = op(do.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(),
-                        lse.contiguous(), 0.0, causal, scale=scale)
+        dq, dk, dv = op(
+            do.contiguous(),
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            o.contiguous(),
+            lse.contiguous(),
+            0.0,
+            causal,
+            scale=scale,
+        )
         return dq, dk, dv
 
 
@@ -283,21 +299,42 @@ class TorchVarlenKernel:
         seg.check(q, k, causal)
         groups = q.shape[1] // k.shape[1]
         ke, ve = (t.repeat_interleave(groups, dim=1) for t in (k, v))
-        out, lse = varlen_attn(q, ke, ve, _cu(seg.cu_q, q.device), _cu(seg.cu_k, q.device),
-                               int(seg.q_lengths.max(initial=0)), int(seg.k_lengths.max(initial=0)),
-                               return_aux=AuxRequest(lse=True), window_size=(-1, 0) if causal else (-1, -1))
+        out, lse = varlen_attn(
+            q,
+            ke,
+            ve,
+            _cu(seg.cu_q, q.device),
+            _cu(seg.cu_k, q.device),
+            int(seg.q_lengths.max(initial=0)),
+            int(seg.k_lengths.max(initial=0)),
+            return_aux=AuxRequest(lse=True),
+            window_size=(-1, 0) if causal else (-1, -1),
+        )
         return out, _lse_tokens_first(lse, q.shape[0])
 
-    def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 seg: Segments, causal: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, seg: Segments, causal: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """See :class:`AttentionKernel`."""
         groups = q.shape[1] // k.shape[1]
         ke, ve = (t.repeat_interleave(groups, dim=1) for t in (k, v))
         rng = torch.zeros(2, dtype=torch.uint64, device=q.device)
         dq, dk, dv = torch.ops.torch_attn._varlen_attn_backward(
-            dout, q, ke, ve, out, lse.t().contiguous(), _cu(seg.cu_q, q.device), _cu(seg.cu_k, q.device),
-            int(seg.q_lengths.max(initial=0)), int(seg.k_lengths.max(initial=0)), causal, rng, None,
-            [-1, 0] if causal else [-1, -1])
+            dout,
+            q,
+            ke,
+            ve,
+            out,
+            lse.t().contiguous(),
+            _cu(seg.cu_q, q.device),
+            _cu(seg.cu_k, q.device),
+            int(seg.q_lengths.max(initial=0)),
+            int(seg.k_lengths.max(initial=0)),
+            causal,
+            rng,
+            None,
+            [-1, 0] if causal else [-1, -1],
+        )
         return dq, _reduce_heads(dk, groups), _reduce_heads(dv, groups)
 
 
@@ -325,33 +362,68 @@ class FlashAttnKernel:
 
     def _call(self, fn: Callable[..., Any], causal: bool, **kw: Any) -> Any:
         params = inspect.signature(fn).parameters
-        extra: dict[str, Any] = {"dropout_p": 0.0, "causal": causal, "alibi_slopes": None, "softcap": 0.0,
-                                 "deterministic": True, "window_size": (-1, -1),
-                                 "window_size_left": -1, "window_size_right": -1, "return_softmax": False}
+        extra: dict[str, Any] = {
+            "dropout_p": 0.0,
+            "causal": causal,
+            "alibi_slopes": None,
+            "softcap": 0.0,
+            "deterministic": True,
+            "window_size": (-1, -1),
+            "window_size_left": -1,
+            "window_size_right": -1,
+            "return_softmax": False,
+        }
         kw.update({name: value for name, value in extra.items() if name in params})
         return fn(**kw)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, seg: Segments, causal: bool) -> tuple[Tensor, Tensor]:
         """See :class:`AttentionKernel`."""
         seg.check(q, k, causal)
-        res = self._call(self._fwd, causal, q=q, k=k, v=v, cu_seqlens_q=_cu(seg.cu_q, q.device),
-                         cu_seqlens_k=_cu(seg.cu_k, q.device), max_seqlen_q=int(seg.q_lengths.max(initial=0)),
-                         max_seqlen_k=int(seg.k_lengths.max(initial=0)), softmax_scale=q.shape[-1] ** -0.5)
+        res = self._call(
+            self._fwd,
+            causal,
+            q=q,
+            k=k,
+            v=v,
+            cu_seqlens_q=_cu(seg.cu_q, q.device),
+            cu_seqlens_k=_cu(seg.cu_k, q.device),
+            max_seqlen_q=int(seg.q_lengths.max(initial=0)),
+            max_seqlen_k=int(seg.k_lengths.max(initial=0)),
+            softmax_scale=q.shape[-1] ** -0.5,
+        )
         return res[0], _lse_tokens_first(res[1], q.shape[0])
 
-    def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 seg: Segments, causal: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, seg: Segments, causal: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """See :class:`AttentionKernel`."""
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        self._call(self._bwd, causal, dout=dout, q=q, k=k, v=v, out=out, softmax_lse=lse.t().contiguous(),
-                   dq=dq, dk=dk, dv=dv, cu_seqlens_q=_cu(seg.cu_q, q.device), cu_seqlens_k=_cu(seg.cu_k, q.device),
-                   max_seqlen_q=int(seg.q_lengths.max(initial=0)), max_seqlen_k=int(seg.k_lengths.max(initial=0)),
-                   softmax_scale=q.shape[-1] ** -0.5)
+        self._call(
+            self._bwd,
+            causal,
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            softmax_lse=lse.t().contiguous(),
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            cu_seqlens_q=_cu(seg.cu_q, q.device),
+            cu_seqlens_k=_cu(seg.cu_k, q.device),
+            max_seqlen_q=int(seg.q_lengths.max(initial=0)),
+            max_seqlen_k=int(seg.k_lengths.max(initial=0)),
+            softmax_scale=q.shape[-1] ** -0.5,
+        )
         return dq, dk, dv
 
 
 KERNELS: dict[str, Callable[[], AttentionKernel]] = {
-    "math": MathKernel, "cpu-flash": CpuFlashKernel, "torch-varlen": TorchVarlenKernel, "flash-attn": FlashAttnKernel,
+    "math": MathKernel,
+    "cpu-flash": CpuFlashKernel,
+    "torch-varlen": TorchVarlenKernel,
+    "flash-attn": FlashAttnKernel,
 }
 
 

@@ -53,8 +53,11 @@ def synthetic_stream(lengths: npt.ArrayLike, *, seed: int, index: int, vocab: in
     first = np.cumsum(full) - full
     is_target = np.ones(tokens.size, dtype=bool)
     is_target[first] = False
-    return TokenStream(ids=tokens[keep].astype(np.int64), targets=tokens[is_target].astype(np.int64),
-                       positions=pos[keep].astype(np.int64))
+    return TokenStream(
+        ids=tokens[keep].astype(np.int64),
+        targets=tokens[is_target].astype(np.int64),
+        positions=pos[keep].astype(np.int64),
+    )
 
 
 def rank_input(stream: TokenStream, rank: int, world: int) -> TokenStream:

@@ -34,20 +34,20 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from nspsim.execution.activation import plan_activations
+from nspsim.execution.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
+from nspsim.execution.schedule import rank_steps
+from nspsim.plan import Plan
+from nspsim.sp_tree import Node
+from nspsim.specs.backend import SPBackend
 from nspsim.specs.memory import MemoryModel
 from nspsim.specs.model import ModelSpec
-from nspsim.plan import Plan
-from nspsim.execution.activation import plan_activations
-from nspsim.sp_tree import Node
 from runtime.attention_kernels import select_kernel
-from nspsim.specs.backend import SPBackend
 from runtime.backends import sp_backends
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask, PhaseBackend
 from runtime.data import TokenStream
 from runtime.groups import Comm, GroupCache
 from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
-from nspsim.execution.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
-from nspsim.execution.schedule import rank_steps
 from runtime.timing import PhaseClock
 
 GRAD_SYNC_MODES = ("fsdp", "allreduce")
@@ -147,11 +147,20 @@ class _NestedAttentionFn(torch.autograd.Function):
 class NestedAttention:
     """The attention call NSP plugs into the model for one micro-batch on one rank."""
 
-    def __init__(self, ctx: ExecContext, layout: RankLayout, backends: Mapping[Node, PhaseBackend],
-                 marks: npt.NDArray[np.bool_], order: tuple[Node, ...], lookahead: int | None) -> None:
+    def __init__(
+        self,
+        ctx: ExecContext,
+        layout: RankLayout,
+        backends: Mapping[Node, PhaseBackend],
+        marks: npt.NDArray[np.bool_],
+        order: tuple[Node, ...],
+        lookahead: int | None,
+    ) -> None:
         self.ctx, self.layout, self.backends, self.marks = ctx, layout, backends, marks
-        self.steps = {"fwd": rank_steps(order, layout.rank, lookahead),
-                      "bwd": rank_steps(tuple(reversed(order)), layout.rank, lookahead)}
+        self.steps = {
+            "fwd": rank_steps(order, layout.rank, lookahead),
+            "bwd": rank_steps(tuple(reversed(order)), layout.rank, lookahead),
+        }
         self.serial = lookahead == 0
         self._empty: tuple[Tensor, Tensor] = (torch.zeros(0), torch.zeros(0))
         self.slots = {slot.node: slot for slot in layout.slots}
@@ -162,9 +171,16 @@ class NestedAttention:
         return out
 
     def _tasks(self, q: Tensor, k: Tensor, v: Tensor) -> dict[Node, NodeTask]:
-        return {node: NodeTask(slot=s, q=q[s.start:s.stop], k=k[s.start:s.stop], v=v[s.start:s.stop],
-                               recompute=self.marks[s.shards.samples])
-                for node, s in self.slots.items()}
+        return {
+            node: NodeTask(
+                slot=s,
+                q=q[s.start : s.stop],
+                k=k[s.start : s.stop],
+                v=v[s.start : s.stop],
+                recompute=self.marks[s.shards.samples],
+            )
+            for node, s in self.slots.items()
+        }
 
     def _drive(self, tasks: dict[Node, NodeTask], prefix: str) -> dict[Node, Any]:
         results: dict[Node, Any] = {}
@@ -190,7 +206,7 @@ class NestedAttention:
     def run_backward(self, tasks: dict[Node, NodeTask], dout: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Backward of every node (recomputing marked samples); returns dQ, dK, dV rows."""
         for task in tasks.values():
-            task.dout = dout[task.slot.start:task.slot.stop]
+            task.dout = dout[task.slot.start : task.slot.stop]
         grads = self._drive(tasks, "bwd")
         parts = [grads[s.node] for s in self.layout.slots]
         q0, k0 = self._empty
@@ -217,9 +233,19 @@ class ExecutedStep:
 class NSPExecutor:
     """Executes plans on this rank. Process groups are passed in or created through ``groups``."""
 
-    def __init__(self, *, model: nn.Module | None, spec: ModelSpec, rank: int, world: int, device: torch.device,
-                 groups: GroupCache, options: ExecOptions, control_group: Any = None,
-                 memory: MemoryModel | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        model: nn.Module | None,
+        spec: ModelSpec,
+        rank: int,
+        world: int,
+        device: torch.device,
+        groups: GroupCache,
+        options: ExecOptions,
+        control_group: Any = None,
+        memory: MemoryModel | None = None,
+    ) -> None:
         self.model, self.rank, self.world, self.device = model, rank, world, device
         self.groups, self.options, self.memory = groups, options, memory
         self.control_group = control_group if control_group is not None else groups.world_group
@@ -243,8 +269,10 @@ class NSPExecutor:
             for r, h in enumerate(hashes):
                 groups.setdefault(str(h), []).append(r)
             detail = "; ".join(f"ranks {rs} hold {h}" for h, rs in groups.items())
-            raise PlanMismatchError(f"rank {self.rank}: ranks hold different plans for this step ({detail}); "
-                                    "every rank must execute the same plan")
+            raise PlanMismatchError(
+                f"rank {self.rank}: ranks hold different plans for this step ({detail}); "
+                "every rank must execute the same plan"
+            )
 
     def layouts(self, plan: Plan) -> list[MicroBatchLayout]:
         """Per-micro-batch layouts of this rank (only its own share; cached for the last two plans)."""
@@ -252,12 +280,14 @@ class NSPExecutor:
         if key not in self._layouts:
             if len(self._layouts) >= 2:
                 self._layouts.pop(next(iter(self._layouts)))
-            self._layouts[key] = [micro_batch_layout(plan, mb, self.rank, self.world)
-                                  for mb in range(plan.num_micro_batches)]
+            self._layouts[key] = [
+                micro_batch_layout(plan, mb, self.rank, self.world) for mb in range(plan.num_micro_batches)
+            ]
         return self._layouts[key]
 
-    def nested_attention(self, plan: Plan, micro_batch: int, marks: npt.NDArray[np.bool_] | None = None
-                         ) -> NestedAttention:
+    def nested_attention(
+        self, plan: Plan, micro_batch: int, marks: npt.NDArray[np.bool_] | None = None
+    ) -> NestedAttention:
         """The attention call for ``micro_batch`` of ``plan`` on this rank (its inputs are the rank's
         execution-layout rows). Every rank must call this for the same plan: it may create groups."""
         self.groups.ensure(plan.issue_order[micro_batch])
@@ -266,8 +296,9 @@ class NSPExecutor:
             marks = recompute_marks(plan, self.options.recompute, self.memory)
         self.ctx.enter(plan.content_hash)
         backends = {node: self._backend(plan, node) for node in mbl.shards}
-        return NestedAttention(self.ctx, mbl.layout, backends, marks, plan.issue_order[micro_batch],
-                               self.options.lookahead)
+        return NestedAttention(
+            self.ctx, mbl.layout, backends, marks, plan.issue_order[micro_batch], self.options.lookahead
+        )
 
     def _backend(self, plan: Plan, node: Node) -> PhaseBackend:
         return self._local if node.degree == 1 else self._sp[plan.backend]
@@ -285,8 +316,10 @@ class NSPExecutor:
             if isinstance(exc, PlanMismatchError) or not any(m in text for m in _TRANSPORT_ERRORS):
                 raise
             last = self.comm.log[-1][1] if self.comm.log else "the first collective"
-            raise PeerFailure(f"rank {self.rank}: the step failed at or after collective '{last}': a peer rank died "
-                              f"or stalled past the process-group timeout ({text.splitlines()[0]})") from exc
+            raise PeerFailure(
+                f"rank {self.rank}: the step failed at or after collective '{last}': a peer rank died "
+                f"or stalled past the process-group timeout ({text.splitlines()[0]})"
+            ) from exc
 
     def _run(self, plan: Plan, data: TokenStream) -> ExecutedStep:
         assert self.model is not None
@@ -310,11 +343,20 @@ class NSPExecutor:
         loss = torch.tensor([local_loss], dtype=torch.float64)
         dist.all_reduce(loss, group=self.control_group)
         self.comm.log.append((tuple(range(self.world)), "loss-sum"))
-        return ExecutedStep(loss=float(loss.item()) / total, num_tokens=total, fwd_bwd_s=fwd_bwd,
-                            seconds=dict(self.clock.seconds))
+        return ExecutedStep(
+            loss=float(loss.item()) / total, num_tokens=total, fwd_bwd_s=fwd_bwd, seconds=dict(self.clock.seconds)
+        )
 
-    def _micro_batch(self, model: nn.Module, plan: Plan, mb: int, mbl: MicroBatchLayout, data: TokenStream,
-                     marks: npt.NDArray[np.bool_], total: int) -> float:
+    def _micro_batch(
+        self,
+        model: nn.Module,
+        plan: Plan,
+        mb: int,
+        mbl: MicroBatchLayout,
+        data: TokenStream,
+        marks: npt.NDArray[np.bool_],
+        total: int,
+    ) -> float:
         rows = torch.as_tensor(mbl.input_rows)
         inputs = torch.stack([torch.as_tensor(data.ids), torch.as_tensor(data.positions)], dim=1)
         moved = exchange_rows(self.comm, mbl.layout_in, inputs.index_select(0, rows).to(self.device), f"layout-in-{mb}")
@@ -324,9 +366,15 @@ class NSPExecutor:
         back = mbl.layout_in.reverse()
         targets = torch.as_tensor(data.targets).index_select(0, rows).to(self.device)
         with self._autocast():
-            loss_sum = model(moved[:, 0], moved[:, 1], targets, attention=attention,
-                             relayout=lambda h: _RowExchangeFn.apply(  # type: ignore[no-untyped-call]
-                                 h, back, self.comm, f"layout-out-{mb}"))
+            loss_sum = model(
+                moved[:, 0],
+                moved[:, 1],
+                targets,
+                attention=attention,
+                relayout=lambda h: _RowExchangeFn.apply(  # type: ignore[no-untyped-call]
+                    h, back, self.comm, f"layout-out-{mb}"
+                ),
+            )
         # FSDP averages gradients over the world; the step needs their sum (the loss is a global mean).
         scale = self.world if self.options.grad_sync == "fsdp" else 1
         (loss_sum * (scale / total)).backward()
@@ -347,7 +395,7 @@ class NSPExecutor:
             self.comm.log.append((tuple(range(self.world)), "grad-allreduce"))
             offset = 0
             for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
                 offset += g.numel()
 
 

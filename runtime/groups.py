@@ -114,15 +114,23 @@ class Comm:
         self.log.append((ranks, label))
         return time.perf_counter()
 
-    def all_to_all(self, node: Node | None, out: Tensor, inp: Tensor, out_splits: Sequence[int],
-                   in_splits: Sequence[int], label: str) -> Pending:
+    def all_to_all(
+        self,
+        node: Node | None,
+        out: Tensor,
+        inp: Tensor,
+        out_splits: Sequence[int],
+        in_splits: Sequence[int],
+        label: str,
+    ) -> Pending:
         """Async ``all_to_all_single`` over ``node``'s group (the world for ``None``), split on dim 0."""
         group = self.groups.world_group if node is None else self.groups.group(node)
         ranks = tuple(range(self.world)) if node is None else tuple(node.ranks)
         issued = self._record(ranks, label)
         with self._enter([out, inp]):
-            work = dist.all_to_all_single(out, inp, [int(s) for s in out_splits], [int(s) for s in in_splits],
-                                          group=group, async_op=True)
+            work = dist.all_to_all_single(
+                out, inp, [int(s) for s in out_splits], [int(s) for s in in_splits], group=group, async_op=True
+            )
         return Pending(self, [work], label, issued)
 
     def ring_shift(self, node: Node, send: Tensor, recv: Tensor, label: str, tag: int) -> Pending:

@@ -83,8 +83,9 @@ def _worker(fn: Callable[[RankEnv, Any], Any], env: RankEnv, port: int, arg: Any
         store = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=env.timeout_s))
         if env.backend == "nccl":
             torch.cuda.set_device(env.rank)
-        dist.init_process_group(env.backend, store=store, rank=env.rank, world_size=env.world,
-                                timeout=timedelta(seconds=env.timeout_s))
+        dist.init_process_group(
+            env.backend, store=store, rank=env.rank, world_size=env.world, timeout=timedelta(seconds=env.timeout_s)
+        )
         # Plain pickle (not the multiprocessing one, which would pass tensors through shared memory
         # that vanishes when this process exits).
         value = pickle.dumps(fn(env, arg))
@@ -105,14 +106,28 @@ def _context() -> ForkServerContext:
     return ctx
 
 
-def spawn_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, *, timeout_s: float = 120.0,
-                comm_timeout_s: float = 30.0, grace_s: float = 20.0, backend: str = "gloo") -> list[RankOutcome]:
+def spawn_ranks(
+    fn: Callable[[RankEnv, Any], Any],
+    world: int,
+    arg: Any = None,
+    *,
+    timeout_s: float = 120.0,
+    comm_timeout_s: float = 30.0,
+    grace_s: float = 20.0,
+    backend: str = "gloo",
+) -> list[RankOutcome]:
     """Run ``fn`` on ``world`` ranks (gloo, or NCCL with one GPU per rank); every rank's outcome,
     within ``timeout_s`` overall."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # stubs do not re-export it
 
-    store = TCPStore("127.0.0.1", 0, world_size=world + 1, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=timeout_s))
+    store = TCPStore(
+        "127.0.0.1",
+        0,
+        world_size=world + 1,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s),
+    )
     ctx = _context()
     results: Queue[Report] = ctx.Queue()
     envs = [RankEnv(rank=r, world=world, timeout_s=comm_timeout_s, backend=backend) for r in range(world)]
@@ -129,8 +144,9 @@ def spawn_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, 
         del store
 
 
-def _collect(procs: list[ForkServerProcess], results: Queue[Report], deadline: float,
-             grace_s: float) -> list[RankOutcome]:
+def _collect(
+    procs: list[ForkServerProcess], results: Queue[Report], deadline: float, grace_s: float
+) -> list[RankOutcome]:
     outcomes: dict[int, RankOutcome] = {}
     first_failure: float | None = None
     while len(outcomes) < len(procs) and time.monotonic() < deadline:
@@ -157,8 +173,12 @@ def run_ranks(fn: Callable[[RankEnv, Any], Any], world: int, arg: Any = None, **
     outcomes = spawn_ranks(fn, world, arg, **kw)
     bad = [o for o in outcomes if o.status != "ok"]
     if bad:
-        lines = [f"rank {o.rank}: {o.status}" + (f" ({o.error.splitlines()[0]})" if o.error else "")
-                 + (f" exit code {o.exitcode}" if o.exitcode is not None else "") for o in outcomes]
+        lines = [
+            f"rank {o.rank}: {o.status}"
+            + (f" ({o.error.splitlines()[0]})" if o.error else "")
+            + (f" exit code {o.exitcode}" if o.exitcode is not None else "")
+            for o in outcomes
+        ]
         detail = next((o.error for o in bad if o.error), "")
         raise LaunchError(f"{len(bad)} of {world} ranks failed:\n" + "\n".join(lines) + "\n" + detail)
     return [o.value for o in outcomes]

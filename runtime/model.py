@@ -128,8 +128,11 @@ class DecoderLayer(nn.Module):
         self.attn = Attention(spec, rope_theta)
         self.ffn_norm = RMSNorm(spec.hidden)
         moe = spec.moe
-        self.ffn: nn.Module = (SwiGLU(spec.hidden, spec.dense_ffn) if moe is None else
-                               MoE(spec.hidden, moe.num_experts, moe.top_k, moe.expert_ffn, moe.shared_expert_ffn))
+        self.ffn: nn.Module = (
+            SwiGLU(spec.hidden, spec.dense_ffn)
+            if moe is None
+            else MoE(spec.hidden, moe.num_experts, moe.top_k, moe.expert_ffn, moe.shared_expert_ffn)
+        )
 
     def forward(self, h: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         """One decoder layer."""
@@ -163,8 +166,14 @@ class DecoderLM(nn.Module):
         out: Tensor = h @ self.embed.weight.t() if self.head is None else self.head(h)
         return out
 
-    def forward(self, ids: Tensor, positions: Tensor, targets: Tensor, attention: AttentionFn,
-                relayout: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    def forward(
+        self,
+        ids: Tensor,
+        positions: Tensor,
+        targets: Tensor,
+        attention: AttentionFn,
+        relayout: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
         """Summed next-token cross-entropy of the ``targets`` rows (normalise outside)."""
         h = self.embed(ids)
         for layer in self.layers:

@@ -67,8 +67,10 @@ def simulated_mode(plan: Plan, *, lookahead: int | None, grad_sync: str, world: 
     longest = max((len(order) for order in plan.issue_order), default=0)
     if lookahead is None or lookahead >= longest - 1:
         return SimMode.STREAM, ""
-    return None, (f"not simulated: --lookahead {lookahead} (a bounded prologue window) has no simulator "
-                  "counterpart (stream = all, no-stream = 0)")
+    return None, (
+        f"not simulated: --lookahead {lookahead} (a bounded prologue window) has no simulator "
+        "counterpart (stream = all, no-stream = 0)"
+    )
 
 
 def recompute_policy(plan: Plan, memory: MemoryModel) -> tuple[RecomputePolicy, float]:
@@ -91,8 +93,7 @@ class Prediction:
             raise ValueError("a prediction has a step time or a note saying why it has none, not both")
 
 
-def predict(plan: Plan, mode: SimMode | None, note: str,
-            simulate: Callable[[Plan, SimMode], StepResult]) -> Prediction:
+def predict(plan: Plan, mode: SimMode | None, note: str, simulate: Callable[[Plan, SimMode], StepResult]) -> Prediction:
     """Simulate ``plan`` in ``mode`` (``None``: record ``note`` instead); an out-of-memory result is
     recorded as a note too (the runtime runs it anyway; the simulator's memory model says it would
     not fit)."""

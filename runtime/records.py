@@ -71,7 +71,9 @@ class MeasuredStep:
         if tuple(self.breakdown_s) != BREAKDOWN_CATEGORIES:
             raise ValueError(f"breakdown keys must be {BREAKDOWN_CATEGORIES}, got {tuple(self.breakdown_s)}")
         if abs(sum(self.breakdown_s.values()) - self.step_time_s) > 1e-6 * max(1.0, self.step_time_s):
-            raise ValueError(f"breakdown sums to {sum(self.breakdown_s.values())} s, not the step's {self.step_time_s} s")
+            raise ValueError(
+                f"breakdown sums to {sum(self.breakdown_s.values())} s, not the step's {self.step_time_s} s"
+            )
         if not 0 <= self.critical_gpu < self.num_gpus or len(self.per_gpu_step_time_s) != self.num_gpus:
             raise ValueError(f"critical_gpu {self.critical_gpu} and per-GPU step times must cover {self.num_gpus} GPUs")
         if any(len(v) != self.num_gpus for v in [*self.per_gpu_breakdown_s.values(), self.per_gpu_sp_comm_s]):

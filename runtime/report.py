@@ -13,15 +13,23 @@ from typing import Any
 
 import numpy as np
 
-from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.cli.flags import Parser, silence_closed_stdout
+from nspsim.records import BREAKDOWN_CATEGORIES
 from runtime.cli import fail
 from runtime.records import read_records
 
 PROG = "runtime.report"
 
-SHORT = {"attn_fwd": "afwd", "attn_remat": "remat", "attn_bwd": "abwd", "non_attn": "nonattn",
-         "sp_exposed_comm": "spcomm", "fsdp_exposed_comm": "fsdp", "comm_wait": "wait", "other": "other"}
+SHORT = {
+    "attn_fwd": "afwd",
+    "attn_remat": "remat",
+    "attn_bwd": "abwd",
+    "non_attn": "nonattn",
+    "sp_exposed_comm": "spcomm",
+    "fsdp_exposed_comm": "fsdp",
+    "comm_wait": "wait",
+    "other": "other",
+}
 
 
 STEP_KEYS = ("step_time_s", "planner", "backend", "loss", "breakdown_s")
@@ -44,8 +52,10 @@ def load_step_records(path: str) -> list[dict[str, Any]]:
     for n, rec in enumerate(records, 1):
         missing = [k for k in STEP_KEYS if not isinstance(rec, dict) or k not in rec]
         if missing:
-            raise ValueError(f"{path} record {n} is not a runtime.train step record (no {missing[0]!r}); "
-                             "pass the --records files (plans files are replayed with nspsim simulate)")
+            raise ValueError(
+                f"{path} record {n} is not a runtime.train step record (no {missing[0]!r}); "
+                "pass the --records files (plans files are replayed with nspsim simulate)"
+            )
     return records
 
 
@@ -54,7 +64,9 @@ def summarise(records: list[dict[str, Any]], skip: int) -> dict[str, Any]:
     kept = records[skip:] or records
     sim = [r["simulated_step_time_s"] for r in kept if r.get("simulated_step_time_s") is not None]
     return {
-        "planner": kept[0].get("planner_spec", kept[0]["planner"]), "backend": kept[0]["backend"], "steps": len(kept),
+        "planner": kept[0].get("planner_spec", kept[0]["planner"]),
+        "backend": kept[0]["backend"],
+        "steps": len(kept),
         "step_s": float(np.mean([r["step_time_s"] for r in kept])),
         "simulated_s": float(np.mean(sim)) if sim else None,
         "loss_last": kept[-1]["loss"],
@@ -67,14 +79,17 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
     run_w = max([22, *(len(n) + 1 for n in names)])
     spec_w = max([8, *(len(r["planner"]) + 1 for r in rows)])
     head = f"{'run':<{run_w}}{'planner':<{spec_w}}{'steps':>6}{'meas s':>8}{'sim s':>8}{'m/s':>6}  " + " ".join(
-        f"{SHORT[k]:>7}" for k in BREAKDOWN_CATEGORIES)
+        f"{SHORT[k]:>7}" for k in BREAKDOWN_CATEGORIES
+    )
     lines = [head]
     for name, r in zip(names, rows):
         sim = r["simulated_s"]
         ratio = f"{r['step_s'] / sim:6.1f}" if sim else f"{'-':>6}"
         sim_txt = f"{sim:8.3f}" if sim else f"{'-':>8}"
         parts = " ".join(f"{r['breakdown'][k]:7.3f}" for k in BREAKDOWN_CATEGORIES)
-        lines.append(f"{name:<{run_w}}{r['planner']:<{spec_w}}{r['steps']:>6}{r['step_s']:8.3f}{sim_txt}{ratio}  {parts}")
+        lines.append(
+            f"{name:<{run_w}}{r['planner']:<{spec_w}}{r['steps']:>6}{r['step_s']:8.3f}{sim_txt}{ratio}  {parts}"
+        )
     return "\n".join(lines)
 
 

@@ -17,8 +17,7 @@ from contextlib import contextmanager
 
 from nspsim.records import BREAKDOWN_CATEGORIES
 
-MEASURED = ("attn_fwd", "attn_bwd", "attn_remat", "sp_exposed_comm", "sp_comm", "comm_wait",
-            "fsdp_exposed_comm")
+MEASURED = ("attn_fwd", "attn_bwd", "attn_remat", "sp_exposed_comm", "sp_comm", "comm_wait", "fsdp_exposed_comm")
 
 
 class PhaseClock:

@@ -49,7 +49,9 @@ class Watchdog:
                 expired = self._deadline is not None and time.monotonic() > self._deadline
                 what = self._what
             if expired:
-                sys.stderr.write(f"runtime: rank {self.rank}: error: {what} did not finish in time "
-                                 "(a peer is stuck or dead); aborting this rank\n")
+                sys.stderr.write(
+                    f"runtime: rank {self.rank}: error: {what} did not finish in time "
+                    "(a peer is stuck or dead); aborting this rank\n"
+                )
                 sys.stderr.flush()
                 os._exit(EXIT_CODE)

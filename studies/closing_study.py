@@ -89,8 +89,12 @@ def figure(results: dict[str, dict[str, object]]) -> go.Figure:
             ys.append(rows.get(planner, {}).get("normalized_to_static"))
         fig.add_trace(go.Bar(name=planner, x=names, y=ys))
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
-    fig.update_layout(barmode="group", title="Normalised step time (static-best = 1, lower is better)",
-                      yaxis_title="step time / static-best", height=500)
+    fig.update_layout(
+        barmode="group",
+        title="Normalised step time (static-best = 1, lower is better)",
+        yaxis_title="step time / static-best",
+        height=500,
+    )
     return fig
 
 

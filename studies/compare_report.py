@@ -25,8 +25,14 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import StepResult, TimelineEvent
 
 COLORS = {
-    "attn_fwd": "#4c78a8", "attn_remat": "#f58518", "attn_bwd": "#72b7b2", "non_attn": "#54a24b",
-    "sp_exposed_comm": "#e45756", "fsdp_exposed_comm": "#b279a2", "comm_wait": "#bab0ac", "other": "#9d755d",
+    "attn_fwd": "#4c78a8",
+    "attn_remat": "#f58518",
+    "attn_bwd": "#72b7b2",
+    "non_attn": "#54a24b",
+    "sp_exposed_comm": "#e45756",
+    "fsdp_exposed_comm": "#b279a2",
+    "comm_wait": "#bab0ac",
+    "other": "#9d755d",
 }
 TIMELINE_GPUS = 6
 
@@ -38,19 +44,35 @@ def render(result: CompareResult) -> str:
     body = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figures)]
     wl = result.config["workload"]
     title = f"nspsim compare: {wl['model']} on {wl['gpus']}x {wl['cluster']}, {wl['trace']}"
-    return "\n".join([
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>", results_table(result), config_table(result.config), *body,
-        "</body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+            f"<title>{html.escape(title)}</title>",
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}</style></head><body>",
+            f"<h1>{html.escape(title)}</h1>",
+            results_table(result),
+            config_table(result.config),
+            *body,
+            "</body></html>",
+        ]
+    )
 
 
 def results_table(result: CompareResult) -> str:
     """The summary table as HTML."""
-    head = ["planner", "mean step (s)", f"normalised to {result.baseline}", "speedup", "batches normalised",
-            "planning (ms)", "Load / lower bound", "OOM", *BREAKDOWN_CATEGORIES, "note"]
+    head = [
+        "planner",
+        "mean step (s)",
+        f"normalised to {result.baseline}",
+        "speedup",
+        "batches normalised",
+        "planning (ms)",
+        "Load / lower bound",
+        "OOM",
+        *BREAKDOWN_CATEGORIES,
+        "note",
+    ]
     rows = [_row(s) for s in result.summaries]
     cells = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in row)}</tr>" for row in rows)
     return f"<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
@@ -59,16 +81,26 @@ def results_table(result: CompareResult) -> str:
 def _row(s: PlannerSummary) -> list[str]:
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     shares = [f"{100 * s.breakdown_share.get(k, 0.0):.1f}%" for k in BREAKDOWN_CATEGORIES]
-    return [s.planner, fmt(s.mean_step_time_s, ".4f"), fmt(s.normalized_to_static, ".3f"),
-            fmt(s.speedup_vs_static, ".2f"), f"{s.normalized_iterations}/{s.iterations}",
-            f"{1e3 * s.mean_planning_time_s:.1f}", fmt(s.mean_load_over_lower_bound, ".3f"),
-            f"{s.oom_count}/{s.iterations}", *shares, s.note]
+    return [
+        s.planner,
+        fmt(s.mean_step_time_s, ".4f"),
+        fmt(s.normalized_to_static, ".3f"),
+        fmt(s.speedup_vs_static, ".2f"),
+        f"{s.normalized_iterations}/{s.iterations}",
+        f"{1e3 * s.mean_planning_time_s:.1f}",
+        fmt(s.mean_load_over_lower_bound, ".3f"),
+        f"{s.oom_count}/{s.iterations}",
+        *shares,
+        s.note,
+    ]
 
 
 def config_table(config: dict[str, Any]) -> str:
     """The resolved configuration as HTML."""
-    flat = {**{f"workload.{k}": v for k, v in config["workload"].items()},
-            **{k: v for k, v in config.items() if k != "workload"}}
+    flat = {
+        **{f"workload.{k}": v for k, v in config["workload"].items()},
+        **{k: v for k, v in config.items() if k != "workload"},
+    }
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in flat.items())
     return f"<details><summary>Configuration</summary><table>{rows}</table></details>"
 
@@ -81,15 +113,23 @@ def normalized_figure(result: CompareResult) -> go.Figure:
     """Normalised step time per planner with the speedup on each bar (planners that never ran on the
     same batches as the baseline have no bar)."""
     ok = [s for s in result.summaries if s.normalized_to_static is not None]
-    fig = go.Figure(go.Bar(
-        x=[s.planner for s in ok], y=[s.normalized_to_static for s in ok],
-        text=[_speedup_label(s) for s in ok], textposition="outside", marker_color="#4c78a8",
-    ))
+    fig = go.Figure(
+        go.Bar(
+            x=[s.planner for s in ok],
+            y=[s.normalized_to_static for s in ok],
+            text=[_speedup_label(s) for s in ok],
+            textposition="outside",
+            marker_color="#4c78a8",
+        )
+    )
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
     missing = [s.planner for s in result.summaries if s.normalized_to_static is None]
     note = f"; no common batch with the baseline: {', '.join(missing)}" if missing else ""
-    fig.update_layout(title=f"Normalised step time (lower is better; baseline {result.baseline}{note})",
-                      yaxis_title="step time / baseline", height=420)
+    fig.update_layout(
+        title=f"Normalised step time (lower is better; baseline {result.baseline}{note})",
+        yaxis_title="step time / baseline",
+        height=420,
+    )
     return fig
 
 
@@ -106,12 +146,23 @@ def breakdown_figure(result: CompareResult) -> go.Figure:
     scale = base or 1.0
     fig = go.Figure()
     for cat in BREAKDOWN_CATEGORIES:
-        fig.add_trace(go.Bar(name=cat, y=[s.planner for s in ok], x=[s.mean_breakdown_s[cat] / scale for s in ok],
-                             orientation="h", marker_color=COLORS[cat]))
+        fig.add_trace(
+            go.Bar(
+                name=cat,
+                y=[s.planner for s in ok],
+                x=[s.mean_breakdown_s[cat] / scale for s in ok],
+                orientation="h",
+                marker_color=COLORS[cat],
+            )
+        )
     unit = "relative to the baseline" if base else "seconds; the baseline never fits in memory"
-    fig.update_layout(barmode="stack", title=f"Step-time breakdown (critical GPU, {unit})",
-                      xaxis_title="relative step time" if base else "seconds", height=120 + 45 * len(ok),
-                      yaxis_autorange="reversed")
+    fig.update_layout(
+        barmode="stack",
+        title=f"Step-time breakdown (critical GPU, {unit})",
+        xaxis_title="relative step time" if base else "seconds",
+        height=120 + 45 * len(ok),
+        yaxis_autorange="reversed",
+    )
     return fig
 
 
@@ -123,13 +174,24 @@ def routing_figure(result: CompareResult) -> go.Figure:
     palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
     for col, s in enumerate(ok, start=1):
         for k, degree in enumerate(degrees):
-            fig.add_trace(go.Bar(
-                name=f"SP{degree}", legendgroup=f"SP{degree}", showlegend=col == 1,
-                x=[name for name, _ in LENGTH_BUCKETS],
-                y=[s.routing_share.get(name, {}).get(degree, 0.0) for name, _ in LENGTH_BUCKETS],
-                marker_color=palette[k % len(palette)]), row=1, col=col)
-    fig.update_layout(barmode="stack", title="Routing: share of samples per SP degree by length bucket",
-                      height=420, yaxis_title="share of samples in bucket")
+            fig.add_trace(
+                go.Bar(
+                    name=f"SP{degree}",
+                    legendgroup=f"SP{degree}",
+                    showlegend=col == 1,
+                    x=[name for name, _ in LENGTH_BUCKETS],
+                    y=[s.routing_share.get(name, {}).get(degree, 0.0) for name, _ in LENGTH_BUCKETS],
+                    marker_color=palette[k % len(palette)],
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_layout(
+        barmode="stack",
+        title="Routing: share of samples per SP degree by length bucket",
+        height=420,
+        yaxis_title="share of samples in bucket",
+    )
     return fig
 
 
@@ -141,13 +203,25 @@ def timeline_figure(label: str, step: StepResult) -> go.Figure:
     for cat in BREAKDOWN_CATEGORIES:
         spans = _merge([e for e in events if e.category == cat])
         if spans:
-            fig.add_trace(go.Bar(name=cat, orientation="h", base=[a for _, a, _ in spans],
-                                 x=[b - a for _, a, b in spans], y=[f"GPU {g}" for g, _, _ in spans],
-                                 marker_color=COLORS[cat], marker_line_width=0))
-    fig.update_layout(barmode="overlay", bargap=0.2, height=150 + 40 * len(gpus),
-                      title=f"Timeline of one iteration: {label} (step {step.step_time_s:.3f} s, critical GPU "
-                            f"{step.critical_gpu})", xaxis_title="time (s)",
-                      yaxis={"categoryorder": "array", "categoryarray": [f"GPU {g}" for g in reversed(gpus)]})
+            fig.add_trace(
+                go.Bar(
+                    name=cat,
+                    orientation="h",
+                    base=[a for _, a, _ in spans],
+                    x=[b - a for _, a, b in spans],
+                    y=[f"GPU {g}" for g, _, _ in spans],
+                    marker_color=COLORS[cat],
+                    marker_line_width=0,
+                )
+            )
+    fig.update_layout(
+        barmode="overlay",
+        bargap=0.2,
+        height=150 + 40 * len(gpus),
+        title=f"Timeline of one iteration: {label} (step {step.step_time_s:.3f} s, critical GPU {step.critical_gpu})",
+        xaxis_title="time (s)",
+        yaxis={"categoryorder": "array", "categoryarray": [f"GPU {g}" for g in reversed(gpus)]},
+    )
     return fig
 
 

@@ -27,7 +27,9 @@ def project_modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
     return {module_name(root, p): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
 
 
-def imported_names(tree: ast.AST, module: str, is_package: bool, modules: Mapping[str, Path] | None = None) -> list[str]:
+def imported_names(
+    tree: ast.AST, module: str, is_package: bool, modules: Mapping[str, Path] | None = None
+) -> list[str]:
     """Absolute dotted names a module's syntax tree imports, anywhere in it.
 
     ``import a.b`` gives ``a.b``; ``from pkg import name`` gives ``pkg.name`` when that is one of

@@ -7,16 +7,23 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import make_batch
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.cost.load import plan_load
 from nspsim.plan import Plan
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 
 def tiny_workload(gpus: int = 4, token_budget: int | None = 4096, model: str = "tiny", **kw: object) -> Workload:
     """The ``tiny`` model on ``gpus`` H100s with an explicit token budget (fast, exact arithmetic)."""
-    cfg = WorkloadConfig(model=model, cluster="h100", gpus=gpus, token_budget=token_budget,
-                         tokens_per_batch=1 << 20, max_context=1 << 16, **kw)  # type: ignore[arg-type]
+    cfg = WorkloadConfig(
+        model=model,
+        cluster="h100",
+        gpus=gpus,
+        token_budget=token_budget,
+        tokens_per_batch=1 << 20,
+        max_context=1 << 16,
+        **kw,
+    )  # type: ignore[arg-type]
     return build_workload(cfg)
 
 
@@ -29,8 +36,10 @@ def batch_of(lengths: Sequence[int]) -> Batch:
 def exact_load(plan: Plan, workload: Workload) -> float:
     """Proxy Load from ``nspsim.cost.load.plan_load`` (the reference), micro-batches summed."""
     lengths, degrees, firsts, mbs = plan.arrays
-    return sum(plan_load(workload.cost, workload.tree, lengths[mbs == mb], degrees[mbs == mb], firsts[mbs == mb]).load
-               for mb in range(plan.num_micro_batches))
+    return sum(
+        plan_load(workload.cost, workload.tree, lengths[mbs == mb], degrees[mbs == mb], firsts[mbs == mb]).load
+        for mb in range(plan.num_micro_batches)
+    )
 
 
 def check_valid(plan: Plan, workload: Workload, lengths: Sequence[int]) -> None:
@@ -47,18 +56,23 @@ def check_valid(plan: Plan, workload: Workload, lengths: Sequence[int]) -> None:
     assert int(meta["micro_batches"]) == plan.num_micro_batches
 
 
-def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: int = 64 * 1024,
-                   cluster: str = "h100", gpus_per_node: int | None = None) -> Workload:
+def model_workload(
+    model: str = "qwen3-30b-a3b",
+    gpus: int = 8,
+    token_budget: int = 64 * 1024,
+    cluster: str = "h100",
+    gpus_per_node: int | None = None,
+) -> Workload:
     """A real model's cost model on a few GPUs with an explicit token budget, memory check skipped
     (tiny clusters cannot hold the model states; only the routing proxy matters here).
     ``gpus_per_node`` shrinks the NVLink host so small groups already cross hosts."""
     from dataclasses import replace
 
     from nspsim.cost.analytic import AnalyticCostModel
-    from nspsim.specs.cluster import get_cluster
-    from nspsim.workload import resolve_spmax
-    from nspsim.specs.model import get_model
     from nspsim.sp_tree import SPTree
+    from nspsim.specs.cluster import get_cluster
+    from nspsim.specs.model import get_model
+    from nspsim.workload import resolve_spmax
 
     base = tiny_workload(gpus=gpus, token_budget=token_budget)
     spec, hw = get_model(model), get_cluster(cluster, gpus)
@@ -67,8 +81,14 @@ def model_workload(model: str = "qwen3-30b-a3b", gpus: int = 8, token_budget: in
     cost = AnalyticCostModel(model=spec, cluster=hw, training=base.training)
     spmax = resolve_spmax(spec, hw, "ulysses", None)
     config = replace(base.config, model=model, cluster=cluster)
-    return replace(base, config=config, model=spec, cluster=hw, cost=cost,
-                   tree=SPTree(num_gpus=gpus, spmax=spmax, gpus_per_node=hw.gpus_per_node))
+    return replace(
+        base,
+        config=config,
+        model=spec,
+        cluster=hw,
+        cost=cost,
+        tree=SPTree(num_gpus=gpus, spmax=spmax, gpus_per_node=hw.gpus_per_node),
+    )
 
 
 def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> float:

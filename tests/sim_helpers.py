@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from helpers import make_batch, toy_cluster, toy_model
 
-from nspsim.specs.cluster import ClusterSpec
+from helpers import make_batch, toy_cluster, toy_model
 from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
-from nspsim.specs.memory import MemoryModel
 from nspsim.plan import Plan, make_plan
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.sp_tree import Node
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.memory import MemoryModel
 from nspsim.specs.training import TrainingSpec
 
 
@@ -54,10 +54,12 @@ class StubCost:
         lengths = np.asarray(lengths, dtype=np.float64)
         s, q = float(lengths.sum()) / degree, float((lengths**2).sum()) / degree
         comm = degree > 1 and lengths.size > 0
-        fwd = Phases(self.lat + self.pro * s if comm else 0.0, self.comp * q,
-                     self.lat + self.epi * s if comm else 0.0)
-        bwd = Phases(self.lat + 2 * self.epi * s if comm else 0.0, 2 * self.comp * q,
-                     self.lat + 2 * self.pro * s if comm else 0.0)
+        fwd = Phases(self.lat + self.pro * s if comm else 0.0, self.comp * q, self.lat + self.epi * s if comm else 0.0)
+        bwd = Phases(
+            self.lat + 2 * self.epi * s if comm else 0.0,
+            2 * self.comp * q,
+            self.lat + 2 * self.pro * s if comm else 0.0,
+        )
         return AttentionCost(fwd, bwd)
 
     def recompute_attention(self, lengths: np.ndarray, degree: int) -> Phases:
@@ -89,9 +91,18 @@ class StubCost:
 
 def roomy_memory(num_layers: int = 1) -> MemoryModel:
     """Memory where everything fits (1 TB free, tiny per-token bytes)."""
-    return MemoryModel(usable_bytes=1e12, state_bytes=0.0, buffer_bytes=0.0, keep_bytes_per_token=1.0,
-                       working_bytes_per_token=1.0, attn_bytes_per_token_layer=1.0, attn_kv_bytes_per_head_token=0.0,
-                       num_layers=num_layers, num_kv_heads=4, token_budget=10**9)
+    return MemoryModel(
+        usable_bytes=1e12,
+        state_bytes=0.0,
+        buffer_bytes=0.0,
+        keep_bytes_per_token=1.0,
+        working_bytes_per_token=1.0,
+        attn_bytes_per_token_layer=1.0,
+        attn_kv_bytes_per_head_token=0.0,
+        num_layers=num_layers,
+        num_kv_heads=4,
+        token_budget=10**9,
+    )
 
 
 @dataclass
@@ -109,11 +120,24 @@ class Setup:
         return toy_cluster(self.num_gpus, self.gpus_per_node)
 
     def simulator(self, seed: int = 0, **options: object) -> Simulator:
-        return Simulator(cost=self.cost, model=toy_model(self.cost.layers), cluster=self.cluster,
-                         training=self.training, memory=self.memory or roomy_memory(self.cost.layers),
-                         options=SimOptions(**options), seed=seed)  # type: ignore[arg-type]
+        return Simulator(
+            cost=self.cost,
+            model=toy_model(self.cost.layers),
+            cluster=self.cluster,
+            training=self.training,
+            memory=self.memory or roomy_memory(self.cost.layers),
+            options=SimOptions(**options),
+            seed=seed,
+        )  # type: ignore[arg-type]
 
     def plan(self, nodes: Sequence[Node], lengths: Sequence[int], *, spmax: int = 4, **kw: object) -> Plan:
-        return make_plan(planner="manual", cluster=self.cluster, model=toy_model(self.cost.layers),
-                         batch=make_batch(list(lengths)), spmax=spmax, token_budget=10**9, nodes=list(nodes),
-                         **kw)  # type: ignore[arg-type]
+        return make_plan(
+            planner="manual",
+            cluster=self.cluster,
+            model=toy_model(self.cost.layers),
+            batch=make_batch(list(lengths)),
+            spmax=spmax,
+            token_budget=10**9,
+            nodes=list(nodes),
+            **kw,
+        )  # type: ignore[arg-type]

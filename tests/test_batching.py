@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nspsim.trace import batching
+from nspsim.trace import EmpiricalTrace, HistogramTrace, IntArray, LengthTrace, batching, load_trace
 from nspsim.trace.batching import Batch, BatchSampler
-from nspsim.trace import EmpiricalTrace, HistogramTrace, IntArray, LengthTrace, load_trace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,8 +88,13 @@ def test_random_access_and_determinism() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["wikipedia", "longtail-paper", "code"]), st.integers(0, 2**31), st.integers(0, 10**6),
-       st.integers(64 * 1024, 512 * 1024), st.integers(1024, 64 * 1024))
+@given(
+    st.sampled_from(["wikipedia", "longtail-paper", "code"]),
+    st.integers(0, 2**31),
+    st.integers(0, 10**6),
+    st.integers(64 * 1024, 512 * 1024),
+    st.integers(1024, 64 * 1024),
+)
 def test_sampler_matches_reference_oracle(name: str, seed: int, index: int, budget: int, max_context: int) -> None:
     trace = load_trace(name)
     b = BatchSampler(trace, tokens_per_batch=budget, max_context=max_context, seed=seed).batch(index)
@@ -142,17 +146,44 @@ def test_rare_short_lengths_raise_instead_of_hanging(monkeypatch: pytest.MonkeyP
 
 
 def test_batch_record_validation_and_fingerprint() -> None:
-    b = Batch(lengths=(5, 7), trace="t", seed=1, index=2, tokens_per_batch=20, max_context=10,
-              dropped_count=1, dropped_tokens=11)
+    b = Batch(
+        lengths=(5, 7),
+        trace="t",
+        seed=1,
+        index=2,
+        tokens_per_batch=20,
+        max_context=10,
+        dropped_count=1,
+        dropped_tokens=11,
+    )
     assert b.lengths_array().dtype == np.int64 and b.lengths_array().tolist() == [5, 7]
     # sha256 of {"dropped_count":1,"dropped_tokens":11,"index":2,"lengths":[5,7],...,"trace":"t"} (sorted keys)
     assert b.fingerprint() == "87a405d29f64c480"
     as_list: list[int] = [5, 7]  # a list is accepted and stored as a tuple
-    from_list = Batch(lengths=as_list, trace="t", seed=1, index=2,  # type: ignore[arg-type]
-                      tokens_per_batch=20, max_context=10, dropped_count=1, dropped_tokens=11)
+    from_list = Batch(
+        lengths=as_list,
+        trace="t",
+        seed=1,
+        index=2,  # type: ignore[arg-type]
+        tokens_per_batch=20,
+        max_context=10,
+        dropped_count=1,
+        dropped_tokens=11,
+    )
     assert from_list == b and from_list.lengths == (5, 7)
-    assert b.fingerprint() != Batch(lengths=(7, 5), trace="t", seed=1, index=2, tokens_per_batch=20,
-                                    max_context=10, dropped_count=1, dropped_tokens=11).fingerprint()
+    assert (
+        b.fingerprint()
+        != Batch(
+            lengths=(7, 5),
+            trace="t",
+            seed=1,
+            index=2,
+            tokens_per_batch=20,
+            max_context=10,
+            dropped_count=1,
+            dropped_tokens=11,
+        ).fingerprint()
+    )
     base = dict(trace="t", seed=0, index=0, tokens_per_batch=20, max_context=10)
     with pytest.raises(ValueError, match=r"every length must be in \[1, max_context=10\]"):
         Batch(lengths=(11,), **base)  # type: ignore[arg-type]

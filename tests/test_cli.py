@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import make_batch, toy_model
 
+from helpers import make_batch, toy_model
 from nspsim.cli.main import main
-from nspsim.specs.cluster import get_cluster
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
+from nspsim.specs.cluster import get_cluster
 
 SHARED_WIKI = Path(__file__).resolve().parents[2] / "shared" / "traces" / "wikipedia.txt"
 
@@ -63,8 +63,14 @@ DEEP = "[" * 100_000 + "]" * 100_000  # json.loads raises RecursionError on it
 
 
 def _bad_files(tmp_path: Path) -> dict[str, Path]:
-    files = {"malformed": "100\nabc\n", "negative": "100\n-4\n", "empty": "", "garbage": "x" * 100_000 + "\n",
-             "deep.json": DEEP, "deep.jsonl": DEEP + "\n"}
+    files = {
+        "malformed": "100\nabc\n",
+        "negative": "100\n-4\n",
+        "empty": "",
+        "garbage": "x" * 100_000 + "\n",
+        "deep.json": DEEP,
+        "deep.jsonl": DEEP + "\n",
+    }
     out = {}
     for name, text in files.items():
         key, _, suffix = name.partition(".")
@@ -113,20 +119,31 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["simulate", "{forged}"], "content hash"),
     ],
 )
-def test_bad_input_gives_one_line_error(argv: list[str], message: str, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_gives_one_line_error(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     files = {k: str(v) for k, v in _bad_files(tmp_path).items()}
-    plan = make_plan(planner="manual", cluster=get_cluster("h100", 8), model=toy_model(), batch=make_batch([5000]),
-                     spmax=4, token_budget=10_000, nodes=[Node(1, 0)])
+    plan = make_plan(
+        planner="manual",
+        cluster=get_cluster("h100", 8),
+        model=toy_model(),
+        batch=make_batch([5000]),
+        spmax=4,
+        token_budget=10_000,
+        nodes=[Node(1, 0)],
+    )
     files["plan"] = str(tmp_path / "plan.json")
     plan.save(files["plan"])
     body = json.loads(Path(files["plan"]).read_text())
-    edits = {"forged": lambda b: b.update(token_budget=20_000), "future": lambda b: b.update(schema_version=99),
-             "truncated": lambda b: b.pop("samples"),
-             "infinite": lambda b: b["samples"]["length"].__setitem__(0, float("inf")),  # 1e400 / Infinity
-             "huge": lambda b: b["samples"]["length"].__setitem__(0, 2**70),
-             "gpus_inf": lambda b: b["cluster"].update(num_gpus=float("inf")),
-             "batch_index": lambda b: b["batch"].update(index=-1)}
+    edits = {
+        "forged": lambda b: b.update(token_budget=20_000),
+        "future": lambda b: b.update(schema_version=99),
+        "truncated": lambda b: b.pop("samples"),
+        "infinite": lambda b: b["samples"]["length"].__setitem__(0, float("inf")),  # 1e400 / Infinity
+        "huge": lambda b: b["samples"]["length"].__setitem__(0, 2**70),
+        "gpus_inf": lambda b: b["cluster"].update(num_gpus=float("inf")),
+        "batch_index": lambda b: b["batch"].update(index=-1),
+    }
     for name, edit in edits.items():
         copy = json.loads(json.dumps(body))
         edit(copy)
@@ -140,8 +157,15 @@ def test_bad_input_gives_one_line_error(argv: list[str], message: str, tmp_path:
 
 
 def test_inspect_valid_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    plan = make_plan(planner="manual", cluster=get_cluster("h100", 8), model=toy_model(),
-                     batch=make_batch([5000, 20]), spmax=4, token_budget=10_000, nodes=[Node(4, 1), Node(1, 0)])
+    plan = make_plan(
+        planner="manual",
+        cluster=get_cluster("h100", 8),
+        model=toy_model(),
+        batch=make_batch([5000, 20]),
+        spmax=4,
+        token_budget=10_000,
+        nodes=[Node(4, 1), Node(1, 0)],
+    )
     path = tmp_path / "plan.json"
     plan.save(path)
     code, out, _ = run(["inspect", str(path), "--cluster", "h100", "--gpus", "8", "--json"], capsys)
@@ -152,8 +176,9 @@ def test_inspect_valid_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.txt"
     bad.write_text("12\nxyz\n")
-    proc = subprocess.run([sys.executable, "-m", "nspsim", "trace", "stats", str(bad)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nspsim", "trace", "stats", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
@@ -163,8 +188,12 @@ def test_a_closed_output_pipe_ends_quietly() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "nspsim.cli.main", "trace", "stats", "wikipedia", "--samples", "1000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nspsim.cli.main", "trace", "stats", "wikipedia", "--samples", "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     proc.stdout.close()  # before the child writes anything
     _, err = proc.communicate(timeout=60)

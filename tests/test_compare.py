@@ -13,14 +13,20 @@ import pytest
 import nspsim.cli.commands.compare as command
 from nspsim.cli.main import main
 from nspsim.compare import (
-    ABLATIONS, CompareConfig, CompareResult, default_planners, parse_planner_spec, routing_counts, run_compare,
+    ABLATIONS,
+    CompareConfig,
+    CompareResult,
+    default_planners,
+    parse_planner_spec,
+    routing_counts,
+    run_compare,
 )
 from nspsim.compare.runner import _Runner
-from nspsim.workload import WorkloadConfig
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.base import Preparation
 from nspsim.simulator import Simulator, StepResult
+from nspsim.workload import WorkloadConfig
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
 SMALL_ARGS = ["--gpus", "16", "--tokens-per-batch", "512k", "--max-context", "96k", "--seed", "3"]
@@ -32,8 +38,10 @@ PROGRESS: list[str] = []
 @pytest.fixture(scope="module")
 def static_run() -> CompareResult:
     PROGRESS.clear()
-    return run_compare(CompareConfig(workload=SMALL, planners=("static", "static-best", "static-2", "static-8"),
-                                     iters=2), progress=lambda done, total, label: PROGRESS.append(label))
+    return run_compare(
+        CompareConfig(workload=SMALL, planners=("static", "static-best", "static-2", "static-8"), iters=2),
+        progress=lambda done, total, label: PROGRESS.append(label),
+    )
 
 
 def test_planner_specs() -> None:
@@ -75,16 +83,24 @@ def test_specs_are_prepared_as_their_planner_declares() -> None:
         assert (spec.tree_recompute, spec.optimize_order) == (declared.tree_recompute, declared.optimize_order)
         if name in expected:
             assert declared == Preparation(tree_recompute=expected[name], optimize_order=expected[name]), name
-    resolved = {label: (s.tree_recompute, s.optimize_order, s.mode)
-                for label in ABLATIONS if (s := parse_planner_spec(label)).planner in PLANNER_NAMES}
-    assert resolved == {"nsp-no-recompute": (False, True, "stream"), "nsp-no-overlap": (True, True, "no-stream"),
-                        "nsp-greedy": (True, True, "stream"), "nsp-attn-fwd": (True, True, "stream")}
+    resolved = {
+        label: (s.tree_recompute, s.optimize_order, s.mode)
+        for label in ABLATIONS
+        if (s := parse_planner_spec(label)).planner in PLANNER_NAMES
+    }
+    assert resolved == {
+        "nsp-no-recompute": (False, True, "stream"),
+        "nsp-no-overlap": (True, True, "no-stream"),
+        "nsp-greedy": (True, True, "stream"),
+        "nsp-attn-fwd": (True, True, "stream"),
+    }
     with pytest.raises(ValueError, match="tree_recompute must be True or False"):
         Preparation(tree_recompute=1)  # type: ignore[arg-type]
 
 
-def test_the_report_renderer_is_the_named_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_renderer_is_the_named_module(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``nspsim compare -o`` loads the studies layer only through ``REPORT_RENDERER``, before running."""
     assert callable(importlib.import_module(command.REPORT_RENDERER).render)
     monkeypatch.setattr(command, "REPORT_RENDERER", "studies.no_such_renderer")
@@ -95,7 +111,9 @@ def test_the_report_renderer_is_the_named_module(monkeypatch: pytest.MonkeyPatch
 
 
 def test_every_planner_sees_the_same_batches(static_run: CompareResult) -> None:
-    by_planner = {p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["planners"]}
+    by_planner = {
+        p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["planners"]
+    }
     assert all(v == [0, 1] for v in by_planner.values())
     assert [s.planner for s in static_run.summaries] == ["static", "static-best", "static-2", "static-8"]
     assert PROGRESS[0] == "static-best" and PROGRESS[-1] == "static-8"  # the sweep runs first (it may fail)
@@ -114,8 +132,7 @@ def test_normalisation_and_shares(static_run: CompareResult) -> None:
     base = next(s for s in static_run.summaries if s.planner == "static-best")
     for s in static_run.summaries:
         assert s.normalized_iterations == s.iterations == 2 and s.oom_count == 0
-        assert s.normalized_to_static == pytest.approx(
-            s.mean_step_time_s / base.mean_step_time_s)  # type: ignore[operator]
+        assert s.normalized_to_static == pytest.approx(s.mean_step_time_s / base.mean_step_time_s)  # type: ignore[operator]
         assert s.speedup_vs_static == pytest.approx(1 / s.normalized_to_static)  # type: ignore[operator]
         assert sum(s.breakdown_share.values()) == pytest.approx(1.0, rel=1e-9)
         for shares in s.routing_share.values():
@@ -142,8 +159,16 @@ def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert data["config"]["workload"]["gpus"] == 16 and data["config"]["iters"] == 1
     assert [r["planner"] for r in data["results"]] == list(default_planners())
     for r in data["results"]:
-        for key in ("planner", "mean_step_time_s", "normalized_to_static", "speedup_vs_static", "breakdown_share",
-                    "mean_planning_time_s", "oom_count", "sim_wall_time_s"):
+        for key in (
+            "planner",
+            "mean_step_time_s",
+            "normalized_to_static",
+            "speedup_vs_static",
+            "breakdown_share",
+            "mean_planning_time_s",
+            "oom_count",
+            "sim_wall_time_s",
+        ):
             assert key in r
         assert r["mean_load_over_lower_bound"] >= 1 - 1e-12
     assert all(it["load_over_lower_bound"] >= 1 - 1e-12 for it in data["iterations"])
@@ -168,18 +193,21 @@ def test_compare_cli_table_and_errors(capsys: pytest.CaptureFixture[str]) -> Non
         assert err.startswith("nspsim: error: argument --flexsp-time-limit") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--planners", ""], "no planners given"),
-    (["-o", ""], "report path '' must end with .html"),
-    (["-o", "{file}/report.html"], "file is a file, not a directory"),
-    (["-o", "{file}/sub/report.html"], "cannot create the directory"),
-    (["-o", "{dir}.html"], "is a directory; give a file name"),
-    (["--trace", "{dir}/t.config.json", "-o", "{dir}/t.html"], "would overwrite the input file"),
-    (["--seed", "-1"], "argument --seed: must be >= 0"),
-])
-def test_compare_refuses_bad_input_before_running(argv: list[str], message: str, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--planners", ""], "no planners given"),
+        (["-o", ""], "report path '' must end with .html"),
+        (["-o", "{file}/report.html"], "file is a file, not a directory"),
+        (["-o", "{file}/sub/report.html"], "cannot create the directory"),
+        (["-o", "{dir}.html"], "is a directory; give a file name"),
+        (["--trace", "{dir}/t.config.json", "-o", "{dir}/t.html"], "would overwrite the input file"),
+        (["--seed", "-1"], "argument --seed: must be >= 0"),
+    ],
+)
+def test_compare_refuses_bad_input_before_running(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An empty planner list or an unusable report path fails at once, not after the whole comparison."""
     import nspsim.cli.commands.compare as command
 
@@ -203,8 +231,14 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
         return original(self, plan)
 
     monkeypatch.setattr(Simulator, "simulate", counting)
-    result = run_compare(CompareConfig(workload=SMALL, iters=1, timeline_iteration=None, planners=(
-        "static-best", "nsp", "nsp-no-recompute", "nsp-no-overlap", "nsp-greedy", "nsp-attn-fwd")))
+    result = run_compare(
+        CompareConfig(
+            workload=SMALL,
+            iters=1,
+            timeline_iteration=None,
+            planners=("static-best", "nsp", "nsp-no-recompute", "nsp-no-overlap", "nsp-greedy", "nsp-attn-fwd"),
+        )
+    )
     assert len(simulated) == len(set(simulated))  # every distinct (plan, mode) simulated once
     assert {r.plan_hash for r in result.records} <= {h for h, _ in simulated}
     steps = {s.planner: s.mean_step_time_s for s in result.summaries}

@@ -10,12 +10,17 @@ from typing import Any
 import pytest
 
 from nspsim.compare import (
-    CompareConfig, CompareResult, IterationRecord, PlannerSpec, parse_planner_spec, summarise,
+    CompareConfig,
+    CompareResult,
+    IterationRecord,
+    PlannerSpec,
+    parse_planner_spec,
+    summarise,
 )
 from nspsim.compare.runner import _Runner
-from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions
+from nspsim.workload import WorkloadConfig, build_workload
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
 
@@ -23,11 +28,22 @@ SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 10
 def record(planner: str, i: int, step: float | None) -> IterationRecord:
     """One iteration; ``step=None`` is an out-of-memory iteration. The breakdown is all attention."""
     breakdown = {k: (step if k == "attn_fwd" and step is not None else 0.0) for k in BREAKDOWN_CATEGORIES}
-    return IterationRecord(planner=planner, iteration=i, batch_index=i, plan_hash=f"{planner}{i}", step_time_s=step,
-                           breakdown_s=breakdown if step is not None else {}, oom=step is None,
-                           oom_detail="out of memory: GPU 0" if step is None else None, planning_time_s=0.01,
-                           sim_wall_time_s=0.1, events=1, num_micro_batches=1, recompute_policy="keep-all",
-                           routing={"0-8K": {1: 4}})
+    return IterationRecord(
+        planner=planner,
+        iteration=i,
+        batch_index=i,
+        plan_hash=f"{planner}{i}",
+        step_time_s=step,
+        breakdown_s=breakdown if step is not None else {},
+        oom=step is None,
+        oom_detail="out of memory: GPU 0" if step is None else None,
+        planning_time_s=0.01,
+        sim_wall_time_s=0.1,
+        events=1,
+        num_micro_batches=1,
+        recompute_policy="keep-all",
+        routing={"0-8K": {1: 4}},
+    )
 
 
 def result(runs: dict[str, list[float | None]], baseline: str) -> CompareResult:
@@ -89,20 +105,23 @@ def test_static_best_never_picks_a_degree_that_ran_out_of_memory() -> None:
         _static_best({d: [1.0, None, 1.0] for d in (1, 2, 4, 8, 16)})
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"mode": "bogus"}, "unknown simulation mode 'bogus'"),
-    ({"timeline_iteration": -5}, "timeline_iteration must be None or an iteration in 0..2"),
-    ({"timeline_iteration": 3}, "timeline_iteration must be None or an iteration in 0..2"),
-    ({"iters": 2.5}, "iters must be a positive integer"),
-    ({"iters": True}, "iters must be a positive integer"),
-    ({"iters": 10**9}, "iters must be at most 100,000 batches per comparison, got 1,000,000,000"),
-    ({"first_batch": -1}, "first_batch an integer >= 0"),
-    ({"planners": ("static-best", "nsp:beam_width=-3")}, "beam_width must be a positive integer"),
-    ({"planners": ("static", "flexsp:time_limit=0")}, "time_limit must be a positive number"),
-    ({"planners": ("static", "nsp:wizardry=1")}, "has no option 'wizardry'"),
-    ({"planners": ("static",), "planner_options": {"wizard": {}}}, "planner_options names 'wizard'"),
-    ({"planners": ("static",), "planner_options": {"flexsp": {"time_limit": -1}}}, "time_limit must be a positive"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "bogus"}, "unknown simulation mode 'bogus'"),
+        ({"timeline_iteration": -5}, "timeline_iteration must be None or an iteration in 0..2"),
+        ({"timeline_iteration": 3}, "timeline_iteration must be None or an iteration in 0..2"),
+        ({"iters": 2.5}, "iters must be a positive integer"),
+        ({"iters": True}, "iters must be a positive integer"),
+        ({"iters": 10**9}, "iters must be at most 100,000 batches per comparison, got 1,000,000,000"),
+        ({"first_batch": -1}, "first_batch an integer >= 0"),
+        ({"planners": ("static-best", "nsp:beam_width=-3")}, "beam_width must be a positive integer"),
+        ({"planners": ("static", "flexsp:time_limit=0")}, "time_limit must be a positive number"),
+        ({"planners": ("static", "nsp:wizardry=1")}, "has no option 'wizardry'"),
+        ({"planners": ("static",), "planner_options": {"wizard": {}}}, "planner_options names 'wizard'"),
+        ({"planners": ("static",), "planner_options": {"flexsp": {"time_limit": -1}}}, "time_limit must be a positive"),
+    ],
+)
 def test_compare_config_is_validated_when_built(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         CompareConfig(workload=SMALL, **{"iters": 3, **kwargs})
@@ -115,7 +134,12 @@ def test_planner_spec_and_sim_options_are_validated_when_built() -> None:
         PlannerSpec(label="x", planner="static", mode="fast")
     with pytest.raises(ValueError, match="has no option 'beam'"):
         PlannerSpec(label="x", planner="nsp", options={"beam": 2})
-    for bad in ({"sim_layers": 12.5}, {"sim_layers": True}, {"jitter": float("nan")}, {"jitter": "0.1"},
-                {"timeline": 1}):
+    for bad in (
+        {"sim_layers": 12.5},
+        {"sim_layers": True},
+        {"jitter": float("nan")},
+        {"jitter": "0.1"},
+        {"timeline": 1},
+    ):
         with pytest.raises(ValueError):
             SimOptions(**bad)  # type: ignore[arg-type]

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from helpers import toy_cluster, toy_cost, toy_model
 
+from helpers import toy_cluster, toy_cost, toy_model
 from nspsim.cost.backends import BACKENDS, COSTS, SPBackend, backend_cost
 from nspsim.cost.comm import alltoall_traffic, ring_collective_traffic, ring_traffic
 from nspsim.cost.interface import CostModel
@@ -111,7 +111,8 @@ def test_alltoall_time_latency_and_bandwidth() -> None:
 
 def test_profile_overrides_bandwidth_throughput_and_latency() -> None:
     profile = Profile(
-        alltoall_bw_by_degree={2: 5e8, 8: 1e7}, latency_s_by_degree={2: 2e-5},
+        alltoall_bw_by_degree={2: 5e8, 8: 1e7},
+        latency_s_by_degree={2: 2e-5},
         attn_fwd_flops_by_length=LengthTable(lengths=(1024, 4096), values=(1e12, 2e12)),
     )
     cost = toy_cost(profile=profile)
@@ -148,8 +149,7 @@ def test_qwen3_orders_of_magnitude() -> None:
     from nspsim.specs.model import get_model
     from nspsim.specs.training import TrainingSpec
 
-    cost = AnalyticCostModel(model=get_model("qwen3-30b-a3b"), cluster=get_cluster("h100", 64),
-                             training=TrainingSpec())
+    cost = AnalyticCostModel(model=get_model("qwen3-30b-a3b"), cluster=get_cluster("h100", 64), training=TrainingSpec())
     one = cost.attention(np.array([128 * 1024]), 32)
     # A 128K sample at SP=32 spends more time computing than communicating, and crossing hosts costs.
     assert one.fwd.compute > one.fwd.comm > 0

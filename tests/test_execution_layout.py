@@ -8,11 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import make_batch
-from nspsim.specs.cluster import get_cluster
-from nspsim.specs.model import get_model
-from nspsim.plan import make_plan
-from nspsim.sp_tree import Node
 from nspsim.execution.layout import exchanges, input_tokens, micro_batch_layout, rank_exchange, rank_layout
+from nspsim.execution.schedule import order_conflicts, rank_steps, stream_order
 from nspsim.execution.shards import (
     NodeShards,
     input_bounds,
@@ -22,17 +19,31 @@ from nspsim.execution.shards import (
     sample_rows,
     ulysses_gather_order,
 )
-from nspsim.execution.schedule import order_conflicts, rank_steps, stream_order
+from nspsim.plan import make_plan
+from nspsim.sp_tree import Node
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.model import get_model
 
 
 def plan_of(lengths, nodes, world, micro_batches=None, backend="ulysses"):
-    return make_plan(planner="hand", cluster=get_cluster("cpu", world), model=get_model("tiny"),
-                     batch=make_batch(lengths), spmax=world, token_budget=10**6, nodes=nodes,
-                     micro_batches=micro_batches, backend=backend)
+    return make_plan(
+        planner="hand",
+        cluster=get_cluster("cpu", world),
+        model=get_model("tiny"),
+        batch=make_batch(lengths),
+        spmax=world,
+        token_budget=10**6,
+        nodes=nodes,
+        micro_batches=micro_batches,
+        backend=backend,
+    )
 
 
-NESTED = dict(lengths=[37, 5, 13, 21, 3, 9, 1], world=4,
-              nodes=[Node(4, 0), Node(1, 0), Node(2, 0), Node(1, 1), Node(2, 1), Node(1, 3), Node(4, 0)])
+NESTED = dict(
+    lengths=[37, 5, 13, 21, 3, 9, 1],
+    world=4,
+    nodes=[Node(4, 0), Node(1, 0), Node(2, 0), Node(1, 1), Node(2, 1), Node(1, 3), Node(4, 0)],
+)
 
 
 def test_input_bounds_are_even_and_cover_the_stream() -> None:
@@ -69,8 +80,9 @@ def test_ring_zigzag_gives_rank_i_chunks_i_and_2k_minus_1_minus_i() -> None:
 @settings(max_examples=40, deadline=None)
 @given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=4), k=st.sampled_from([2, 4, 8]))
 def test_ring_blocks_cover_the_causal_triangle_exactly_once(lengths: list[int], k: int) -> None:
-    sh = NodeShards(node=Node(k, 0), backend="ring", samples=np.arange(len(lengths)),
-                    lengths=np.array(lengths, dtype=np.int64))
+    sh = NodeShards(
+        node=Node(k, 0), backend="ring", samples=np.arange(len(lengths)), lengths=np.array(lengths, dtype=np.int64)
+    )
     pos = [sh.local_positions(r) for r in range(k)]
     sample = [sh.local_sample_index(r) for r in range(k)]
     cover = [np.zeros((n, n), dtype=np.int64) for n in lengths]
@@ -115,7 +127,7 @@ def test_layout_exchange_round_trips(world: int) -> None:
         pieces = []
         for s in range(world):
             off = int(fwd[s].send_counts[:r].sum())
-            pieces.append(sent[s][off:off + int(fwd[s].send_counts[r])])
+            pieces.append(sent[s][off : off + int(fwd[s].send_counts[r])])
         received = np.concatenate(pieces)
         assert received.size == fwd[r].recv_counts.sum()
         assert np.array_equal(received[fwd[r].recv_perm], dst[r])
@@ -146,8 +158,9 @@ def test_one_ranks_exchange_equals_the_all_ranks_construction_for_every_rank(pla
     for mb in range(plan.num_micro_batches):
         shards = node_shards(plan, mb)
         layouts = [rank_layout(plan, mb, r, shards) for r in range(world)]
-        full = exchanges([input_tokens(plan, mb, r, world) for r in range(world)], [lay.tokens for lay in layouts],
-                         total)
+        full = exchanges(
+            [input_tokens(plan, mb, r, world) for r in range(world)], [lay.tokens for lay in layouts], total
+        )
         for rank in range(world):
             mine = rank_exchange(plan, input_tokens(plan, mb, rank, world), world, shards, layouts[rank])
             for name in ("send_rows", "send_counts", "recv_counts", "recv_perm"):
@@ -184,16 +197,46 @@ def test_node_shards_follow_the_issue_order() -> None:
 def test_stream_order_issues_the_next_prologue_before_the_current_compute() -> None:
     a, b, c = Node(4, 0), Node(2, 0), Node(1, 0)
     assert [str(s) for s in stream_order([a, b, c])] == [  # default: every prologue first (the paper's queues)
-        "P(sp4#0)", "P(sp2#0)", "P(sp1#0)", "C(sp4#0)", "E(sp4#0)", "C(sp2#0)", "E(sp2#0)", "C(sp1#0)", "E(sp1#0)"]
+        "P(sp4#0)",
+        "P(sp2#0)",
+        "P(sp1#0)",
+        "C(sp4#0)",
+        "E(sp4#0)",
+        "C(sp2#0)",
+        "E(sp2#0)",
+        "C(sp1#0)",
+        "E(sp1#0)",
+    ]
     assert [str(s) for s in stream_order([a, b, c], lookahead=1)] == [
-        "P(sp4#0)", "P(sp2#0)", "C(sp4#0)", "E(sp4#0)", "P(sp1#0)", "C(sp2#0)", "E(sp2#0)", "C(sp1#0)", "E(sp1#0)"]
+        "P(sp4#0)",
+        "P(sp2#0)",
+        "C(sp4#0)",
+        "E(sp4#0)",
+        "P(sp1#0)",
+        "C(sp2#0)",
+        "E(sp2#0)",
+        "C(sp1#0)",
+        "E(sp1#0)",
+    ]
     assert [str(s) for s in stream_order([a, b], lookahead=0)] == [
-        "P(sp4#0)", "C(sp4#0)", "E(sp4#0)", "P(sp2#0)", "C(sp2#0)", "E(sp2#0)"]
+        "P(sp4#0)",
+        "C(sp4#0)",
+        "E(sp4#0)",
+        "P(sp2#0)",
+        "C(sp2#0)",
+        "E(sp2#0)",
+    ]
 
 
 def _comm_log(order, world, lookahead):
-    return {r: [(tuple(s.node.ranks), str(s)) for s in rank_steps(order, r, lookahead)
-                if s.node.degree > 1 and s.phase != "compute"] for r in range(world)}
+    return {
+        r: [
+            (tuple(s.node.ranks), str(s))
+            for s in rank_steps(order, r, lookahead)
+            if s.node.degree > 1 and s.phase != "compute"
+        ]
+        for r in range(world)
+    }
 
 
 @pytest.mark.parametrize("lookahead", [0, 1, 2, None])
@@ -208,7 +251,9 @@ def test_order_conflicts_detects_a_per_rank_greedy_schedule() -> None:
     # A per-rank pipeline (prologue of the rank's *own* next node) reorders shared collectives:
     # rank 0 runs [top, w, y] as P(top) P(w) E(top) P(y)..., rank 1 runs [top, y] as P(top) P(y) E(top).
     top, y = (0, 1, 2, 3), (0, 1)
-    logs = {0: [(top, "P(top)"), ((0,), "P(w)"), (top, "E(top)"), (y, "P(y)"), (y, "E(y)")],
-            1: [(top, "P(top)"), (y, "P(y)"), (top, "E(top)"), (y, "E(y)")]}
+    logs = {
+        0: [(top, "P(top)"), ((0,), "P(w)"), (top, "E(top)"), (y, "P(y)"), (y, "E(y)")],
+        1: [(top, "P(top)"), (y, "P(y)"), (top, "E(top)"), (y, "E(y)")],
+    }
     conflicts = order_conflicts(logs)
     assert len(conflicts) == 1 and conflicts[0].startswith("ranks 0 and 1 diverge at shared collective #1")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_helpers import Setup, StubCost
 
 from nspsim.execution.issue_order import _candidate_perms, optimize_issue_order, stream_finish
 from nspsim.sp_tree import Node
+from sim_helpers import Setup, StubCost
 
 
 def test_stream_finish_single_node_is_the_serial_sum() -> None:
@@ -55,10 +55,15 @@ def test_candidate_orders_start_with_roots_first() -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 7), st.integers(64, 5000)),
-                min_size=1, max_size=12), st.booleans())
-def test_optimised_order_is_a_valid_per_micro_batch_permutation(samples: list[tuple[int, int, int]],
-                                                               two_mb: bool) -> None:
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 7), st.integers(64, 5000)), min_size=1, max_size=12
+    ),
+    st.booleans(),
+)
+def test_optimised_order_is_a_valid_per_micro_batch_permutation(
+    samples: list[tuple[int, int, int]], two_mb: bool
+) -> None:
     nodes = [Node(d, i % (8 // d)) for d, i, _ in samples]
     mbs = [j % 2 for j in range(len(samples))] if two_mb and len(samples) > 1 else [0] * len(samples)
     setup = Setup(StubCost(comp=1e-9, pro=1e-6, epi=2e-7, lat=1e-5))

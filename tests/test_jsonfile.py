@@ -15,11 +15,14 @@ def test_a_good_file_is_parsed(tmp_path: Path) -> None:
     assert read_json(path, "plan") == {"a": [1, 2]}
 
 
-@pytest.mark.parametrize("content, message", [
-    (b'{"a": 1,\n "b": }', r"bad\.json line 2: invalid JSON \(Expecting value\)$"),
-    (b"[" * 100_000 + b"]" * 100_000, r"bad\.json: not a plan \(JSON nested too deeply\)$"),
-    (b"\xff{}", r"bad\.json: not readable as utf-8 text \(invalid start byte at byte 0\)$"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"a": 1,\n "b": }', r"bad\.json line 2: invalid JSON \(Expecting value\)$"),
+        (b"[" * 100_000 + b"]" * 100_000, r"bad\.json: not a plan \(JSON nested too deeply\)$"),
+        (b"\xff{}", r"bad\.json: not readable as utf-8 text \(invalid start byte at byte 0\)$"),
+    ],
+)
 def test_a_bad_file_gives_one_line_naming_it(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(content)

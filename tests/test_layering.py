@@ -48,24 +48,33 @@ def test_every_nspsim_module_has_a_layer() -> None:
 
 
 def test_nspsim_layers_import_only_downwards() -> None:
-    upward = [f"{a} -> {b}" for a, targets in GRAPH.items() if _under(a, "nspsim") and a != "nspsim"
-              for b in targets if _under(b, "nspsim") and b != "nspsim"
-              and (layer_of(b) or 0) > (layer_of(a) or 0)]
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in GRAPH.items()
+        if _under(a, "nspsim") and a != "nspsim"
+        for b in targets
+        if _under(b, "nspsim") and b != "nspsim" and (layer_of(b) or 0) > (layer_of(a) or 0)
+    ]
     assert upward == []
 
 
 def test_planners_and_simulator_do_not_import_each_other() -> None:
     """What both need (activation, recompute, issue order, layout) lives in nspsim.execution."""
-    crossing = [f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets
-                if (_under(a, "nspsim.planners") and _under(b, "nspsim.simulator"))
-                or (_under(a, "nspsim.simulator") and _under(b, "nspsim.planners"))]
+    crossing = [
+        f"{a} -> {b}"
+        for a, targets in GRAPH.items()
+        for b in targets
+        if (_under(a, "nspsim.planners") and _under(b, "nspsim.simulator"))
+        or (_under(a, "nspsim.simulator") and _under(b, "nspsim.planners"))
+    ]
     assert crossing == []
 
 
 def test_nspsim_never_imports_torch_plotly_runtime_or_studies() -> None:
     forbidden = {"torch", "plotly", "runtime", "studies", "transformers"}
-    offenders = {m: sorted(names & forbidden) for m, names in external_imports(ROOT, ["nspsim"]).items()
-                 if names & forbidden}
+    offenders = {
+        m: sorted(names & forbidden) for m, names in external_imports(ROOT, ["nspsim"]).items() if names & forbidden
+    }
     assert offenders == {}
 
 
@@ -80,16 +89,24 @@ DYNAMIC_IMPORTS = {
 def _dynamic_imports(path: Path) -> list[str]:
     """Arguments (source text) of every ``import_module(...)`` / ``__import__(...)`` call in a file."""
     tree = ast.parse(path.read_text())
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-             and ((isinstance(n.func, ast.Attribute) and n.func.attr == "import_module")
-                  or (isinstance(n.func, ast.Name) and n.func.id in ("import_module", "__import__")))]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Attribute) and n.func.attr == "import_module")
+            or (isinstance(n.func, ast.Name) and n.func.id in ("import_module", "__import__"))
+        )
+    ]
     return [ast.unparse(c.args[0]) if c.args else "" for c in calls]
 
 
 def _constant(module: str, name: str) -> object:
     path = ROOT / (module.replace(".", "/") + ".py")
     for node in ast.parse(path.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
             return ast.literal_eval(node.value)
     raise AssertionError(f"{module}.{name} is not a module-level constant")

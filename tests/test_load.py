@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import toy_cost
 
+from helpers import toy_cost
 from nspsim.cost.load import plan_load, tokens_per_gpu
 from nspsim.sp_tree import SPTree
 

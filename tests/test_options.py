@@ -9,10 +9,22 @@ import pytest
 from nspsim.options import non_negative_float, parse_option, parse_options, parse_value, positive_float
 
 
-@pytest.mark.parametrize("text, value", [
-    ("8", 8), ("-1", -1), ("1_000", 1000), ("0.5", 0.5), ("1e-3", 1e-3), ("1e3", 1000.0), ("True", True),
-    ("false", False), ("auto", "auto"), (" attn-fwd ", "attn-fwd"), ("highs", "highs"),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("8", 8),
+        ("-1", -1),
+        ("1_000", 1000),
+        ("0.5", 0.5),
+        ("1e-3", 1e-3),
+        ("1e3", 1000.0),
+        ("True", True),
+        ("false", False),
+        ("auto", "auto"),
+        (" attn-fwd ", "attn-fwd"),
+        ("highs", "highs"),
+    ],
+)
 def test_values_are_typed_by_one_rule(text: str, value: object) -> None:
     parsed = parse_value(text)
     assert parsed == value and type(parsed) is type(value)

@@ -7,23 +7,34 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers import make_batch, toy_cluster, toy_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nspsim.specs.cluster import get_cluster
+from helpers import make_batch, toy_cluster, toy_model
 from nspsim.plan import Plan, make_plan
 from nspsim.sp_tree import Node, SPTree
+from nspsim.specs.cluster import get_cluster
 
 
 def _plan(nodes: list[Node], lengths: list[int], budget: int = 10_000, **kw: object) -> Plan:
-    return make_plan(planner="manual", cluster=toy_cluster(), model=toy_model(), batch=make_batch(lengths),
-                     spmax=4, token_budget=budget, nodes=nodes, **kw)  # type: ignore[arg-type]
+    return make_plan(
+        planner="manual",
+        cluster=toy_cluster(),
+        model=toy_model(),
+        batch=make_batch(lengths),
+        spmax=4,
+        token_budget=budget,
+        nodes=nodes,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def nested() -> Plan:
-    return _plan([Node(4, 0), Node(2, 1), Node(1, 0), Node(1, 5)], [4000, 1000, 300, 50],
-                 metadata={"planning_time_s": 0.00123, "note": "x"})
+    return _plan(
+        [Node(4, 0), Node(2, 1), Node(1, 0), Node(1, 5)],
+        [4000, 1000, 300, 50],
+        metadata={"planning_time_s": 0.00123, "note": "x"},
+    )
 
 
 def test_round_trip_and_hash_is_stable() -> None:
@@ -128,14 +139,20 @@ def test_a_plan_refuses_lengths_above_max_context_and_another_node_size() -> Non
     import dataclasses
 
     from helpers import make_batch, toy_model
-
-    from nspsim.specs.cluster import get_cluster
     from nspsim.plan import make_plan
     from nspsim.sp_tree import Node
+    from nspsim.specs.cluster import get_cluster
 
     cluster = get_cluster("h100", 8)
-    plan = make_plan(planner="manual", cluster=cluster, model=toy_model(), batch=make_batch([5000]),
-                     spmax=4, token_budget=10_000, nodes=[Node(1, 0)])
+    plan = make_plan(
+        planner="manual",
+        cluster=cluster,
+        model=toy_model(),
+        batch=make_batch([5000]),
+        spmax=4,
+        token_budget=10_000,
+        nodes=[Node(1, 0)],
+    )
     with pytest.raises(ValueError, match="above the batch's max context 5000"):
         dataclasses.replace(plan, lengths=(6000,))
     other = dataclasses.replace(plan, gpus_per_node=4)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nspsim.workload import Workload
 from nspsim.cost.load import plan_load
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.planners.microbatch import blaster_split
+from nspsim.workload import Workload
 from planner_fixtures import batch_of, check_valid, model_workload
 
 
@@ -41,7 +41,9 @@ def best_single_degree(wl: Workload, lengths: np.ndarray) -> tuple[float, float,
 
 
 def micro_batch_degrees(plan: Plan) -> list[set[int]]:
-    return [{plan.nodes[j].degree for j in np.flatnonzero(plan.sample_mask(mb))} for mb in range(plan.num_micro_batches)]
+    return [
+        {plan.nodes[j].degree for j in np.flatnonzero(plan.sample_mask(mb))} for mb in range(plan.num_micro_batches)
+    ]
 
 
 def test_small_case_equals_exhaustive_search_over_cuts_and_degrees() -> None:

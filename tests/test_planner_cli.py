@@ -10,8 +10,7 @@ import pytest
 from nspsim.cli.main import main
 from nspsim.plan import Plan
 
-TINY = ["--model", "tiny", "--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "16k",
-        "--token-budget", "32k"]
+TINY = ["--model", "tiny", "--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "16k", "--token-budget", "32k"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -24,8 +23,17 @@ def test_plan_json_has_the_contract_fields(capsys: pytest.CaptureFixture[str]) -
     code, out, _ = run(capsys, "plan", "--planner", "nsp", *TINY, "--batch-index", "3", "--json")
     assert code == 0
     data = json.loads(out)
-    for key in ("planner", "num_samples", "load_s", "lower_bound_s", "planning_time_s", "max_tokens_per_gpu",
-                "token_budget", "samples_per_degree", "plan_hash"):
+    for key in (
+        "planner",
+        "num_samples",
+        "load_s",
+        "lower_bound_s",
+        "planning_time_s",
+        "max_tokens_per_gpu",
+        "token_budget",
+        "samples_per_degree",
+        "plan_hash",
+    ):
         assert key in data
     assert data["planner"] == "nsp" and data["config"]["batch_index"] == 3
     assert sum(data["samples_per_degree"].values()) == data["num_samples"]
@@ -45,16 +53,19 @@ def test_plan_text_summary_and_output_files(capsys: pytest.CaptureFixture[str], 
     assert config["planner_options"] == {"degree": 2} and config["model"] == "tiny"
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["-O", "beam_width=0"], "option beam_width must be a positive integer"),
-    (["-O", "beam=3"], "has no option 'beam'"),
-    (["-O", "nonsense"], "must look like KEY=VALUE"),
-    (["--token-budget", "10"], "fits no admissible SP group"),
-    (["-o", ""], "-o: the output path is empty"),
-    (["-o", "."], "is a directory; give a file name"),
-    (["-o", "no/such/dir/p.json"], "the directory no/such/dir does not exist"),
-    (["--seed", "-1"], "argument --seed: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["-O", "beam_width=0"], "option beam_width must be a positive integer"),
+        (["-O", "beam=3"], "has no option 'beam'"),
+        (["-O", "nonsense"], "must look like KEY=VALUE"),
+        (["--token-budget", "10"], "fits no admissible SP group"),
+        (["-o", ""], "-o: the output path is empty"),
+        (["-o", "."], "is a directory; give a file name"),
+        (["-o", "no/such/dir/p.json"], "the directory no/such/dir does not exist"),
+        (["--seed", "-1"], "argument --seed: must be >= 0"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     base = [a for a in TINY if a not in ("--token-budget", "32k")] if "--token-budget" in argv else TINY
     code, _, err = run(capsys, "plan", "--planner", "nsp", *base, *argv)
@@ -67,14 +78,17 @@ def test_unknown_planner_is_rejected(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and "invalid choice" in err
 
 
-@pytest.mark.parametrize("trace_name, output_name", [("lengths.txt", "lengths.txt"),
-                                                     ("lengths.config.json", "lengths.json")])
-def test_plan_output_never_overwrites_its_trace_file(trace_name: str, output_name: str, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "trace_name, output_name", [("lengths.txt", "lengths.txt"), ("lengths.config.json", "lengths.json")]
+)
+def test_plan_output_never_overwrites_its_trace_file(
+    trace_name: str, output_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Neither the plan nor the .config.json written beside it may replace the trace it was made from."""
     trace = tmp_path / trace_name
     trace.write_text("1000\n2000\n")
-    code, out, err = run(capsys, "plan", "--planner", "static", *TINY, "--trace", str(trace),
-                         "-o", str(tmp_path / output_name))
+    code, out, err = run(
+        capsys, "plan", "--planner", "static", *TINY, "--trace", str(trace), "-o", str(tmp_path / output_name)
+    )
     assert code == 2 and out == "" and "would overwrite the input file" in err and err.count("\n") == 1
     assert trace.read_text() == "1000\n2000\n"

@@ -8,15 +8,23 @@ import itertools
 import numpy as np
 import pytest
 
-from nspsim.workload import Workload, WorkloadConfig, build_workload
 from nspsim.planners import get_planner
-from nspsim.planners.bucketing import _dp_bounds, bucketize
 from nspsim.planners.base import make_context
-from nspsim.planners.flexsp_milp import (DEFAULT_WORK_LIMIT, Limits, MilpProblem, _bounds, _layout, _matrix,
-                                         _start_vector, solve)
+from nspsim.planners.bucketing import _dp_bounds, bucketize
+from nspsim.planners.flexsp_milp import (
+    DEFAULT_WORK_LIMIT,
+    Limits,
+    MilpProblem,
+    _bounds,
+    _layout,
+    _matrix,
+    _start_vector,
+    solve,
+)
 from nspsim.planners.flexsp_planner import _problem, static_incumbent
 from nspsim.planners.microbatch import blaster_split, token_split
-from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
+from nspsim.workload import Workload, WorkloadConfig, build_workload
+from planner_fixtures import batch_of, check_valid, model_workload
 
 
 def padding(values: np.ndarray, lengths: np.ndarray, ends: list[int]) -> int:
@@ -31,9 +39,11 @@ def test_bucketing_dp_minimises_padding_like_brute_force() -> None:
         values, counts = np.unique(lengths, return_counts=True)
         for buckets in (1, 2, 3, 4):
             got = padding(values, lengths, _dp_bounds(values, counts, buckets))
-            best = min(padding(values, lengths, [*c, values.size - 1])
-                       for r in range(min(buckets, values.size))
-                       for c in itertools.combinations(range(values.size - 1), r))
+            best = min(
+                padding(values, lengths, [*c, values.size - 1])
+                for r in range(min(buckets, values.size))
+                for c in itertools.combinations(range(values.size - 1), r)
+            )
             assert got == best
 
 
@@ -55,8 +65,10 @@ def test_blaster_split_minimises_the_largest_chunk() -> None:
         assert np.array_equal(np.concatenate(parts), np.arange(lengths.size))
         assert len(parts) == min(m, lengths.size)
         worst = max(int(lengths[p].sum()) for p in parts)
-        best = min(max(int(lengths[a:b].sum()) for a, b in zip((0, *cuts), (*cuts, lengths.size)))
-                   for cuts in itertools.combinations(range(1, lengths.size), min(m, lengths.size) - 1))
+        best = min(
+            max(int(lengths[a:b].sum()) for a, b in zip((0, *cuts), (*cuts, lengths.size)))
+            for cuts in itertools.combinations(range(1, lengths.size), min(m, lengths.size) - 1)
+        )
         assert worst == best
 
 
@@ -69,8 +81,15 @@ def test_token_split_balances_tokens_and_keeps_order() -> None:
 
 def tiny_problem(counts: list[int], lengths: list[int]) -> MilpProblem:
     t = {2: np.array([3.0 * x for x in lengths]), 4: np.array([1.8 * x for x in lengths])}
-    return MilpProblem(counts=np.array(counts), lengths=np.array(lengths), time=t, latency={2: 0.5, 4: 0.7},
-                       sizes=(2, 4), num_gpus=4, token_budget=1e9)
+    return MilpProblem(
+        counts=np.array(counts),
+        lengths=np.array(lengths),
+        time=t,
+        latency={2: 0.5, 4: 0.7},
+        sizes=(2, 4),
+        num_gpus=4,
+        token_budget=1e9,
+    )
 
 
 def brute_force_makespan(p: MilpProblem) -> float:
@@ -135,8 +154,9 @@ def test_flexsp_options_are_validated() -> None:
 
 
 def small_trace_workload() -> Workload:
-    return build_workload(WorkloadConfig(gpus=8, tokens_per_batch=128 * 1024, max_context=64 * 1024,
-                                         token_budget=64 * 1024))
+    return build_workload(
+        WorkloadConfig(gpus=8, tokens_per_batch=128 * 1024, max_context=64 * 1024, token_budget=64 * 1024)
+    )
 
 
 def test_flexsp_plans_are_reproducible_under_the_default_limits() -> None:
@@ -174,8 +194,13 @@ def test_the_incumbent_start_point_is_feasible_for_the_milp() -> None:
     problem = _problem(ctx, buckets, (2, 4, 8))
     incumbent = static_incumbent(problem)
     assert incumbent is not None
-    p = MilpProblem(**{**problem.__dict__, "upper": incumbent.makespan * (1 + 1e-9),
-                       "start": (incumbent.slot_sizes, incumbent.assignment)})
+    p = MilpProblem(
+        **{
+            **problem.__dict__,
+            "upper": incumbent.makespan * (1 + 1e-9),
+            "start": (incumbent.slot_sizes, incumbent.assignment),
+        }
+    )
     lay = _layout(p)
     mat, lo, hi = _matrix(p, lay)
     x = _start_vector(lay, p)

@@ -10,8 +10,8 @@ from nspsim.planners.base import make_context
 from nspsim.planners.beam import Beam, Placing, _block_max, _scores, _select, expand, node_layout
 from nspsim.planners.lower_bound import lower_bound
 from nspsim.planners.nsp_planner import prefix_share, prefix_size
-from nspsim.planners.proxy import CostTable
 from nspsim.planners.packing import least_loaded_fill, least_loaded_fill_many
+from nspsim.planners.proxy import CostTable
 from nspsim.planners.tail import TreeStates, complete, effective_degrees
 from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
 
@@ -20,8 +20,13 @@ LEVELS = (8, 4, 2, 1)
 
 def random_beam(rng: np.random.Generator, states: int, gpus: int = 16) -> Beam:
     layout = node_layout(gpus, LEVELS)
-    return Beam(rng.uniform(0, 10, (states, gpus)), rng.uniform(0, 100, (states, gpus)),
-                rng.random((states, layout.size)) < 0.3, rng.choice(LEVELS, states).astype(np.int64), [])
+    return Beam(
+        rng.uniform(0, 10, (states, gpus)),
+        rng.uniform(0, 100, (states, gpus)),
+        rng.random((states, layout.size)) < 0.3,
+        rng.choice(LEVELS, states).astype(np.int64),
+        [],
+    )
 
 
 def test_block_max_matches_a_loop_over_nodes() -> None:
@@ -31,7 +36,7 @@ def test_block_max_matches_a_loop_over_nodes() -> None:
     got = _block_max(values, layout)
     for u in range(layout.size):
         d, f = int(layout.degree[u]), int(layout.first[u])
-        assert np.array_equal(got[:, u], values[:, f:f + d].max(axis=1))
+        assert np.array_equal(got[:, u], values[:, f : f + d].max(axis=1))
 
 
 def test_expand_updates_kept_states_in_place_or_copies_them_consistently() -> None:
@@ -48,7 +53,7 @@ def test_expand_updates_kept_states_in_place_or_copies_them_consistently() -> No
         for i, (p, u) in enumerate(zip(parent.tolist(), node.tolist())):
             d, f = int(layout.degree[u]), int(layout.first[u])
             added = beam.loads[i] - parent_loads[p]
-            assert np.all(added[f:f + d] > 0) and np.all(np.delete(added, np.arange(f, f + d)) == 0)
+            assert np.all(added[f : f + d] > 0) and np.all(np.delete(added, np.arange(f, f + d)) == 0)
 
 
 def test_width_one_picks_the_lexicographic_best_with_the_lowest_index() -> None:
@@ -82,13 +87,13 @@ def test_scores_equal_the_critical_load_after_each_placement(lookahead: bool) ->
                 d, f = int(layout.degree[u]), int(layout.first[u])
                 dl = cost[u] + latency[u] * beam.idle[s, u]
                 after = beam.loads[s].copy()
-                after[f:f + d] += dl
+                after[f : f + d] += dl
                 expect = after.max()
                 if lookahead:
                     expect = max(expect, (after.sum() + rest) / 16)
                 assert score[s, u] == pytest.approx(expect, rel=1e-12)
                 assert added[s, u] == pytest.approx(d * dl / 16)
-                tok_ok = (beam.tokens[s, f:f + d] + length / d).max() <= budget * (1 + 1e-9)
+                tok_ok = (beam.tokens[s, f : f + d] + length / d).max() <= budget * (1 + 1e-9)
                 ok = tok_ok and length <= d * budget and d <= beam.last_degree[s]
                 assert ok if feasible is None else bool(np.broadcast_to(feasible, score.shape)[s, u]) == ok
 
@@ -107,8 +112,12 @@ def test_tail_goes_to_the_least_loaded_leaf_that_fits() -> None:
     wl = tiny_workload(gpus=4, token_budget=100)
     table = CostTable(wl.cost, wl.tree, [60, 50, 40, 30], wl.token_budget)
     layout = node_layout(4, wl.tree.degrees)
-    state = TreeStates(np.array([[5.0, 0.0, 1.0, 2.0]]), np.array([[0.0, 60.0, 0.0, 0.0]]),
-                       np.zeros((1, layout.size), dtype=bool), layout)
+    state = TreeStates(
+        np.array([[5.0, 0.0, 1.0, 2.0]]),
+        np.array([[0.0, 60.0, 0.0, 0.0]]),
+        np.zeros((1, layout.size), dtype=bool),
+        layout,
+    )
     degrees, firsts = complete(state, table, np.arange(4))
     assert degrees.tolist() == [[1, 1, 1, 1]]
     # GPU 1 is least loaded but holds 60 tokens: sample 0 (60 tokens) must skip it.

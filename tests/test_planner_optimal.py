@@ -67,8 +67,10 @@ def test_nsp_optimality_gap_on_tiny_instances() -> None:
     for wl, lengths in instances(30, seed=7):
         table = CostTable(wl.cost, wl.tree, lengths, wl.token_budget)  # type: ignore[attr-defined]
         batch = batch_of(lengths)
-        loads = {name: float(get_planner(name).plan(batch, wl).metadata["load_s"])  # type: ignore[arg-type]
-                 for name in ("nsp", "nsp2l", "greedy", "static")}
+        loads = {
+            name: float(get_planner(name).plan(batch, wl).metadata["load_s"])  # type: ignore[arg-type]
+            for name in ("nsp", "nsp2l", "greedy", "static")
+        }
         best = optimal_route(table)
         assert best is not None
         assert lower_bound(table) <= best.load * (1 + 1e-12)

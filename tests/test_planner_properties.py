@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nspsim.workload import Workload
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.token_balance import effective_budget
+from nspsim.workload import Workload
 from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload
 
 FAST_OPTIONS = {"flexsp": {"time_limit": 1.0}}
@@ -20,14 +20,21 @@ WORKLOADS: dict[tuple[str, int, int], Workload] = {}
 def workload(model: str, gpus: int, budget: int) -> Workload:
     key = (model, gpus, budget)
     if key not in WORKLOADS:
-        WORKLOADS[key] = (tiny_workload(gpus=gpus, token_budget=budget) if model == "tiny"
-                          else model_workload(model, gpus=gpus, token_budget=budget))
+        WORKLOADS[key] = (
+            tiny_workload(gpus=gpus, token_budget=budget)
+            if model == "tiny"
+            else model_workload(model, gpus=gpus, token_budget=budget)
+        )
     return WORKLOADS[key]
 
 
 lengths_st = st.lists(st.integers(1, 3) | st.integers(1, 600) | st.integers(600, 30_000), min_size=1, max_size=24)
-case_st = st.tuples(st.sampled_from(["tiny", "qwen3-30b-a3b"]), st.sampled_from([1, 2, 4, 8]),
-                    st.sampled_from([512, 2048, 16_384, 65_536]), lengths_st)
+case_st = st.tuples(
+    st.sampled_from(["tiny", "qwen3-30b-a3b"]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([512, 2048, 16_384, 65_536]),
+    lengths_st,
+)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from planner_fixtures import batch_of, check_valid, guarantee_score, static_scores
 
-from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.execution.recompute import mark_recompute
 from nspsim.planners import get_planner
-from nspsim.planners.nsp_planner import _static_routes
 from nspsim.planners.base import make_context
+from nspsim.planners.nsp_planner import _static_routes
 from nspsim.planners.proxy import CostTable
 from nspsim.planners.remat_estimate import remat_aware_load, remat_per_gpu, selected_loads
 from nspsim.planners.token_balance import effective_budget, is_memory_bound
-from nspsim.execution.recompute import mark_recompute
 from nspsim.simulator.work import step_work
+from nspsim.workload import WorkloadConfig, build_workload
+from planner_fixtures import batch_of, check_valid, guarantee_score, static_scores
 
 BIG = WorkloadConfig(model="qwen3-235b-a22b", cluster="h200")  # memory-bound at 2M tokens / 64 GPUs
 
@@ -37,7 +37,9 @@ def test_the_estimate_is_the_simulators_recompute_work(big, planner: str) -> Non
     table = CostTable(big.cost, big.tree, lengths, big.token_budget)
     select = np.arange(table.num_samples)
     deg, first = degrees[table.order], firsts[table.order]
-    got = remat_per_gpu(table, big.memory, big.cost, select, deg, first, selected_loads(table, select, deg, first).tokens)
+    got = remat_per_gpu(
+        table, big.memory, big.cost, select, deg, first, selected_loads(table, select, deg, first).tokens
+    )
     work = step_work(marked, big.cost, big.model, big.training, np.array(marked.recompute))
     (mb,) = work.micro_batches
     expected = np.zeros(big.tree.num_gpus)
@@ -57,17 +59,21 @@ def test_nsp_picks_the_least_estimate_among_its_candidates_when_memory_bound(big
     select = np.arange(ctx.table.num_samples)
     plan = get_planner("nsp").plan(batch, big)
     lengths, degrees, firsts, _ = plan.arrays
-    chosen = remat_aware_load(ctx.table, big.memory, big.cost, select, degrees[ctx.table.order],
-                              firsts[ctx.table.order])
+    chosen = remat_aware_load(
+        ctx.table, big.memory, big.cost, select, degrees[ctx.table.order], firsts[ctx.table.order]
+    )
     seeds = _static_routes(ctx, select, big.tree.degrees, np.inf)
-    assert seeds and chosen <= min(remat_aware_load(ctx.table, big.memory, big.cost, select, r.degrees, r.firsts)
-                                   for r in seeds) * (1 + 1e-12)
+    assert seeds and chosen <= min(
+        remat_aware_load(ctx.table, big.memory, big.cost, select, r.degrees, r.firsts) for r in seeds
+    ) * (1 + 1e-12)
     # Here the blind Load would pick the nested beam; the estimate sees its recomputation.
     blind = get_planner("nsp", seed_static=False).plan(batch, big)
     _, bdeg, bfirst, _ = blind.arrays
     assert float(blind.metadata["load_s"]) < float(plan.metadata["load_s"])
-    assert remat_aware_load(ctx.table, big.memory, big.cost, select, bdeg[ctx.table.order],
-                            bfirst[ctx.table.order]) > chosen
+    assert (
+        remat_aware_load(ctx.table, big.memory, big.cost, select, bdeg[ctx.table.order], bfirst[ctx.table.order])
+        > chosen
+    )
 
 
 def test_compute_bound_batches_keep_the_plain_load_choice() -> None:

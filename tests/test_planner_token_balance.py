@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.planners import get_planner
 from nspsim.planners.token_balance import AUTO_RATIO, effective_budget, is_memory_bound, kept_attention_capacity
+from nspsim.workload import WorkloadConfig, build_workload
 from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload
 
 
@@ -84,8 +84,9 @@ lengths_st = st.lists(st.integers(1, 600) | st.integers(600, 30_000), min_size=2
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpus=st.sampled_from([2, 4, 8]), ratio=st.sampled_from([1.0, 1.05, 1.3]), lengths=lengths_st)
-def test_nsp_load_never_exceeds_the_best_static_load_under_the_same_budget(gpus: int, ratio: float,
-                                                                          lengths: list[int]) -> None:
+def test_nsp_load_never_exceeds_the_best_static_load_under_the_same_budget(
+    gpus: int, ratio: float, lengths: list[int]
+) -> None:
     wl = model_workload(gpus=gpus, token_budget=65_536)
     assume(sum(lengths) <= gpus * wl.token_budget)  # one pass can hold the batch (else micro-batches)
     budget = effective_budget(ratio, wl, tuple(lengths))

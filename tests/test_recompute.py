@@ -6,19 +6,28 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_helpers import Setup, StubCost
 
-from nspsim.specs.memory import MemoryModel
-from nspsim.execution.recompute import mark_recompute
 from nspsim.execution.activation import plan_activations
+from nspsim.execution.recompute import mark_recompute
 from nspsim.sp_tree import Node
+from nspsim.specs.memory import MemoryModel
+from sim_helpers import Setup, StubCost
 
 
 def memory(capacity: float) -> MemoryModel:
     """1 byte per sharded token always kept, 1 more per token of saved attention (any degree)."""
-    return MemoryModel(usable_bytes=capacity, state_bytes=0.0, buffer_bytes=0.0, keep_bytes_per_token=1.0,
-                       working_bytes_per_token=0.0, attn_bytes_per_token_layer=1.0, attn_kv_bytes_per_head_token=0.0,
-                       num_layers=1, num_kv_heads=4, token_budget=10**9)
+    return MemoryModel(
+        usable_bytes=capacity,
+        state_bytes=0.0,
+        buffer_bytes=0.0,
+        keep_bytes_per_token=1.0,
+        working_bytes_per_token=0.0,
+        attn_bytes_per_token_layer=1.0,
+        attn_kv_bytes_per_head_token=0.0,
+        num_layers=1,
+        num_kv_heads=4,
+        token_budget=10**9,
+    )
 
 
 COST = StubCost(comp=1e-9, pro=1e-7, epi=1e-7)
@@ -48,8 +57,12 @@ def test_nothing_is_marked_when_all_attention_fits() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 7), st.integers(16, 3000)),
-                min_size=1, max_size=15), st.floats(0.3, 3.0))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 7), st.integers(16, 3000)), min_size=1, max_size=15
+    ),
+    st.floats(0.3, 3.0),
+)
 def test_marks_always_fit_whenever_full_recomputation_fits(samples: list[tuple[int, int, int]], slack: float) -> None:
     nodes = [Node(d, i % (8 // d)) for d, i, _ in samples]
     plan = Setup(COST).plan(nodes, [n for _, _, n in samples], spmax=8)

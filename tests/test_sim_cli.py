@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from nspsim.cli.main import main
-from nspsim.workload import WorkloadConfig, build_workload
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sp_tree import Node
+from nspsim.workload import WorkloadConfig, build_workload
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,15 @@ def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
             continue
         g = min(range(16), key=lambda i: tokens[i])
         nodes[j], tokens[g] = Node(1, g), tokens[g] + batch.lengths[j]
-    plan = make_plan(planner="manual", cluster=wl.cluster, model=wl.model, batch=batch, spmax=wl.tree.spmax,
-                     token_budget=wl.token_budget, nodes=nodes)
+    plan = make_plan(
+        planner="manual",
+        cluster=wl.cluster,
+        model=wl.model,
+        batch=batch,
+        spmax=wl.tree.spmax,
+        token_budget=wl.token_budget,
+        nodes=nodes,
+    )
     path = tmp_path_factory.mktemp("plans") / "plan.json"
     plan.save(path)
     return path
@@ -56,21 +63,25 @@ def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pyt
     assert json.loads((tmp_path / "trace.config.json").read_text())["plan_hash"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["simulate", "missing.json"], "cannot read plan missing.json"),
-    (["simulate", "PLAN", "--mode", "fast"], "invalid choice: 'fast'"),
-    (["simulate", "PLAN", "--jitter", "2"], "jitter must be in [0, 1)"),
-    (["simulate", "PLAN", "--sim-layers", "3"], "sim_layers must be an integer >= 6"),
-    (["simulate", "PLAN", "--jitter", "nan"], "argument --jitter: must be a finite number"),
-    (["simulate", "PLAN", "--jitter", "inf"], "argument --jitter: must be a finite number"),
-    (["simulate", "PLAN", "--seed", "-1"], "argument --seed: must be >= 0"),
-    (["simulate", "PLAN", "--timeline", "PLAN"], "would overwrite the input file"),
-    (["simulate", "PLAN", "--timeline", ""], "--timeline: the output path is empty"),
-    (["simulate", "PLAN", "--timeline", "."], "is a directory; give a file name"),
-    (["simulate", "PLAN", "--timeline", "no/such/dir/t.json"], "the directory no/such/dir does not exist"),
-])
-def test_simulate_bad_input_is_one_line(argv: list[str], message: str, plan_file: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["simulate", "missing.json"], "cannot read plan missing.json"),
+        (["simulate", "PLAN", "--mode", "fast"], "invalid choice: 'fast'"),
+        (["simulate", "PLAN", "--jitter", "2"], "jitter must be in [0, 1)"),
+        (["simulate", "PLAN", "--sim-layers", "3"], "sim_layers must be an integer >= 6"),
+        (["simulate", "PLAN", "--jitter", "nan"], "argument --jitter: must be a finite number"),
+        (["simulate", "PLAN", "--jitter", "inf"], "argument --jitter: must be a finite number"),
+        (["simulate", "PLAN", "--seed", "-1"], "argument --seed: must be >= 0"),
+        (["simulate", "PLAN", "--timeline", "PLAN"], "would overwrite the input file"),
+        (["simulate", "PLAN", "--timeline", ""], "--timeline: the output path is empty"),
+        (["simulate", "PLAN", "--timeline", "."], "is a directory; give a file name"),
+        (["simulate", "PLAN", "--timeline", "no/such/dir/t.json"], "the directory no/such/dir does not exist"),
+    ],
+)
+def test_simulate_bad_input_is_one_line(
+    argv: list[str], message: str, plan_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = plan_file.read_bytes()
     assert main([str(plan_file) if a == "PLAN" else a for a in argv]) == 2
     err = capsys.readouterr().err
@@ -81,14 +92,23 @@ def test_simulate_bad_input_is_one_line(argv: list[str], message: str, plan_file
 def test_simulate_refuses_a_plan_for_an_unknown_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from helpers import make_batch, toy_cluster, toy_model
 
-    plan = make_plan(planner="manual", cluster=toy_cluster(), model=toy_model(), batch=make_batch([100]), spmax=4,
-                     token_budget=1000, nodes=[Node(1, 0)])
+    plan = make_plan(
+        planner="manual",
+        cluster=toy_cluster(),
+        model=toy_model(),
+        batch=make_batch([100]),
+        spmax=4,
+        token_budget=1000,
+        nodes=[Node(1, 0)],
+    )
     plan.save(tmp_path / "toy.json")
     assert main(["simulate", str(tmp_path / "toy.json")]) == 2
     assert "unknown model preset 'toy'" in capsys.readouterr().err
 
 
-def test_simulate_timeline_never_overwrites_the_plans_sidecar(plan_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_simulate_timeline_never_overwrites_the_plans_sidecar(
+    plan_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sidecar = plan_file.with_suffix(".config.json")
     sidecar.write_text('{"planner_options": {}}')
     timeline = plan_file.with_suffix(".html")  # its own sidecar would be the plan's

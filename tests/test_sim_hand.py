@@ -8,9 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import simpy
-from helpers import make_batch, toy_cluster, toy_cost, toy_model
-from sim_helpers import Setup, StubCost, roomy_memory
 
+from helpers import make_batch, toy_cluster, toy_cost, toy_model
 from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.interface import NonAttentionCost
 from nspsim.plan import make_plan
@@ -20,6 +19,7 @@ from nspsim.simulator.hardware import Collective, Fabric
 from nspsim.simulator.step_model import CollectiveFactory
 from nspsim.sp_tree import Node
 from nspsim.specs.training import TrainingSpec
+from sim_helpers import Setup, StubCost, roomy_memory
 
 REL = 1e-12
 
@@ -104,11 +104,19 @@ def test_nested_groups_on_the_same_gpus_slow_each_other_down() -> None:
 
 def test_compute_only_step_equals_the_sum_of_its_kernels() -> None:
     cluster = toy_cluster(1, 1)
-    cost = AnalyticCostModel(model=toy_model(3), cluster=cluster, training=TrainingSpec(), attn_half_length=0.0,
-                             dense_gemm_efficiency=1.0)
+    cost = AnalyticCostModel(
+        model=toy_model(3), cluster=cluster, training=TrainingSpec(), attn_half_length=0.0, dense_gemm_efficiency=1.0
+    )
     lengths = [3000, 1000, 500]
-    plan = make_plan(planner="manual", cluster=cluster, model=toy_model(3), batch=make_batch(lengths), spmax=1,
-                     token_budget=10**9, nodes=[Node(1, 0)] * 3)
+    plan = make_plan(
+        planner="manual",
+        cluster=cluster,
+        model=toy_model(3),
+        batch=make_batch(lengths),
+        spmax=1,
+        token_budget=10**9,
+        nodes=[Node(1, 0)] * 3,
+    )
     sim = Simulator(cost=cost, model=toy_model(3), cluster=cluster, training=TrainingSpec(), memory=roomy_memory(3))
     result = sim.simulate(plan)
     attn = cost.attention(np.array(lengths), 1)
@@ -147,15 +155,29 @@ def test_comm_wait_appears_when_one_group_member_is_late() -> None:
     gpu1 = dict(zip(BREAKDOWN_CATEGORIES, result.per_gpu_breakdown_s[1]))
     assert gpu1["comm_wait"] == pytest.approx(3.95e-3 + 7.9e-3, rel=1e-9)
     assert gpu1["sp_exposed_comm"] == pytest.approx(3e-4, rel=1e-9)
-    waits = [(e.start, e.end) for e in result.timeline if e.gpu == 1 and e.track == "exposed"
-             and e.category == "comm_wait" and e.layer == 0]
+    waits = [
+        (e.start, e.end)
+        for e in result.timeline
+        if e.gpu == 1 and e.track == "exposed" and e.category == "comm_wait" and e.layer == 0
+    ]
     assert waits == [pytest.approx((5.5e-4, 4.5e-3), rel=1e-9)]
 
 
 @pytest.mark.parametrize("mode", ["stream", "no-stream", "serial"])
 def test_breakdown_sums_to_the_step_time_on_every_gpu(mode: str) -> None:
-    setup = Setup(StubCost(layers=2, lat=1e-5, comp=1e-9, pro=2e-7, epi=1e-7, nonattn=1e-7, allgather=1e-3,
-                           reduce_scatter=1e-3, optimizer=1e-4))
+    setup = Setup(
+        StubCost(
+            layers=2,
+            lat=1e-5,
+            comp=1e-9,
+            pro=2e-7,
+            epi=1e-7,
+            nonattn=1e-7,
+            allgather=1e-3,
+            reduce_scatter=1e-3,
+            optimizer=1e-4,
+        )
+    )
     plan = setup.plan([Node(4, 0), Node(2, 2), Node(1, 0), Node(1, 5), Node(4, 1)], [4000, 1500, 800, 300, 2500])
     result = setup.simulator(mode=mode).simulate(plan)
     assert result.per_gpu_breakdown_s.sum(axis=1) == pytest.approx(np.full(8, result.step_time_s), rel=1e-12)
@@ -185,8 +207,9 @@ def test_recompute_runs_inside_the_node_backward_in_reversed_issue_order() -> No
     # (1.28e-3) first; the sp2 node's Q/K/V re-send (1.19e-3 to 1.24e-3) and dO all-to-all hide under it,
     # then its recompute kernel, its backward kernel and its epilogue (ends 4.07e-3).
     setup = Setup(REMAT_COST)
-    plan = setup.plan([Node(2, 0), Node(1, 0)], [1000, 800], recompute=[True, False],
-                      issue_order=[(Node(2, 0), Node(1, 0))])
+    plan = setup.plan(
+        [Node(2, 0), Node(1, 0)], [1000, 800], recompute=[True, False], issue_order=[(Node(2, 0), Node(1, 0))]
+    )
     result = setup.simulator(timeline=True).simulate(plan)
     assert result.step_time_s == pytest.approx(4.07e-3, rel=REL)
     gpu0 = dict(zip(BREAKDOWN_CATEGORIES, result.per_gpu_breakdown_s[0]))
@@ -207,7 +230,10 @@ def test_layout_change_moves_token_ids_in_hidden_states_out_and_their_gradient_b
     assert nested.breakdown_s["sp_exposed_comm"] == pytest.approx(nested.step_time_s, rel=REL)
     names = [e.name for e in nested.timeline if e.gpu == 0 and e.track == "sp-comm"]
     assert [n for n in names if n.startswith("layout")] == [
-        "layout-in (token ids)", "layout-out (hidden)", "layout-in (hidden grad)"]
+        "layout-in (token ids)",
+        "layout-out (hidden)",
+        "layout-in (hidden grad)",
+    ]
     uniform = setup.simulator().simulate(setup.plan([Node(2, 0), Node(2, 1)], [1000, 300]))
     assert uniform.step_time_s == pytest.approx(4e-5, rel=REL)  # one degree: already in the conventional layout
 
@@ -218,8 +244,9 @@ def test_fsdp_prefetch_depth_is_honoured(prefetch: int, expected_ms: float, expo
     # gather waits for the layer before, 3 * (1 + 2) + 3 * (1 + 4) = 24 ms. One layer ahead: only the
     # first gather of each pass is exposed (gathers 0-1 back to back, 2 after layer 0 frees its
     # buffer): 1 + 6 + 1 + 12 = 20 ms. Two ahead hides nothing more here (compute-bound layers).
-    setup = Setup(StubCost(layers=3, nonattn=2e-6, allgather=1e-3),
-                  training=TrainingSpec(fsdp_prefetch_layers=prefetch))
+    setup = Setup(
+        StubCost(layers=3, nonattn=2e-6, allgather=1e-3), training=TrainingSpec(fsdp_prefetch_layers=prefetch)
+    )
     result = setup.simulator().simulate(setup.plan([Node(1, g) for g in range(8)], [1000] * 8))
     assert result.step_time_s == pytest.approx(expected_ms * 1e-3, rel=REL)
     assert result.breakdown_s["fsdp_exposed_comm"] == pytest.approx(exposed_ms * 1e-3, rel=REL)
@@ -239,11 +266,19 @@ def test_a_late_gpu_makes_every_other_gpu_wait_for_the_fsdp_gathers() -> None:
     assert table["fsdp_exposed_comm"] == pytest.approx([4e-3] * 8, rel=REL)
     assert table["non_attn"] == pytest.approx([12e-3] + [6e-3] * 7, rel=REL)
     for gpu in range(8):
-        waits = [(e.start, e.end) for e in result.timeline if e.gpu == gpu and e.track == "fsdp-allgather"
-                 and e.category == "comm_wait"]
-        spans = [(e.start, e.end) for e in result.timeline if e.gpu == gpu and e.track == "fsdp-allgather"
-                 and e.category == "fsdp_exposed_comm"]
-        assert waits == ([] if gpu == 0 else [pytest.approx(w, rel=REL) for w in ((2e-3, 3e-3), (5e-3, 6e-3), (9e-3, 11e-3))])
+        waits = [
+            (e.start, e.end)
+            for e in result.timeline
+            if e.gpu == gpu and e.track == "fsdp-allgather" and e.category == "comm_wait"
+        ]
+        spans = [
+            (e.start, e.end)
+            for e in result.timeline
+            if e.gpu == gpu and e.track == "fsdp-allgather" and e.category == "fsdp_exposed_comm"
+        ]
+        assert waits == (
+            [] if gpu == 0 else [pytest.approx(w, rel=REL) for w in ((2e-3, 3e-3), (5e-3, 6e-3), (9e-3, 11e-3))]
+        )
         assert spans == [pytest.approx(s, rel=REL) for s in ((0.0, 1e-3), (3e-3, 4e-3), (6e-3, 7e-3), (11e-3, 12e-3))]
 
 
@@ -254,8 +289,9 @@ class MoeStubCost(StubCost):
     ep_comm: float = 0.0
 
     def non_attention(self, tokens: float) -> NonAttentionCost:
-        return NonAttentionCost(self.nonattn * tokens, 2 * self.nonattn * tokens,
-                                self.ep_comm * tokens, 2 * self.ep_comm * tokens)
+        return NonAttentionCost(
+            self.nonattn * tokens, 2 * self.nonattn * tokens, self.ep_comm * tokens, 2 * self.ep_comm * tokens
+        )
 
 
 def test_expert_parallel_alltoalls_wrap_the_expert_compute_paced_by_the_groups_busiest_member() -> None:
@@ -270,5 +306,6 @@ def test_expert_parallel_alltoalls_wrap_the_expert_compute_paced_by_the_groups_b
     assert crit["non_attn"] == pytest.approx(6e-3, rel=REL)
     assert crit["non_attn"] + crit["other"] + crit["comm_wait"] == pytest.approx(12e-3, rel=REL)
     dense = Setup(MoeStubCost(nonattn=1e-6, ep_comm=1e-6)).simulator()
-    assert dense.simulate(setup.plan([Node(1, g) for g in range(8)], [2000] + [1000] * 7)).step_time_s == \
-        pytest.approx(6e-3, rel=REL)  # EP 1: no all-to-all, GPU 0's 2 + 4 ms of compute
+    assert dense.simulate(setup.plan([Node(1, g) for g in range(8)], [2000] + [1000] * 7)).step_time_s == pytest.approx(
+        6e-3, rel=REL
+    )  # EP 1: no all-to-all, GPU 0's 2 + 4 ms of compute

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sim_helpers import Setup, StubCost
 
-from nspsim.specs.memory import MemoryModel
 from nspsim.execution.activation import plan_activations
 from nspsim.sp_tree import Node
+from nspsim.specs.memory import MemoryModel
+from sim_helpers import Setup, StubCost
 
 COST = StubCost(comp=1e-9, pro=1e-7, epi=1e-7)
 
 
 def memory(usable: float) -> MemoryModel:
     """States 100 B, buffers 50 B; 2 B per sharded token always, 3 B per token of saved attention."""
-    return MemoryModel(usable_bytes=usable, state_bytes=100.0, buffer_bytes=50.0, keep_bytes_per_token=1.0,
-                       working_bytes_per_token=1.0, attn_bytes_per_token_layer=3.0, attn_kv_bytes_per_head_token=0.0,
-                       num_layers=1, num_kv_heads=4, token_budget=10**9)
+    return MemoryModel(
+        usable_bytes=usable,
+        state_bytes=100.0,
+        buffer_bytes=50.0,
+        keep_bytes_per_token=1.0,
+        working_bytes_per_token=1.0,
+        attn_bytes_per_token_layer=3.0,
+        attn_kv_bytes_per_head_token=0.0,
+        num_layers=1,
+        num_kv_heads=4,
+        token_budget=10**9,
+    )
 
 
 def plan():  # type: ignore[no-untyped-def]

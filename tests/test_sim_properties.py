@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from sim_helpers import Setup, StubCost
 
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
 from nspsim.specs.training import TrainingSpec
+from sim_helpers import Setup, StubCost
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -20,10 +20,15 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 def plans(draw: st.DrawFn, layers: int = 1) -> tuple[Setup, Plan]:
     """A random plan on 8 GPUs (2 per host, spmax 8) with random round-number costs and FSDP prefetch depth."""
     cost = StubCost(
-        layers=layers, lat=draw(st.sampled_from([0.0, 1e-5])), comp=draw(st.sampled_from([1e-10, 1e-9])),
-        pro=draw(st.sampled_from([0.0, 1e-7, 1e-6])), epi=draw(st.sampled_from([0.0, 1e-7])),
-        nonattn=draw(st.sampled_from([0.0, 1e-7])), allgather=draw(st.sampled_from([0.0, 2e-4, 2e-3])),
-        reduce_scatter=draw(st.sampled_from([0.0, 2e-3])), optimizer=1e-4,
+        layers=layers,
+        lat=draw(st.sampled_from([0.0, 1e-5])),
+        comp=draw(st.sampled_from([1e-10, 1e-9])),
+        pro=draw(st.sampled_from([0.0, 1e-7, 1e-6])),
+        epi=draw(st.sampled_from([0.0, 1e-7])),
+        nonattn=draw(st.sampled_from([0.0, 1e-7])),
+        allgather=draw(st.sampled_from([0.0, 2e-4, 2e-3])),
+        reduce_scatter=draw(st.sampled_from([0.0, 2e-3])),
+        optimizer=1e-4,
     )
     n = draw(st.integers(1, 12))
     degrees = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=n, max_size=n))
@@ -72,10 +77,24 @@ def test_extrapolated_layers_equal_a_full_simulation(case: tuple[Setup, Plan]) -
 
 
 def test_extrapolation_happens_and_matches_on_a_typical_nested_plan() -> None:
-    setup = Setup(StubCost(layers=20, lat=1e-5, comp=1e-9, pro=1e-7, epi=1e-7, nonattn=1e-7, allgather=1e-3,
-                           reduce_scatter=1e-3, optimizer=1e-4))
-    plan = setup.plan([Node(8, 0), Node(4, 1), Node(2, 0), Node(1, 2), Node(1, 3), Node(2, 3)],
-                      [6000, 3000, 2000, 1500, 1400, 900], spmax=8)
+    setup = Setup(
+        StubCost(
+            layers=20,
+            lat=1e-5,
+            comp=1e-9,
+            pro=1e-7,
+            epi=1e-7,
+            nonattn=1e-7,
+            allgather=1e-3,
+            reduce_scatter=1e-3,
+            optimizer=1e-4,
+        )
+    )
+    plan = setup.plan(
+        [Node(8, 0), Node(4, 1), Node(2, 0), Node(1, 2), Node(1, 3), Node(2, 3)],
+        [6000, 3000, 2000, 1500, 1400, 900],
+        spmax=8,
+    )
     fast = setup.simulator(timeline=True).simulate(plan)
     full = setup.simulator(extrapolate=False, timeline=True).simulate(plan)
     assert fast.extrapolated and fast.layers_simulated == 12 and not full.extrapolated
@@ -89,10 +108,17 @@ def test_extrapolated_timeline_of_a_later_micro_batch_matches_a_full_simulation(
     """Micro-batch 1's token-id layout change waits for micro-batch 0 (the runtime's all-to-all is
     blocking). It used to be issued at time 0 and wait in the SP queue, so an extrapolated timeline
     moved its issue time (its "wait" event) by the extrapolated layers' shift (found by a review)."""
-    setup = Setup(StubCost(layers=24, lat=1e-5, pro=1e-7, comp=1e-10, nonattn=1e-6, allgather=5e-4, optimizer=1e-4),
-                  num_gpus=16, training=TrainingSpec(fsdp_prefetch_layers=0))
-    plan = setup.plan([Node(2, 4), Node(2, 4), Node(1, 11), Node(2, 0), Node(2, 2), Node(2, 7), Node(8, 0)],
-                      [2413, 5550, 5777, 4613, 3948, 1850, 578], spmax=8, micro_batches=[0, 1, 0, 1, 0, 0, 1])
+    setup = Setup(
+        StubCost(layers=24, lat=1e-5, pro=1e-7, comp=1e-10, nonattn=1e-6, allgather=5e-4, optimizer=1e-4),
+        num_gpus=16,
+        training=TrainingSpec(fsdp_prefetch_layers=0),
+    )
+    plan = setup.plan(
+        [Node(2, 4), Node(2, 4), Node(1, 11), Node(2, 0), Node(2, 2), Node(2, 7), Node(8, 0)],
+        [2413, 5550, 5777, 4613, 3948, 1850, 578],
+        spmax=8,
+        micro_batches=[0, 1, 0, 1, 0, 0, 1],
+    )
     fast = setup.simulator(timeline=True, symmetry=False).simulate(plan)
     full = setup.simulator(timeline=True, symmetry=False, extrapolate=False).simulate(plan)
     assert fast.extrapolated and fast.layers_simulated == 12

@@ -10,16 +10,16 @@ import threading
 
 import numpy as np
 import pytest
-from sim_helpers import Setup, StubCost
 
 from nspsim.cost.interface import AttentionCost
-from nspsim.simulator import SimOptions, TimelineEvent
 from nspsim.execution.activation import POLICIES, ActivationPlan, RecomputePolicy
+from nspsim.simulator import SimOptions, TimelineEvent
 from nspsim.simulator.periodic import Repeat
 from nspsim.simulator.step_model import MODES, SimMode
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
 from nspsim.workload import WorkloadConfig
+from sim_helpers import Setup, StubCost
 
 
 def test_records_are_frozen_and_keyword_only() -> None:

@@ -8,16 +8,16 @@ from __future__ import annotations
 import math
 
 import pytest
-from sim_helpers import Setup, StubCost
 
 from nspsim.execution.activation import plan_activations
 from nspsim.simulator.engine import Executor
 from nspsim.simulator.periodic import _segment_times, settling_layers
-from nspsim.simulator.step_model import StepModel
 from nspsim.simulator.simulator import Simulator
+from nspsim.simulator.step_model import StepModel
 from nspsim.simulator.work import reduce_to_units, step_work
 from nspsim.sp_tree import Node
 from nspsim.specs.training import TrainingSpec
+from sim_helpers import Setup, StubCost
 
 
 def _settling(setup: Setup, nodes: list[Node], lengths: list[int], prefetch: int = 1) -> float:
@@ -36,7 +36,9 @@ def test_faster_gpus_settle_once_their_lead_is_used_up() -> None:
     setup = Setup(StubCost(layers=24, comp=1e-9, allgather=5e-4))
     n = _settling(setup, ONE_PER_GPU, [1000] * 4 + [900] * 4)
     assert n == pytest.approx(1.5e-3 / 0.38e-3, rel=1e-9)
-    assert _settling(setup, ONE_PER_GPU, [1000] * 4 + [900] * 4, prefetch=2) == pytest.approx(3.5e-3 / 0.38e-3, rel=1e-9)
+    assert _settling(setup, ONE_PER_GPU, [1000] * 4 + [900] * 4, prefetch=2) == pytest.approx(
+        3.5e-3 / 0.38e-3, rel=1e-9
+    )
 
 
 def test_a_collective_couples_its_gpus() -> None:
@@ -49,12 +51,15 @@ def test_a_collective_couples_its_gpus() -> None:
     assert n == pytest.approx(5.5e-3 / 4e-3, rel=1e-9)
 
 
-@pytest.mark.parametrize(("allgather", "lengths", "prefetch", "expected"), [
-    (5e-4, [1000] * 8, 1, 0.0),  # equal paces
-    (3e-3, [1000] * 4 + [900] * 4, 1, 0.0),  # gathers slower than any GPU pace every layer
-    (5e-4, [1000] * 4 + [900] * 4, 0, 0.0),  # gathered just in time: every layer synchronises
-    (0.0, [1000] * 4 + [900] * 4, 1, math.inf),  # nothing couples GPUs 0-3 and 4-7
-])
+@pytest.mark.parametrize(
+    ("allgather", "lengths", "prefetch", "expected"),
+    [
+        (5e-4, [1000] * 8, 1, 0.0),  # equal paces
+        (3e-3, [1000] * 4 + [900] * 4, 1, 0.0),  # gathers slower than any GPU pace every layer
+        (5e-4, [1000] * 4 + [900] * 4, 0, 0.0),  # gathered just in time: every layer synchronises
+        (0.0, [1000] * 4 + [900] * 4, 1, math.inf),  # nothing couples GPUs 0-3 and 4-7
+    ],
+)
 def test_settling_edge_cases(allgather: float, lengths: list[int], prefetch: int, expected: float) -> None:
     setup = Setup(StubCost(layers=24, comp=1e-9, allgather=allgather))
     assert _settling(setup, ONE_PER_GPU, lengths, prefetch) == expected

@@ -5,17 +5,28 @@ from __future__ import annotations
 import json
 
 import pytest
-from sim_helpers import Setup, StubCost
 
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import chrome_trace, chrome_trace_json
 from nspsim.simulator.timeline import TRACKS
 from nspsim.sp_tree import Node
+from sim_helpers import Setup, StubCost
 
 
 def simulated():  # type: ignore[no-untyped-def]
-    setup = Setup(StubCost(layers=2, lat=1e-5, comp=1e-9, pro=2e-7, epi=1e-7, nonattn=1e-7, allgather=1e-3,
-                           reduce_scatter=1e-3, optimizer=1e-4))
+    setup = Setup(
+        StubCost(
+            layers=2,
+            lat=1e-5,
+            comp=1e-9,
+            pro=2e-7,
+            epi=1e-7,
+            nonattn=1e-7,
+            allgather=1e-3,
+            reduce_scatter=1e-3,
+            optimizer=1e-4,
+        )
+    )
     plan = setup.plan([Node(4, 0), Node(2, 2), Node(1, 0), Node(1, 5)], [4000, 1500, 800, 300])
     return setup.simulator(timeline=True).simulate(plan)
 
@@ -23,8 +34,11 @@ def simulated():  # type: ignore[no-untyped-def]
 def test_compute_and_exposed_tracks_tile_each_gpu() -> None:
     result = simulated()
     for gpu in range(8):
-        spans = sorted((e.start, e.end) for e in result.timeline
-                       if e.gpu == gpu and (e.track == "exposed" or (e.track == "compute" and not e.name.startswith("wait"))))
+        spans = sorted(
+            (e.start, e.end)
+            for e in result.timeline
+            if e.gpu == gpu and (e.track == "exposed" or (e.track == "compute" and not e.name.startswith("wait")))
+        )
         covered = sum(b - a for a, b in spans)
         ends = [b for _, b in spans]
         assert all(b1 <= a2 + 1e-12 for (_, b1), (a2, _) in zip(spans, spans[1:]))  # no overlaps

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from nspsim.sp_tree import Node, SPTree, is_power_of_two
 
+
 @st.composite
 def trees(draw: st.DrawFn) -> SPTree:
     p = draw(st.integers(0, 9).map(lambda k: 2**k))

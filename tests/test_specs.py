@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers import toy_cluster, toy_model
 
+from helpers import toy_cluster, toy_model
 from nspsim.specs.cluster import CLUSTER_PRESETS, get_cluster
 from nspsim.specs.memory import memory_model, state_bytes_per_gpu
 from nspsim.specs.model import MODEL_PRESETS, ModelSpec, MoESpec, get_model
@@ -45,10 +45,16 @@ def test_every_preset_builds() -> None:
         (lambda: get_model("gpt5"), "unknown model preset 'gpt5'"),
         (lambda: get_cluster("tpu"), "unknown cluster preset 'tpu'"),
         (lambda: get_cluster("h100", 48), "power of two"),
-        (lambda: ModelSpec(name="x", num_layers=1, hidden=8, num_heads=3, num_kv_heads=2, head_dim=2, vocab=4,
-                           dense_ffn=4), "multiple of num_kv_heads"),
-        (lambda: ModelSpec(name="x", num_layers=1, hidden=8, num_heads=2, num_kv_heads=2, head_dim=2, vocab=4),
-         "exactly one of"),
+        (
+            lambda: ModelSpec(
+                name="x", num_layers=1, hidden=8, num_heads=3, num_kv_heads=2, head_dim=2, vocab=4, dense_ffn=4
+            ),
+            "multiple of num_kv_heads",
+        ),
+        (
+            lambda: ModelSpec(name="x", num_layers=1, hidden=8, num_heads=2, num_kv_heads=2, head_dim=2, vocab=4),
+            "exactly one of",
+        ),
         (lambda: MoESpec(num_experts=2, top_k=4, expert_ffn=8), "top_k"),
         (lambda: TrainingSpec(expert_parallel=3), "power of two"),
         (lambda: TrainingSpec(backend="mesh"), "unknown SP backend"),
@@ -87,7 +93,9 @@ def test_token_budget_by_hand() -> None:
 
 
 def test_token_budget_override_and_impossible_budget() -> None:
-    assert memory_model(toy_model(), toy_cluster(), TrainingSpec(token_budget=1234, reserved_bytes=0)).token_budget == 1234
+    assert (
+        memory_model(toy_model(), toy_cluster(), TrainingSpec(token_budget=1234, reserved_bytes=0)).token_budget == 1234
+    )
     with pytest.raises(ValueError, match="impossible memory budget"):
         memory_model(get_model("qwen3-235b-a22b"), get_cluster("h100", 8), TrainingSpec())
 
@@ -99,6 +107,7 @@ def test_paper_regimes() -> None:
     per_gpu = 2 * 1024**2 / 64
     assert small.token_budget > 2 * per_gpu
     assert big.token_budget > per_gpu
-    saved = big.activation_capacity / (big.keep_bytes_per_token + big.working_bytes_per_token
-                                       + big.attention_bytes_per_token(8))
+    saved = big.activation_capacity / (
+        big.keep_bytes_per_token + big.working_bytes_per_token + big.attention_bytes_per_token(8)
+    )
     assert saved < per_gpu  # keeping every attention output does not fit: recomputation is needed

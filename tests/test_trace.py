@@ -41,8 +41,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Measured from /work/shared/traces/wikipedia.txt (FlexSP artifact, sha1 cb8af4de...) with
 # nspsim.trace.stats; the same numbers are in traces/README.md and the JSON's reference_stats.
 WIKI_REAL = {
-    "count": 1_000_000, "median": 347.0, "p90": 2112.0, "p99": 10919.02, "p999": 37353.014,
-    "max": 1_823_777, "mean": 1013.64878, "share_lt_8k": 0.984008, "share_gt_128k": 49e-6,
+    "count": 1_000_000,
+    "median": 347.0,
+    "p90": 2112.0,
+    "p99": 10919.02,
+    "p999": 37353.014,
+    "max": 1_823_777,
+    "mean": 1013.64878,
+    "share_lt_8k": 0.984008,
+    "share_gt_128k": 49e-6,
 }
 FIT_KEYS = ("median", "p90", "p99", "p999", "share_lt_8k", "share_gt_128k")
 
@@ -244,8 +251,9 @@ def test_parametric_mixture_shares_and_truncation() -> None:
     [(LONGTAIL_PAPER_FIT, LONGTAIL_PAPER_TARGETS), (CODE_FIT, CODE_TARGETS), (COMMONCRAWL_FIT, COMMONCRAWL_TARGETS)],
 )
 def test_preset_constants_are_the_fit(fit: Burr12, targets: dict[str, float]) -> None:
-    refit = fit_burr12(median=targets["median"], share_lt_8k=targets["share_lt_8k"],
-                       share_gt_128k=targets["share_gt_128k"])
+    refit = fit_burr12(
+        median=targets["median"], share_lt_8k=targets["share_lt_8k"], share_gt_128k=targets["share_gt_128k"]
+    )
     for key in ("scale", "c", "k"):
         assert getattr(refit, key) == pytest.approx(getattr(fit, key), rel=1e-6)
 
@@ -433,11 +441,14 @@ def test_load_jsonl(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-be", "utf-32", "utf-32-be"])
-@pytest.mark.parametrize(("name", "body"), [
-    ("lens.txt", "# a comment\n10\n20\n\n30\n"),
-    ("lens.csv", 'id,"length"\n1,10\n2,20\n3,30\n'),
-    ("lens.jsonl", '{"length": 10}\n{"length": 20}\n{"length": 30}\n'),
-])
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("lens.txt", "# a comment\n10\n20\n\n30\n"),
+        ("lens.csv", 'id,"length"\n1,10\n2,20\n3,30\n'),
+        ("lens.jsonl", '{"length": 10}\n{"length": 20}\n{"length": 30}\n'),
+    ],
+)
 def test_trace_files_with_a_byte_order_mark_are_read(tmp_path: Path, encoding: str, name: str, body: str) -> None:
     """Editors and spreadsheet exports on Windows write a byte-order mark (UTF-8) or UTF-16 text."""
     path = tmp_path / name

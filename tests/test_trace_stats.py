@@ -11,8 +11,21 @@ from hypothesis import strategies as st
 
 from nspsim.trace.stats import BUCKET_NAMES, TraceStats, format_stats, trace_stats
 
-KEYS = {"count", "min", "median", "p90", "p99", "p999", "max", "mean", "total_tokens", "share_lt_8k",
-        "share_gt_128k", "share_by_bucket", "token_share_by_bucket"}
+KEYS = {
+    "count",
+    "min",
+    "median",
+    "p90",
+    "p99",
+    "p999",
+    "max",
+    "mean",
+    "total_tokens",
+    "share_lt_8k",
+    "share_gt_128k",
+    "share_by_bucket",
+    "token_share_by_bucket",
+}
 
 
 def test_hand_case_percentiles() -> None:
@@ -31,7 +44,8 @@ def test_hand_case_buckets_and_edges() -> None:
     assert (s.share_lt_8k, s.share_gt_128k) == (0.2, 0.2)
     assert s.share_by_bucket == {"0-8K": 0.2, "8-32K": 0.2, "32-128K": 0.2, "128K+": 0.4}
     assert s.token_share_by_bucket == pytest.approx(
-        {"0-8K": 100 / total, "8-32K": 8192 / total, "32-128K": 40_000 / total, "128K+": 331_072 / total})
+        {"0-8K": 100 / total, "8-32K": 8192 / total, "32-128K": 40_000 / total, "128K+": 331_072 / total}
+    )
     assert list(s.token_share_by_bucket) == list(BUCKET_NAMES)
 
 
@@ -44,8 +58,13 @@ def test_to_dict_keys_and_json() -> None:
 
 @pytest.mark.parametrize(
     ("lengths", "message"),
-    [([], "non-empty 1-D"), ([[1, 2]], "non-empty 1-D"), ([3, 0, 2], r"lengths\[1\] = 0"),
-     ([1.5, 2.0], "integer lengths"), ([-4, 2], r"lengths\[0\] = -4")],
+    [
+        ([], "non-empty 1-D"),
+        ([[1, 2]], "non-empty 1-D"),
+        ([3, 0, 2], r"lengths\[1\] = 0"),
+        ([1.5, 2.0], "integer lengths"),
+        ([-4, 2], r"lengths\[0\] = -4"),
+    ],
 )
 def test_rejects_bad_input(lengths: list[float], message: str) -> None:
     with pytest.raises(ValueError, match=message):

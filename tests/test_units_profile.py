@@ -12,8 +12,18 @@ from nspsim.cost.profile import LengthTable, Profile, load_profile, parse_profil
 from nspsim.units import format_tokens, parse_tokens
 
 
-@pytest.mark.parametrize("text, value", [("65536", 65536), ("192k", 196_608), ("192K", 196_608), ("2M", 2_097_152),
-                                         ("1.5k", 1536), (" 8k ", 8192), ("1G", 1024**3)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("65536", 65536),
+        ("192k", 196_608),
+        ("192K", 196_608),
+        ("2M", 2_097_152),
+        ("1.5k", 1536),
+        (" 8k ", 8192),
+        ("1G", 1024**3),
+    ],
+)
 def test_parse_tokens(text: str, value: int) -> None:
     assert parse_tokens(text) == value
 
@@ -35,9 +45,14 @@ def _write(tmp_path: Path, data: object) -> Path:
 
 
 def test_profile_round_trip(tmp_path: Path) -> None:
-    data = {"format": "nspsim-profile", "version": 1, "name": "x",
-            "alltoall_bw_by_degree": {"2": 1e11, "16": 1e10}, "nonattn_flops": 3e14,
-            "attn_fwd_flops_by_length": [[1024, 1e14], [8192, 2e14]]}
+    data = {
+        "format": "nspsim-profile",
+        "version": 1,
+        "name": "x",
+        "alltoall_bw_by_degree": {"2": 1e11, "16": 1e10},
+        "nonattn_flops": 3e14,
+        "attn_fwd_flops_by_length": [[1024, 1e14], [8192, 2e14]],
+    }
     prof = load_profile(_write(tmp_path, data))
     assert prof.alltoall_bw_by_degree == {2: 1e11, 16: 1e10} and prof.nonattn_flops == 3e14
     assert Profile.lookup(prof.alltoall_bw_by_degree, 8) == 1e11

@@ -18,11 +18,12 @@ from typing import Any, NoReturn
 
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
-from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, WorkloadConfig
 from nspsim.specs.model import MODEL_PRESETS
 from nspsim.units import parse_tokens
+from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, WorkloadConfig
 
 EXIT_USAGE = 2
+
 
 class CliError(ValueError):
     """A user-facing error raised by argument parsing (a ``ValueError``, so callers that report
@@ -64,8 +65,9 @@ def _int_at_least(text: str, minimum: int, rule: str) -> int:
     return value
 
 
-def output_file(text: str, *, flag: str, inputs: Iterable[str | None] = (), siblings: Iterable[str] = (),
-                make_parent: bool = False) -> Path:
+def output_file(
+    text: str, *, flag: str, inputs: Iterable[str | None] = (), siblings: Iterable[str] = (), make_parent: bool = False
+) -> Path:
     """Check an output path before any work is done, so a long run cannot fail at its very end.
 
     Refuses an empty path, a directory, a missing (or, with ``make_parent``, uncreatable) or
@@ -97,10 +99,18 @@ def output_file(text: str, *, flag: str, inputs: Iterable[str | None] = (), sibl
     return path
 
 
-def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True, gpus: bool = True,
-                      model: str = "qwen3-30b-a3b", cluster: str | None = "h100", cluster_help: str | None = None,
-                      tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH, max_context: int = DEFAULT_MAX_CONTEXT,
-                      seed_help: str = "batch sampler seed") -> None:
+def add_workload_args(
+    parser: argparse.ArgumentParser,
+    *,
+    trace: bool = True,
+    gpus: bool = True,
+    model: str = "qwen3-30b-a3b",
+    cluster: str | None = "h100",
+    cluster_help: str | None = None,
+    tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH,
+    max_context: int = DEFAULT_MAX_CONTEXT,
+    seed_help: str = "batch sampler seed",
+) -> None:
     """Flags shared by every command that needs a workload (info, plan, simulate, compare) and by
     ``runtime.train``, which passes its own defaults: ``gpus=False`` leaves ``--gpus`` out (its world
     size decides it), ``cluster=None`` leaves the preset to the caller (say how in ``cluster_help``),
@@ -108,14 +118,17 @@ def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True, gp
     if trace:
         parser.add_argument("--trace", default="wikipedia", help="built-in trace name or length file")
     parser.add_argument("--model", default=model, help=f"model preset ({', '.join(MODEL_PRESETS)})")
-    parser.add_argument("--cluster", default=cluster,
-                        help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})")
+    parser.add_argument(
+        "--cluster", default=cluster, help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})"
+    )
     if gpus:
         parser.add_argument("--gpus", type=positive_int, default=64, help="number of GPUs (a power of two)")
-    parser.add_argument("--tokens-per-batch", type=tokens_arg, default=tokens_per_batch,
-                        help="global token budget per batch, e.g. 2M")
-    parser.add_argument("--max-context", type=tokens_arg, default=max_context,
-                        help="drop samples longer than this, e.g. 192k")
+    parser.add_argument(
+        "--tokens-per-batch", type=tokens_arg, default=tokens_per_batch, help="global token budget per batch, e.g. 2M"
+    )
+    parser.add_argument(
+        "--max-context", type=tokens_arg, default=max_context, help="drop samples longer than this, e.g. 192k"
+    )
     parser.add_argument("--seed", type=non_negative_int, default=0, help=seed_help)
     parser.add_argument("--backend", choices=BACKENDS, default=SPBackend.ULYSSES, help="SP backend")
     parser.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
@@ -126,9 +139,17 @@ def add_workload_args(parser: argparse.ArgumentParser, *, trace: bool = True, gp
 def workload_config(args: argparse.Namespace) -> WorkloadConfig:
     """The resolved :class:`WorkloadConfig` of parsed workload flags."""
     return WorkloadConfig(
-        trace=getattr(args, "trace", "wikipedia"), model=args.model, cluster=args.cluster, gpus=args.gpus,
-        tokens_per_batch=args.tokens_per_batch, max_context=args.max_context, seed=args.seed,
-        backend=args.backend, profile=args.profile, token_budget=args.token_budget, spmax=args.spmax,
+        trace=getattr(args, "trace", "wikipedia"),
+        model=args.model,
+        cluster=args.cluster,
+        gpus=args.gpus,
+        tokens_per_batch=args.tokens_per_batch,
+        max_context=args.max_context,
+        seed=args.seed,
+        backend=args.backend,
+        profile=args.profile,
+        token_budget=args.token_budget,
+        spmax=args.spmax,
     )
 
 

@@ -39,7 +39,23 @@ from nspsim.compare.summary import (
 )
 
 __all__ = [
-    "ABLATIONS", "DEFAULT_FLEXSP_TIME_LIMIT_S", "DEFAULT_ITERS", "LENGTH_BUCKETS", "MAIN_PLANNERS", "MAX_ITERS",
-    "CompareConfig", "CompareResult", "IterationRecord", "PlannerSpec", "PlannerSummary", "Progress", "baseline_of",
-    "default_planners", "mean_step_time", "parse_planner_spec", "routing_counts", "run_compare", "summarise",
+    "ABLATIONS",
+    "DEFAULT_FLEXSP_TIME_LIMIT_S",
+    "DEFAULT_ITERS",
+    "LENGTH_BUCKETS",
+    "MAIN_PLANNERS",
+    "MAX_ITERS",
+    "CompareConfig",
+    "CompareResult",
+    "IterationRecord",
+    "PlannerSpec",
+    "PlannerSummary",
+    "Progress",
+    "baseline_of",
+    "default_planners",
+    "mean_step_time",
+    "parse_planner_spec",
+    "routing_counts",
+    "run_compare",
+    "summarise",
 ]

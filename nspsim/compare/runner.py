@@ -52,11 +52,21 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     records = [r for label in config.planners for r in runs[label][0]]
     baseline = baseline_of(config.planners)
     summaries = summarise(config.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
-    resolved = {**config.to_dict(), "workload": config.workload.to_dict(), "baseline": baseline,
-                "static_best_degree": runner.best_degree, "token_budget": workload.token_budget,
-                "spmax": workload.tree.spmax}
-    return CompareResult(config=resolved, baseline=baseline, summaries=summaries, records=tuple(records),
-                         timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines})
+    resolved = {
+        **config.to_dict(),
+        "workload": config.workload.to_dict(),
+        "baseline": baseline,
+        "static_best_degree": runner.best_degree,
+        "token_budget": workload.token_budget,
+        "spmax": workload.tree.spmax,
+    }
+    return CompareResult(
+        config=resolved,
+        baseline=baseline,
+        summaries=summaries,
+        records=tuple(records),
+        timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines},
+    )
 
 
 class _Runner:
@@ -66,8 +76,9 @@ class _Runner:
     identical plans of different specs (``static`` and a ``static-best`` degree) share results.
     """
 
-    def __init__(self, workload: Workload, batches: list[Batch], config: CompareConfig,
-                 progress: Progress | None) -> None:
+    def __init__(
+        self, workload: Workload, batches: list[Batch], config: CompareConfig, progress: Progress | None
+    ) -> None:
         self.workload, self.batches, self.config = workload, batches, config
         self.progress = progress
         self.total = self._total_steps()
@@ -147,8 +158,11 @@ class _Runner:
                     self._tick(spec.label)
         oom = {d for d, (recs, _) in runs.items() if any(r.oom for r in recs)}
         means = {d: m for d, (recs, _) in runs.items() if d not in oom and (m := mean_step_time(recs)) is not None}
-        skipped += [f"SP{d}: {sum(r.oom for r in recs)} of {len(recs)} batches out of memory"
-                    for d, (recs, _) in runs.items() if d in oom]
+        skipped += [
+            f"SP{d}: {sum(r.oom for r in recs)} of {len(recs)} batches out of memory"
+            for d, (recs, _) in runs.items()
+            if d in oom
+        ]
         if not means:
             raise ValueError("static-best: no fixed SP degree runs every batch; " + "; ".join(skipped))
         best = self.best_degree = min(means, key=lambda d: means[d])
@@ -162,18 +176,32 @@ class _Runner:
         planning = float(plan.metadata.get("planning_time_s", 0.0))
         ratio = plan.metadata.get("load_over_lower_bound")
         timeline = self.config.timeline_iteration == i
-        plan = prepare_plan(plan, memory=self.workload.memory, cost=self.workload.cost,
-                            tree_recompute=spec.tree_recompute, optimize_order=spec.optimize_order,
-                            evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf)
+        plan = prepare_plan(
+            plan,
+            memory=self.workload.memory,
+            cost=self.workload.cost,
+            tree_recompute=spec.tree_recompute,
+            optimize_order=spec.optimize_order,
+            evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf,
+        )
         result = self.simulate(plan, spec.mode, timeline)
         if timeline:
             self._drop_timelines(keep=(plan.content_hash, spec.mode))
         record = IterationRecord(
-            planner=spec.label, iteration=i, batch_index=batch.index, plan_hash=plan.content_hash,
-            step_time_s=result.step_time_s, breakdown_s=dict(result.breakdown_s), oom=result.oom,
-            oom_detail=result.oom_detail, planning_time_s=planning, sim_wall_time_s=result.sim_wall_time_s,
-            events=result.events, num_micro_batches=plan.num_micro_batches,
-            recompute_policy=result.recompute_policy, routing=routing_counts(plan),
+            planner=spec.label,
+            iteration=i,
+            batch_index=batch.index,
+            plan_hash=plan.content_hash,
+            step_time_s=result.step_time_s,
+            breakdown_s=dict(result.breakdown_s),
+            oom=result.oom,
+            oom_detail=result.oom_detail,
+            planning_time_s=planning,
+            sim_wall_time_s=result.sim_wall_time_s,
+            events=result.events,
+            num_micro_batches=plan.num_micro_batches,
+            recompute_policy=result.recompute_policy,
+            routing=routing_counts(plan),
             load_over_lower_bound=None if ratio is None else float(ratio),
         )
         return record, result

@@ -65,13 +65,16 @@ class PlannerSpec:
         if self.mode not in MODES:
             raise ValueError(f"planner spec {self.label!r}: unknown mode {self.mode!r} (known: {', '.join(MODES)})")
         if self.planner not in PLANNER_NAMES:
-            raise ValueError(f"planner spec {self.label!r}: planner {self.planner!r} is not registered "
-                             f"(known: {', '.join(PLANNER_NAMES)})")
+            raise ValueError(
+                f"planner spec {self.label!r}: planner {self.planner!r} is not registered "
+                f"(known: {', '.join(PLANNER_NAMES)})"
+            )
         get_planner(self.planner, **self.options)  # unknown or invalid options fail here, before anything runs
 
 
-def parse_planner_spec(label: str, mode: str = SimMode.STREAM,
-                       defaults: dict[str, dict[str, Any]] | None = None) -> PlannerSpec:
+def parse_planner_spec(
+    label: str, mode: str = SimMode.STREAM, defaults: dict[str, dict[str, Any]] | None = None
+) -> PlannerSpec:
     """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown.
 
     ``name:key=value+key=value`` passes options to the planner (``flexsp:time_limit=10``); ``defaults``
@@ -111,8 +114,14 @@ def _base_spec(label: str, mode: str) -> PlannerSpec:
 def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str) -> PlannerSpec:
     """A spec prepared as ``planner`` declares (a class attribute: default options suffice to read it)."""
     preparation = get_planner(planner).preparation
-    return PlannerSpec(label=label, planner=planner, options=options, tree_recompute=preparation.tree_recompute,
-                       optimize_order=preparation.optimize_order, mode=mode)
+    return PlannerSpec(
+        label=label,
+        planner=planner,
+        options=options,
+        tree_recompute=preparation.tree_recompute,
+        optimize_order=preparation.optimize_order,
+        mode=mode,
+    )
 
 
 def _check_registered(planner: str, label: str) -> None:
@@ -128,7 +137,8 @@ class CompareConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     planners: tuple[str, ...] = field(default_factory=default_planners)
     planner_options: dict[str, dict[str, Any]] = field(
-        default_factory=lambda: {"flexsp": {"time_limit": DEFAULT_FLEXSP_TIME_LIMIT_S}})
+        default_factory=lambda: {"flexsp": {"time_limit": DEFAULT_FLEXSP_TIME_LIMIT_S}}
+    )
     iters: int = DEFAULT_ITERS
     first_batch: int = 0
     mode: str = SimMode.STREAM
@@ -136,15 +146,22 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
-            raise ValueError(f"iters must be a positive integer and first_batch an integer >= 0, got {self.iters!r} "
-                             f"and {self.first_batch!r}")
+            raise ValueError(
+                f"iters must be a positive integer and first_batch an integer >= 0, got {self.iters!r} "
+                f"and {self.first_batch!r}"
+            )
         if self.iters > MAX_ITERS:
-            raise ValueError(f"iters must be at most {MAX_ITERS:,} batches per comparison, got {self.iters:,} "
-                             "(split a longer sweep with --first-batch)")
-        if self.timeline_iteration is not None and not (_is_int(self.timeline_iteration)
-                                                        and 0 <= self.timeline_iteration < self.iters):
-            raise ValueError(f"timeline_iteration must be None or an iteration in 0..{self.iters - 1}, "
-                             f"got {self.timeline_iteration!r}")
+            raise ValueError(
+                f"iters must be at most {MAX_ITERS:,} batches per comparison, got {self.iters:,} "
+                "(split a longer sweep with --first-batch)"
+            )
+        if self.timeline_iteration is not None and not (
+            _is_int(self.timeline_iteration) and 0 <= self.timeline_iteration < self.iters
+        ):
+            raise ValueError(
+                f"timeline_iteration must be None or an iteration in 0..{self.iters - 1}, "
+                f"got {self.timeline_iteration!r}"
+            )
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
         if not self.planners:
@@ -153,8 +170,10 @@ class CompareConfig:
             raise ValueError(f"planners must be a list without repeats, got {', '.join(self.planners)}")
         for name, options in self.planner_options.items():
             if name not in PLANNER_NAMES:
-                raise ValueError(f"planner_options names {name!r}, which is not a registered planner "
-                                 f"(known: {', '.join(PLANNER_NAMES)})")
+                raise ValueError(
+                    f"planner_options names {name!r}, which is not a registered planner "
+                    f"(known: {', '.join(PLANNER_NAMES)})"
+                )
             get_planner(name, **options)
         for label in self.planners:
             parse_planner_spec(label, self.mode, self.planner_options)

@@ -83,8 +83,12 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``config`` and ``results`` (one object per planner), plus every iteration."""
-        return {"config": self.config, "baseline": self.baseline,
-                "results": [asdict(s) for s in self.summaries], "iterations": [asdict(r) for r in self.records]}
+        return {
+            "config": self.config,
+            "baseline": self.baseline,
+            "results": [asdict(s) for s in self.summaries],
+            "iterations": [asdict(r) for r in self.records],
+        }
 
 
 def routing_counts(plan: Plan) -> dict[str, dict[int, int]]:
@@ -112,8 +116,9 @@ def mean_step_time(records: list[IterationRecord]) -> float | None:
     return float(np.mean(steps)) if steps else None
 
 
-def summarise(planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str],
-              baseline: str) -> tuple[PlannerSummary, ...]:
+def summarise(
+    planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str], baseline: str
+) -> tuple[PlannerSummary, ...]:
     """One summary per planner label, in ``planners`` order, normalised to ``baseline``."""
     by_planner = {p: [r for r in records if r.planner == p] for p in planners}
     base = {r.iteration: r.step_time_s for r in by_planner[baseline] if r.step_time_s is not None}
@@ -136,21 +141,31 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
     norm, compared = _normalised(records, base)
     breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
     return PlannerSummary(
-        planner=label, mean_step_time_s=mean, normalized_to_static=norm,
-        speedup_vs_static=1.0 / norm if norm else None, normalized_iterations=compared,
+        planner=label,
+        mean_step_time_s=mean,
+        normalized_to_static=norm,
+        speedup_vs_static=1.0 / norm if norm else None,
+        normalized_iterations=compared,
         breakdown_share={k: v / mean for k, v in breakdown.items()} if mean else {},
-        mean_breakdown_s=breakdown, mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
-        oom_count=sum(r.oom for r in records), iterations=len(records),
-        sim_wall_time_s=float(sum(r.sim_wall_time_s for r in records)), routing_share=_routing_share(records),
-        mean_load_over_lower_bound=_mean_ratio(records), note=note,
+        mean_breakdown_s=breakdown,
+        mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
+        oom_count=sum(r.oom for r in records),
+        iterations=len(records),
+        sim_wall_time_s=float(sum(r.sim_wall_time_s for r in records)),
+        routing_share=_routing_share(records),
+        mean_load_over_lower_bound=_mean_ratio(records),
+        note=note,
     )
 
 
 def _mean_ratio(records: list[IterationRecord]) -> float | None:
     """Mean Load / lower bound over the iterations whose plan reports a finite one (a planning figure:
     out-of-memory iterations count too)."""
-    ratios = [r.load_over_lower_bound for r in records
-              if r.load_over_lower_bound is not None and np.isfinite(r.load_over_lower_bound)]
+    ratios = [
+        r.load_over_lower_bound
+        for r in records
+        if r.load_over_lower_bound is not None and np.isfinite(r.load_over_lower_bound)
+    ]
     return float(np.mean(ratios)) if ratios else None
 
 

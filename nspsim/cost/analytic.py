@@ -198,4 +198,3 @@ class AnalyticCostModel:
     def gathered_layer_bytes(self) -> float:
         """Bytes of one layer's gathered parameters (what FSDP materialises per GPU)."""
         return gathered_layer_params(self.model, self.training) * self.training.param_bytes
-

@@ -92,7 +92,7 @@ class Profile:
 def parse_profile(data: Mapping[str, Any], origin: str = "profile") -> Profile:
     """Validate a decoded JSON profile; ``ValueError`` naming the bad key otherwise."""
     if data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise ValueError(f"{origin}: not an nspsim profile (need \"format\": \"{FORMAT}\", \"version\": {VERSION})")
+        raise ValueError(f'{origin}: not an nspsim profile (need "format": "{FORMAT}", "version": {VERSION})')
     unknown = set(data) - set(_LENGTH_TABLES) - set(_DEGREE_TABLES) - set(_SCALARS) - set(_META)
     if unknown:
         raise ValueError(f"{origin}: unknown profile keys {sorted(unknown)}")
@@ -141,8 +141,9 @@ def _length_table(value: Any, what: str) -> LengthTable:
     if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
         raise ValueError(f"{what} must be a list of [length, value] pairs")
     try:
-        return LengthTable(lengths=tuple(_positive(p[0], what) for p in value),
-                           values=tuple(_positive(p[1], what) for p in value))
+        return LengthTable(
+            lengths=tuple(_positive(p[0], what) for p in value), values=tuple(_positive(p[1], what) for p in value)
+        )
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
 

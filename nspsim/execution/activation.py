@@ -22,9 +22,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from nspsim.specs.memory import GIB, MemoryModel
 from nspsim.plan import Plan
-
+from nspsim.specs.memory import GIB, MemoryModel
 
 
 class RecomputePolicy(StrEnum):
@@ -93,12 +92,14 @@ def plan_activations(plan: Plan, memory: MemoryModel) -> ActivationPlan:
         policy = RecomputePolicy.FULL_RECOMPUTE
     else:
         policy = RecomputePolicy.KEEP_ALL
-    return ActivationPlan(policy=policy, remat=remat, peak_bytes=memory.state_bytes + memory.buffer_bytes + worst,
-                          oom=oom)
+    return ActivationPlan(
+        policy=policy, remat=remat, peak_bytes=memory.state_bytes + memory.buffer_bytes + worst, oom=oom
+    )
 
 
-def _micro_batch_policy(plan: Plan, memory: MemoryModel, mb: int,
-                        remat: np.ndarray) -> tuple[RecomputePolicy, np.ndarray]:
+def _micro_batch_policy(
+    plan: Plan, memory: MemoryModel, mb: int, remat: np.ndarray
+) -> tuple[RecomputePolicy, np.ndarray]:
     """(policy, activation bytes per GPU) of one micro-batch; updates ``remat`` for unmarked plans."""
     mask = plan.sample_mask(mb)
     base = base_bytes_per_gpu(plan, memory, mb)
@@ -113,6 +114,8 @@ def _micro_batch_policy(plan: Plan, memory: MemoryModel, mb: int,
 
 def _oom_message(plan: Plan, memory: MemoryModel, mb: int, act: np.ndarray, policy: RecomputePolicy) -> str:
     g = int(np.argmax(act))
-    return (f"out of memory: GPU {g} needs {act[g] / GIB:.1f} GiB of activations in micro-batch {mb} "
-            f"({policy}, {plan.tokens_per_gpu(mb)[g]:.0f} sharded tokens) but only "
-            f"{memory.activation_capacity / GIB:.1f} GiB are free beside model states and buffers")
+    return (
+        f"out of memory: GPU {g} needs {act[g] / GIB:.1f} GiB of activations in micro-batch {mb} "
+        f"({policy}, {plan.tokens_per_gpu(mb)[g]:.0f} sharded tokens) but only "
+        f"{memory.activation_capacity / GIB:.1f} GiB are free beside model states and buffers"
+    )

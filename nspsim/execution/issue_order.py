@@ -39,8 +39,9 @@ from nspsim.sp_tree import Node
 MAX_EXHAUSTIVE_LEVELS = 7
 
 
-def optimize_issue_order(plan: Plan, cost: CostModel, evaluate: Callable[[Plan], float] | None = None,
-                         candidates: int = 3) -> Plan:
+def optimize_issue_order(
+    plan: Plan, cost: CostModel, evaluate: Callable[[Plan], float] | None = None, candidates: int = 3
+) -> Plan:
     """``plan`` with each micro-batch's issue order replaced by the best-scoring level order per tree.
 
     With ``evaluate`` (lower is better), the ``candidates`` best proxy orders and ``plan``'s own order
@@ -50,8 +51,9 @@ def optimize_issue_order(plan: Plan, cost: CostModel, evaluate: Callable[[Plan],
     best = replace(plan, issue_order=tuple(r[0] for r in ranked))
     if evaluate is None:
         return best
-    options = [plan, best] + [replace(plan, issue_order=tuple(r[min(k, len(r) - 1)] for r in ranked))
-                              for k in range(1, candidates)]
+    options = [plan, best] + [
+        replace(plan, issue_order=tuple(r[min(k, len(r) - 1)] for r in ranked)) for k in range(1, candidates)
+    ]
     unique = list({p.content_hash: p for p in options}.values())
     return min(unique, key=evaluate)
 
@@ -96,7 +98,9 @@ def _micro_batch_orders(plan: Plan, cost: CostModel, mb: int, count: int) -> lis
     return list(dict.fromkeys(orders))[:count]
 
 
-def _order(plan: Plan, nodes: tuple[Node, ...], scored: dict[int, TreeScores], choice: dict[int, int]) -> tuple[Node, ...]:
+def _order(
+    plan: Plan, nodes: tuple[Node, ...], scored: dict[int, TreeScores], choice: dict[int, int]
+) -> tuple[Node, ...]:
     """Issue order with permutation ``choice[t]`` in tree t (trees never share a GPU: they interleave freely)."""
     rank: dict[tuple[int, int], int] = {}
     for t, (levels, perms, _) in scored.items():
@@ -111,14 +115,20 @@ def _shared_ranking(scored: list[TreeScores]) -> list[int]:
     return [int(i) for i in np.argsort(np.sum([score for _, _, score in scored], axis=0), kind="stable")]
 
 
-def _tree_scores(plan: Plan, cost: CostModel, nodes: list[Node], lengths: np.ndarray, by_node: dict[Node, list[int]],
-                 tokens: np.ndarray) -> tuple[list[int], np.ndarray, np.ndarray]:
+def _tree_scores(
+    plan: Plan,
+    cost: CostModel,
+    nodes: list[Node],
+    lengths: np.ndarray,
+    by_node: dict[Node, list[int]],
+    tokens: np.ndarray,
+) -> tuple[list[int], np.ndarray, np.ndarray]:
     """(levels largest first, candidate permutations, proxy score per permutation) of one tree."""
     levels = sorted({n.degree for n in nodes}, reverse=True)
     first = min(n.first_rank for n in nodes) // plan.spmax * plan.spmax
     span = range(first, first + plan.spmax)
     fwd, bwd = _phase_tables(plan, cost, nodes, levels, lengths, by_node, span)
-    extra_f, extra_b = _non_attention(cost, tokens[first:first + plan.spmax])
+    extra_f, extra_b = _non_attention(cost, tokens[first : first + plan.spmax])
     perms = _candidate_perms(len(levels))
     score = (stream_finish(fwd[:, perms].transpose(1, 0, 2, 3)) + extra_f).max(axis=1)
     backward = bwd[:, perms[:, ::-1]].transpose(1, 0, 2, 3, 4)  # [perm, gpu, level, (remat, bwd), phase]
@@ -126,8 +136,15 @@ def _tree_scores(plan: Plan, cost: CostModel, nodes: list[Node], lengths: np.nda
     return levels, perms, score
 
 
-def _phase_tables(plan: Plan, cost: CostModel, nodes: list[Node], levels: list[int], lengths: np.ndarray,
-                  by_node: dict[Node, list[int]], span: range) -> tuple[np.ndarray, np.ndarray]:
+def _phase_tables(
+    plan: Plan,
+    cost: CostModel,
+    nodes: list[Node],
+    levels: list[int],
+    lengths: np.ndarray,
+    by_node: dict[Node, list[int]],
+    span: range,
+) -> tuple[np.ndarray, np.ndarray]:
     """fwd [gpu, level, phase] and bwd [gpu, level, (recompute, backward), phase] of one tree; zeros where a
     GPU has no node of a level or a node has no recompute-marked sample. In backward a marked node's
     recompute pass (Q/K/V re-send and kernel) runs right before its backward pass, as executed."""

@@ -23,7 +23,6 @@ Trade-off: per-token index arrays (8 bytes per token) keep the arithmetic vector
 any lengths; a rank holds only its own ``~N/P`` tokens' worth.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nspsim.execution.shards import (NodeShards, input_bounds, node_shards, sample_of, sample_starts, IntArray)
+from nspsim.execution.shards import IntArray, NodeShards, input_bounds, node_shards, sample_of, sample_starts
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
 
@@ -48,8 +47,9 @@ class Slot:
 
     def __post_init__(self) -> None:
         if not 0 <= self.group_rank < self.shards.degree or not 0 <= self.start <= self.stop:
-            raise ValueError(f"{self.shards.node}: bad slot (group rank {self.group_rank}, rows "
-                             f"[{self.start}, {self.stop}))")
+            raise ValueError(
+                f"{self.shards.node}: bad slot (group rank {self.group_rank}, rows [{self.start}, {self.stop}))"
+            )
 
     @property
     def node(self) -> Node:
@@ -200,8 +200,9 @@ def slot_starts(shards: dict[Node, NodeShards], world: int) -> dict[Node, IntArr
     return out
 
 
-def execution_destinations(plan: Plan, shards: dict[Node, NodeShards], world: int,
-                           tokens: IntArray) -> tuple[IntArray, IntArray]:
+def execution_destinations(
+    plan: Plan, shards: dict[Node, NodeShards], world: int, tokens: IntArray
+) -> tuple[IntArray, IntArray]:
     """(rank, row in its execution buffer) of each stream token in ``tokens`` (all of the micro-batch
     ``shards`` describe), by chunk arithmetic on the token's sample, without building any rank's layout."""
     lengths = plan.arrays[0]
@@ -239,8 +240,9 @@ def _node_destinations(sh: NodeShards, local: IntArray, pos: IntArray) -> tuple[
     return group_rank, before[local, group_rank] + in_sample
 
 
-def rank_exchange(plan: Plan, mine: IntArray, world: int, shards: dict[Node, NodeShards],
-                  layout: RankLayout) -> Exchange:
+def rank_exchange(
+    plan: Plan, mine: IntArray, world: int, shards: dict[Node, NodeShards], layout: RankLayout
+) -> Exchange:
     """One rank's side of the all-to-all from the input layout (its stream tokens ``mine``, from
     :func:`input_tokens`) to its execution layout ``layout``: equal to ``exchanges(inputs, layouts,
     total)[rank]`` but built from this rank's tokens only."""
@@ -251,9 +253,12 @@ def rank_exchange(plan: Plan, mine: IntArray, world: int, shards: dict[Node, Nod
     arrival = np.argsort(src, kind="stable")  # sources in rank order, each in this rank's row order
     recv_perm = np.empty_like(arrival)
     recv_perm[arrival] = np.arange(arrival.size, dtype=np.int64)
-    return Exchange(send_rows=send_rows, send_counts=np.bincount(dst_rank, minlength=world).astype(np.int64),
-                    recv_counts=np.bincount(src, minlength=world).astype(np.int64),
-                    recv_perm=recv_perm.astype(np.int64))
+    return Exchange(
+        send_rows=send_rows,
+        send_counts=np.bincount(dst_rank, minlength=world).astype(np.int64),
+        recv_counts=np.bincount(src, minlength=world).astype(np.int64),
+        recv_perm=recv_perm.astype(np.int64),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,5 +278,6 @@ def micro_batch_layout(plan: Plan, micro_batch: int, rank: int, world: int) -> M
     layout = rank_layout(plan, micro_batch, rank, shards)
     lo = int(input_bounds(int(plan.arrays[0].sum()), world)[rank])
     mine = input_tokens(plan, micro_batch, rank, world)
-    return MicroBatchLayout(shards=shards, layout=layout, layout_in=rank_exchange(plan, mine, world, shards, layout),
-                            input_rows=mine - lo)
+    return MicroBatchLayout(
+        shards=shards, layout=layout, layout_in=rank_exchange(plan, mine, world, shards, layout), input_rows=mine - lo
+    )

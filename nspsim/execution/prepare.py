@@ -20,13 +20,20 @@ from collections.abc import Callable
 
 from nspsim.cost.interface import CostModel
 from nspsim.execution.issue_order import optimize_issue_order
-from nspsim.specs.memory import MemoryModel
-from nspsim.plan import Plan
 from nspsim.execution.recompute import mark_recompute
+from nspsim.plan import Plan
+from nspsim.specs.memory import MemoryModel
 
 
-def prepare_plan(plan: Plan, *, memory: MemoryModel, cost: CostModel, tree_recompute: bool = True,
-                 optimize_order: bool = True, evaluate: Callable[[Plan], float] | None = None) -> Plan:
+def prepare_plan(
+    plan: Plan,
+    *,
+    memory: MemoryModel,
+    cost: CostModel,
+    tree_recompute: bool = True,
+    optimize_order: bool = True,
+    evaluate: Callable[[Plan], float] | None = None,
+) -> Plan:
     """``plan`` with tree-level recompute marks (``tree_recompute``) and an optimised issue order
     (``optimize_order``, re-ranked by ``evaluate`` when given); unchanged when both are off."""
     if tree_recompute:

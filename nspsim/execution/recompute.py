@@ -24,10 +24,10 @@ from dataclasses import replace
 import numpy as np
 
 from nspsim.cost.interface import CostModel
-from nspsim.specs.memory import MemoryModel
-from nspsim.plan import Plan
 from nspsim.execution.activation import base_bytes_per_gpu
+from nspsim.plan import Plan
 from nspsim.sp_tree import Node
+from nspsim.specs.memory import MemoryModel
 
 
 def mark_recompute(plan: Plan, memory: MemoryModel, cost: CostModel) -> Plan:
@@ -48,16 +48,18 @@ def _mark_micro_batch(plan: Plan, memory: MemoryModel, cost: CostModel, mb: int,
     remat[samples[saved]] = False
 
 
-def saved_samples(lengths: np.ndarray, degrees: np.ndarray, firsts: np.ndarray, free: np.ndarray,
-                  memory: MemoryModel, cost: CostModel) -> np.ndarray:
+def saved_samples(
+    lengths: np.ndarray, degrees: np.ndarray, firsts: np.ndarray, free: np.ndarray, memory: MemoryModel, cost: CostModel
+) -> np.ndarray:
     """Steps 2-3 for one micro-batch's samples, given as parallel arrays (length, node degree, node's
     first rank): which are saved (``True``). ``free`` (bytes per GPU) is consumed in place."""
     saved = np.zeros(lengths.size, dtype=bool)
     for degree, first, members in nodes_top_down(degrees, firsts):
-        keep = save_node(Node(degree, first // degree), lengths[members], float(free[first:first + degree].min()),
-                         memory, cost)
+        keep = save_node(
+            Node(degree, first // degree), lengths[members], float(free[first : first + degree].min()), memory, cost
+        )
         saved[members[keep]] = True
-        free[first:first + degree] -= memory.node_attention_bytes(float(lengths[members[keep]].sum()), degree)
+        free[first : first + degree] -= memory.node_attention_bytes(float(lengths[members[keep]].sum()), degree)
     return saved
 
 

@@ -10,12 +10,13 @@ runs the sub-sequence of the nodes that contain it:
 with lookahead ``a``. The default (``None``) issues every prologue first, so the communication queue
 is P(u1)..P(um) E(u1)..E(um) and compute follows the issue order: the paper's two FIFO queues and
 the simulator's streaming model (epilogues queue behind all prologues). ``a = 1`` bounds the
-prologue buffers in flight to two nodes; ``a = 0`` is the serial (non-streamed) order. Because every rank's collective sequence is a sub-sequence of one global
-sequence, any two ranks issue the collectives of the groups they share in the same relative order
-(:func:`order_conflicts` checks this for any set of per-rank logs). That is what keeps NCCL from
-deadlocking on overlapping groups; gloo would silently tolerate a violation, so tests check the
-order itself. Trade-off: a rank whose next node is absent from the global lookahead window starts
-that node's prologue later than a per-rank schedule could, the price of a rank-independent order.
+prologue buffers in flight to two nodes; ``a = 0`` is the serial (non-streamed) order. Because every
+rank's collective sequence is a sub-sequence of one global sequence, any two ranks issue the
+collectives of the groups they share in the same relative order (:func:`order_conflicts` checks this
+for any set of per-rank logs). That is what keeps NCCL from deadlocking on overlapping groups; gloo
+would silently tolerate a violation, so tests check the order itself. Trade-off: a rank whose next
+node is absent from the global lookahead window starts that node's prologue later than a per-rank
+schedule could, the price of a rank-independent order.
 """
 
 from __future__ import annotations
@@ -68,13 +69,15 @@ def order_conflicts(logs: Mapping[int, Sequence[tuple[tuple[int, ...], str]]]) -
     out = []
     ranks = sorted(logs)
     for i, a in enumerate(ranks):
-        for b in ranks[i + 1:]:
+        for b in ranks[i + 1 :]:
             seq_a = [e for e in logs[a] if a in e[0] and b in e[0]]
             seq_b = [e for e in logs[b] if a in e[0] and b in e[0]]
             if seq_a != seq_b:
                 where = next((n for n, (x, y) in enumerate(zip(seq_a, seq_b)) if x != y), min(len(seq_a), len(seq_b)))
-                out.append(f"ranks {a} and {b} diverge at shared collective #{where}: "
-                           f"{_entry(seq_a, where)} vs {_entry(seq_b, where)}")
+                out.append(
+                    f"ranks {a} and {b} diverge at shared collective #{where}: "
+                    f"{_entry(seq_a, where)} vs {_entry(seq_b, where)}"
+                )
     return out
 
 

@@ -218,11 +218,14 @@ def ring_blocks(shards: NodeShards, group_rank: int, step: int) -> tuple[RingBlo
         lens = np.stack([qa, qb], axis=1).reshape(-1)
         rows = ranges(starts, lens)
         diag = RingBlock(q_rows=rows, k_rows=rows, q_lengths=lens, k_lengths=lens, causal=True)
-        cross = RingBlock(q_rows=ranges(q0 + qa, qb), k_rows=ranges(q0, qa), q_lengths=qb, k_lengths=qa,
-                          causal=False)
+        cross = RingBlock(q_rows=ranges(q0 + qa, qb), k_rows=ranges(q0, qa), q_lengths=qb, k_lengths=qa, causal=False)
         return diag, cross
     if src < group_rank:
-        return (RingBlock(q_rows=ranges(q0, qa + qb), k_rows=ranges(k0, ka), q_lengths=qa + qb, k_lengths=ka,
-                          causal=False),)
-    return (RingBlock(q_rows=ranges(q0 + qa, qb), k_rows=ranges(k0, ka + kb), q_lengths=qb, k_lengths=ka + kb,
-                      causal=False),)
+        return (
+            RingBlock(q_rows=ranges(q0, qa + qb), k_rows=ranges(k0, ka), q_lengths=qa + qb, k_lengths=ka, causal=False),
+        )
+    return (
+        RingBlock(
+            q_rows=ranges(q0 + qa, qb), k_rows=ranges(k0, ka + kb), q_lengths=qb, k_lengths=ka + kb, causal=False
+        ),
+    )

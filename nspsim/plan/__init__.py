@@ -18,20 +18,20 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from nspsim.specs.cluster import ClusterSpec
 from nspsim.cost.load import tokens_per_gpu
-from nspsim.specs.model import ModelSpec
+from nspsim.jsonfile import parse_json, read_json
+from nspsim.plan.refs import BatchRef, ClusterRef, ModelRef
 from nspsim.sp_tree import Node, SPTree
 from nspsim.specs.backend import BACKENDS, SPBackend
-from nspsim.plan.refs import BatchRef, ClusterRef, ModelRef, model_fingerprint
-from nspsim.jsonfile import parse_json, read_json
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.model import ModelSpec
 
 if TYPE_CHECKING:
     from nspsim.trace.batching import Batch
@@ -88,8 +88,9 @@ class Plan:
             raise ValueError(f"sample {int(np.argmin(self.lengths))} has non-positive length {min(self.lengths)}")
         if max(self.lengths) > self.batch.max_context:
             j = int(np.argmax(self.lengths))
-            raise ValueError(f"sample {j} has length {self.lengths[j]}, above the batch's max context "
-                             f"{self.batch.max_context}")
+            raise ValueError(
+                f"sample {j} has length {self.lengths[j]}, above the batch's max context {self.batch.max_context}"
+            )
         _, degrees, firsts, _ = self.arrays
         bad = ~_valid_nodes(degrees, firsts, self.spmax, self.cluster.num_gpus)
         if bad.any():
@@ -146,8 +147,12 @@ class Plan:
         n = len(self.nodes)
         degrees = np.fromiter((node.degree for node in self.nodes), dtype=np.int64, count=n)
         firsts = degrees * np.fromiter((node.index for node in self.nodes), dtype=np.int64, count=n)
-        return (np.asarray(self.lengths, dtype=np.int64), degrees, firsts,
-                np.asarray(self.micro_batches, dtype=np.int64))
+        return (
+            np.asarray(self.lengths, dtype=np.int64),
+            degrees,
+            firsts,
+            np.asarray(self.micro_batches, dtype=np.int64),
+        )
 
     def sample_mask(self, micro_batch: int) -> np.ndarray:
         """Boolean mask of the samples in ``micro_batch``."""
@@ -200,8 +205,9 @@ class Plan:
                 f"not {here.label} (fingerprint {here.fingerprint})"
             )
         if self.gpus_per_node != cluster.gpus_per_node:
-            raise ValueError(f"plan assumes {self.gpus_per_node} GPUs per node but {here.label} has "
-                             f"{cluster.gpus_per_node}")
+            raise ValueError(
+                f"plan assumes {self.gpus_per_node} GPUs per node but {here.label} has {cluster.gpus_per_node}"
+            )
         if model is not None and ModelRef.of(model) != self.model:
             raise ValueError(f"plan was made for model {self.model.name}, not {model.name} (or its spec changed)")
 
@@ -209,10 +215,17 @@ class Plan:
     def _header(self) -> dict[str, Any]:
         """Everything but the per-sample columns and the metadata."""
         return {
-            "schema": SCHEMA, "schema_version": self.schema_version, "planner": self.planner,
-            "cluster": vars(self.cluster).copy(), "model": vars(self.model).copy(), "batch": vars(self.batch).copy(),
-            "spmax": self.spmax, "gpus_per_node": self.gpus_per_node, "token_budget": self.token_budget,
-            "backend": self.backend, "marked": self.recompute is not None,
+            "schema": SCHEMA,
+            "schema_version": self.schema_version,
+            "planner": self.planner,
+            "cluster": vars(self.cluster).copy(),
+            "model": vars(self.model).copy(),
+            "batch": vars(self.batch).copy(),
+            "spmax": self.spmax,
+            "gpus_per_node": self.gpus_per_node,
+            "token_budget": self.token_budget,
+            "backend": self.backend,
+            "marked": self.recompute is not None,
             "issue_order": [[n.to_str() for n in order] for order in self.issue_order],
         }
 
@@ -220,8 +233,13 @@ class Plan:
         """Per-sample columns as integer arrays (recompute marks as 0/1, empty when unmarked)."""
         lengths, degrees, firsts, mbs = self.arrays
         marks = np.asarray(self.recompute if self.recompute is not None else (), dtype=np.int64)
-        return {"length": lengths, "degree": degrees, "index": firsts // degrees, "micro_batch": mbs,
-                "recompute": marks}
+        return {
+            "length": lengths,
+            "degree": degrees,
+            "index": firsts // degrees,
+            "micro_batch": mbs,
+            "recompute": marks,
+        }
 
     def _body(self) -> dict[str, Any]:
         body = self._header()
@@ -280,18 +298,36 @@ def default_issue_order(nodes: Sequence[Node], micro_batches: Sequence[int]) -> 
 
 
 def make_plan(
-    *, planner: str, cluster: ClusterSpec, model: ModelSpec, batch: Batch, spmax: int, token_budget: int,
-    nodes: Sequence[Node], micro_batches: Sequence[int] | None = None, backend: SPBackend = SPBackend.ULYSSES,
-    issue_order: Sequence[Sequence[Node]] | None = None, recompute: Sequence[bool] | None = None,
+    *,
+    planner: str,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    batch: Batch,
+    spmax: int,
+    token_budget: int,
+    nodes: Sequence[Node],
+    micro_batches: Sequence[int] | None = None,
+    backend: SPBackend = SPBackend.ULYSSES,
+    issue_order: Sequence[Sequence[Node]] | None = None,
+    recompute: Sequence[bool] | None = None,
     metadata: Mapping[str, float | int | str] | None = None,
 ) -> Plan:
     """Build and validate a plan from specs and a batch (the usual way planners create plans)."""
     mbs = tuple(micro_batches) if micro_batches is not None else (0,) * len(nodes)
     order = default_issue_order(nodes, mbs) if issue_order is None else tuple(tuple(o) for o in issue_order)
     return Plan(
-        planner=planner, cluster=ClusterRef.of(cluster), model=ModelRef.of(model), batch=BatchRef.of(batch),
-        spmax=spmax, gpus_per_node=cluster.gpus_per_node, token_budget=token_budget, backend=backend,
-        lengths=tuple(batch.lengths), nodes=tuple(nodes), micro_batches=mbs, issue_order=order,
+        planner=planner,
+        cluster=ClusterRef.of(cluster),
+        model=ModelRef.of(model),
+        batch=BatchRef.of(batch),
+        spmax=spmax,
+        gpus_per_node=cluster.gpus_per_node,
+        token_budget=token_budget,
+        backend=backend,
+        lengths=tuple(batch.lengths),
+        nodes=tuple(nodes),
+        micro_batches=mbs,
+        issue_order=order,
         recompute=None if recompute is None else tuple(bool(r) for r in recompute),
         metadata=dict(metadata or {}),
     )
@@ -299,7 +335,7 @@ def make_plan(
 
 def _plan_from_data(data: Any, origin: str) -> Plan:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ValueError(f"{origin} is not an nspsim plan (missing \"schema\": \"{SCHEMA}\")")
+        raise ValueError(f'{origin} is not an nspsim plan (missing "schema": "{SCHEMA}")')
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(
             f"{origin}: plan schema version {data.get('schema_version')} is not supported (expected {SCHEMA_VERSION})"
@@ -322,10 +358,17 @@ def _build_from_dict(data: dict[str, Any]) -> Plan:
     nodes = tuple(Node(int(d), int(i)) for d, i in zip(s["degree"], s["index"], strict=True))
     recompute = s["recompute"]
     return Plan(
-        planner=str(data["planner"]), cluster=ClusterRef(**data["cluster"]), model=ModelRef(**data["model"]),
-        batch=BatchRef(**data["batch"]), spmax=int(data["spmax"]), gpus_per_node=int(data["gpus_per_node"]),
-        token_budget=int(data["token_budget"]), backend=cast(SPBackend, str(data["backend"])),  # checked by Plan
-        lengths=tuple(int(x) for x in s["length"]), nodes=nodes, micro_batches=tuple(int(x) for x in s["micro_batch"]),
+        planner=str(data["planner"]),
+        cluster=ClusterRef(**data["cluster"]),
+        model=ModelRef(**data["model"]),
+        batch=BatchRef(**data["batch"]),
+        spmax=int(data["spmax"]),
+        gpus_per_node=int(data["gpus_per_node"]),
+        token_budget=int(data["token_budget"]),
+        backend=cast(SPBackend, str(data["backend"])),  # checked by Plan
+        lengths=tuple(int(x) for x in s["length"]),
+        nodes=nodes,
+        micro_batches=tuple(int(x) for x in s["micro_batch"]),
         issue_order=tuple(tuple(Node.parse(t) for t in order) for order in data["issue_order"]),
         recompute=None if recompute is None else tuple(bool(r) for r in recompute),
         metadata=dict(data.get("metadata", {})),

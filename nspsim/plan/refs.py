@@ -106,6 +106,10 @@ class BatchRef:
     def of(batch: Batch) -> BatchRef:
         """Reference to ``batch``."""
         return BatchRef(
-            trace=batch.trace, seed=batch.seed, index=batch.index, tokens_per_batch=batch.tokens_per_batch,
-            max_context=batch.max_context, fingerprint=batch.fingerprint(),
+            trace=batch.trace,
+            seed=batch.seed,
+            index=batch.index,
+            tokens_per_batch=batch.tokens_per_batch,
+            max_context=batch.max_context,
+            fingerprint=batch.fingerprint(),
         )

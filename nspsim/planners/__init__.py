@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from nspsim.planners.basp_planner import BASPPlanner
 from nspsim.planners.base import Planner
+from nspsim.planners.basp_planner import BASPPlanner
 from nspsim.planners.flexsp_planner import FlexSPPlanner
 from nspsim.planners.greedy_planner import GreedyPlanner
 from nspsim.planners.nsp_planner import NSP2LPlanner, NSPPlanner

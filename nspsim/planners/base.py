@@ -37,13 +37,13 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload
 from nspsim.plan import Plan, make_plan
 from nspsim.planners.feasibility import check_feasible
 from nspsim.planners.lower_bound import lower_bound
 from nspsim.planners.proxy import CostTable, ProxyLoad
 from nspsim.sp_tree import Node
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 
 IntArray = npt.NDArray[np.int64]
 Metadata = Mapping[str, float | int | str]
@@ -179,8 +179,10 @@ def static_floor(ctx: Context, samples: IntArray, degree: int) -> float:
 
 def step_estimate(ctx: Context, placement: Placement) -> float:
     """Per-micro-batch proxy stage maxima with FSDP collectives repeated per micro-batch (module doc)."""
-    return sum(micro_batch_estimate(ctx, placement.degrees, placement.firsts, placement.micro_batches == mb)
-               for mb in range(placement.num_micro_batches))
+    return sum(
+        micro_batch_estimate(ctx, placement.degrees, placement.firsts, placement.micro_batches == mb)
+        for mb in range(placement.num_micro_batches)
+    )
 
 
 def proxy_load(ctx: Context, placement: Placement) -> float:
@@ -213,9 +215,13 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
     load = proxy_load(ctx, placement)
     bound = lower_bound(table)
     metadata: dict[str, float | int | str] = {
-        "planning_time_s": elapsed, "planning_cpu_s": cpu, "load_s": load, "lower_bound_s": bound,
+        "planning_time_s": elapsed,
+        "planning_cpu_s": cpu,
+        "load_s": load,
+        "lower_bound_s": bound,
         "load_over_lower_bound": load / bound if bound > 0 else float("inf"),
-        "step_estimate_s": step_estimate(ctx, placement), "micro_batches": placement.num_micro_batches,
+        "step_estimate_s": step_estimate(ctx, placement),
+        "micro_batches": placement.num_micro_batches,
     }
     if ctx.budget != ctx.workload.token_budget:
         metadata["effective_token_budget"] = ctx.budget
@@ -226,7 +232,15 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
     deg, first, mbs = (a[inverse] for a in (placement.degrees, placement.firsts, placement.micro_batches))
     nodes, orders = _nodes_and_orders(deg, first, mbs)
     return make_plan(
-        planner=name, cluster=ctx.workload.cluster, model=ctx.workload.model, batch=ctx.batch,
-        spmax=ctx.workload.tree.spmax, token_budget=ctx.workload.token_budget, nodes=nodes, micro_batches=mbs.tolist(),
-        backend=ctx.workload.config.backend, issue_order=orders, metadata=metadata,
+        planner=name,
+        cluster=ctx.workload.cluster,
+        model=ctx.workload.model,
+        batch=ctx.batch,
+        spmax=ctx.workload.tree.spmax,
+        token_budget=ctx.workload.token_budget,
+        nodes=nodes,
+        micro_batches=mbs.tolist(),
+        backend=ctx.workload.config.backend,
+        issue_order=orders,
+        metadata=metadata,
     )

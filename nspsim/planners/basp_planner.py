@@ -34,13 +34,25 @@ from typing import ClassVar
 
 import numpy as np
 
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (AS_PLANNED, Preparation, Context, IntArray, Placement, Stopwatch, estimate_of, finish,
-                                  make_context, proxy_load, static_floor, step_estimate)
+from nspsim.planners.base import (
+    AS_PLANNED,
+    Context,
+    IntArray,
+    Placement,
+    Preparation,
+    Stopwatch,
+    estimate_of,
+    finish,
+    make_context,
+    proxy_load,
+    static_floor,
+    step_estimate,
+)
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.planners.static_planner import best, pack_degree, sweep
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -108,8 +120,11 @@ class BASPPlanner:
     preparation: ClassVar[Preparation] = AS_PLANNED
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_micro_batches, bool) or not isinstance(self.max_micro_batches, int) \
-                or self.max_micro_batches < 1:
+        if (
+            isinstance(self.max_micro_batches, bool)
+            or not isinstance(self.max_micro_batches, int)
+            or self.max_micro_batches < 1
+        ):
             raise ValueError(f"option max_micro_batches must be a positive integer, got {self.max_micro_batches!r}")
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
@@ -119,12 +134,15 @@ class BASPPlanner:
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
         last = min(max(first, self.max_micro_batches), ctx.table.num_samples)
         static = best(sweep(ctx))
-        seed = Placement(static.placement.degrees, static.placement.firsts, static.placement.micro_batches,
-                         {"basp_degrees": str(static.degree), "basp_chunks": static.placement.num_micro_batches})
+        seed = Placement(
+            static.placement.degrees,
+            static.placement.firsts,
+            static.placement.micro_batches,
+            {"basp_degrees": str(static.degree), "basp_chunks": static.placement.num_micro_batches},
+        )
         candidates = [(static.step, static.load, seed)]  # = the m = 1 cut when one pass holds the batch
         for m in range(max(first, 2), last + 1):
             placement = batch_aware_placement(ctx, m)
             candidates.append((step_estimate(ctx, placement), proxy_load(ctx, placement), placement))
         chosen = min(candidates, key=lambda c: (c[0], c[1]))[2]
         return finish(self.name, ctx, chosen, started)
-

@@ -76,8 +76,9 @@ def node_layout(num_gpus: int, levels: tuple[int, ...]) -> NodeLayout:
     sizes = [num_gpus // d for d in ordered]
     offset = dict(zip(ordered, np.cumsum([0, *sizes[:-1]]).tolist()))
     level_of = np.repeat(np.arange(len(ordered), dtype=np.int64), sizes)
-    return NodeLayout(ordered, degree, first, offset, np.arange(num_gpus, dtype=np.int64), level_of,
-                      degree / float(num_gpus))
+    return NodeLayout(
+        ordered, degree, first, offset, np.arange(num_gpus, dtype=np.int64), level_of, degree / float(num_gpus)
+    )
 
 
 @dataclass
@@ -94,8 +95,13 @@ class Beam:
     @staticmethod
     def empty(num_gpus: int, layout: NodeLayout) -> Beam:
         """The single empty state (nothing placed)."""
-        return Beam(np.zeros((1, num_gpus)), np.zeros((1, num_gpus)), np.ones((1, layout.size), dtype=bool),
-                    np.full(1, max(layout.levels), dtype=np.int64), [])
+        return Beam(
+            np.zeros((1, num_gpus)),
+            np.zeros((1, num_gpus)),
+            np.ones((1, layout.size), dtype=bool),
+            np.full(1, max(layout.levels), dtype=np.int64),
+            [],
+        )
 
     @property
     def size(self) -> int:
@@ -137,11 +143,11 @@ def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
     while True:
         start = layout.offset.get(deg)
         if deg == layout.levels[0]:
-            out[:, start:start + level.shape[1]] = level
+            out[:, start : start + level.shape[1]] = level
             return out
         nxt = np.maximum(level[:, 0::2], level[:, 1::2])
         if start is not None:
-            out[:, start:start + level.shape[1]] = level
+            out[:, start : start + level.shape[1]] = level
         level, deg = nxt, 2 * deg
 
 
@@ -154,8 +160,9 @@ def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float
     return out
 
 
-def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monotone: bool,
-            lookahead: bool) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray | None]:
+def _scores(
+    beam: Beam, item: Placing, layout: NodeLayout, budget: float, monotone: bool, lookahead: bool
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray | None]:
     """Per (state, node): score, total work added / P, new block max, delta and feasibility (the
     last possibly (nodes,) when it is the same for every state, ``None`` when everything is feasible).
 
@@ -174,8 +181,11 @@ def _scores(beam: Beam, item: Placing, layout: NodeLayout, budget: float, monoto
         np.maximum(score, added + base[:, None], out=score)
     feasible: BoolArray | None = fits
     if monotone:
-        feasible = (layout.degree <= beam.last_degree[:, None]) if fits is None else fits & (
-            layout.degree <= beam.last_degree[:, None])
+        feasible = (
+            (layout.degree <= beam.last_degree[:, None])
+            if fits is None
+            else fits & (layout.degree <= beam.last_degree[:, None])
+        )
     tokens = _token_feasible(beam, item, layout, budget)
     if tokens is not None:
         feasible = tokens if feasible is None else feasible & tokens
@@ -202,12 +212,13 @@ def _best(score: FloatArray, total: FloatArray, new_block: FloatArray, nodes: in
     if ties.size > 1:
         t = total[ties]
         ties = ties[t == t.min()]
-        ties = ties[np.argmin(new_block[ties]):][:1]
+        ties = ties[np.argmin(new_block[ties]) :][:1]
     return np.divmod(ties[:1], nodes)
 
 
-def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray | None,
-            width: int) -> tuple[IntArray, IntArray] | None:
+def _select(
+    score: FloatArray, total: FloatArray, new_block: FloatArray, feasible: BoolArray | None, width: int
+) -> tuple[IntArray, IntArray] | None:
     """(state, node) of the ``width`` best distinct feasible candidates; ``None`` if none is feasible.
 
     Ranks a pool of the best-scoring candidates, widening it while symmetric copies leave fewer than
@@ -235,8 +246,9 @@ def _select(score: FloatArray, total: FloatArray, new_block: FloatArray, feasibl
     return np.divmod(chosen, score.shape[1])
 
 
-def expand(beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: int, monotone: bool,
-           lookahead: bool) -> Beam | None:
+def expand(
+    beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: int, monotone: bool, lookahead: bool
+) -> Beam | None:
     """The beam after placing ``item`` every feasible way and keeping the ``width`` best distinct
     states; ``None`` if no state can place it."""
     score, total, new_block, delta, feasible = _scores(beam, item, layout, budget, monotone, lookahead)
@@ -251,8 +263,8 @@ def expand(beam: Beam, item: Placing, layout: NodeLayout, budget: float, width: 
         loads, tokens, idle = beam.loads[parent], beam.tokens[parent], beam.idle[parent]
     for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
         d, f = int(layout.degree[u]), int(layout.first[u])
-        loads[i, f:f + d] += dl
-        tokens[i, f:f + d] += item.length / d
+        loads[i, f : f + d] += dl
+        tokens[i, f : f + d] += item.length / d
     idle[np.arange(node.size), node] = False
     beam.steps.append((parent, node))  # the parent beam is discarded: its arrays and list are reused
     return Beam(loads, tokens, idle, layout.degree[node], beam.steps)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nspsim.trace.batching import Batch
 from nspsim.planners.proxy import CostTable
+from nspsim.trace.batching import Batch
 
 
 def check_feasible(table: CostTable, batch: Batch, spmax: int) -> None:

@@ -89,8 +89,10 @@ def check_coverable(p: MilpProblem) -> None:
     largest = max(p.sizes)
     bad = np.flatnonzero(p.lengths > largest * p.token_budget)
     if bad.size:
-        raise ValueError(f"FlexSP: a sequence of length {int(p.lengths[bad[0]])} fits no group of size <= {largest} "
-                         f"under B_tok={p.token_budget:g}")
+        raise ValueError(
+            f"FlexSP: a sequence of length {int(p.lengths[bad[0]])} fits no group of size <= {largest} "
+            f"under B_tok={p.token_budget:g}"
+        )
 
 
 def _matrix(p: MilpProblem, lay: _Layout) -> tuple[sparse.csr_matrix, FloatArray, FloatArray]:
@@ -110,34 +112,46 @@ def _matrix(p: MilpProblem, lay: _Layout) -> tuple[sparse.csr_matrix, FloatArray
 
     r0 = 0  # placement: sum_k A[b,k] = n_b
     add(r0 + b, np.arange(na), np.ones(na))
-    lo.append(p.counts.astype(np.float64)); hi.append(p.counts.astype(np.float64))
+    lo.append(p.counts.astype(np.float64))
+    hi.append(p.counts.astype(np.float64))
     r1 = r0 + nb  # time: sum A t + lat m - M <= 0
-    add(r1 + k, np.arange(na), t); add(r1 + np.arange(ns), na + np.arange(ns), lat)
+    add(r1 + k, np.arange(na), t)
+    add(r1 + np.arange(ns), na + np.arange(ns), lat)
     add(r1 + np.arange(ns), np.full(ns, na + ns), -np.ones(ns))
-    lo.append(np.full(ns, -np.inf)); hi.append(np.zeros(ns))
+    lo.append(np.full(ns, -np.inf))
+    hi.append(np.zeros(ns))
     r2 = r1 + ns  # memory: sum A len / s - B m <= 0
-    add(r2 + k, np.arange(na), p.lengths[b] / size); add(r2 + np.arange(ns), na + np.arange(ns),
-                                                          np.full(ns, -p.token_budget))
-    lo.append(np.full(ns, -np.inf)); hi.append(np.zeros(ns))
+    add(r2 + k, np.arange(na), p.lengths[b] / size)
+    add(r2 + np.arange(ns), na + np.arange(ns), np.full(ns, -p.token_budget))
+    lo.append(np.full(ns, -np.inf))
+    hi.append(np.zeros(ns))
     r3 = r2 + ns  # linking: m - sum A <= 0
-    add(r3 + k, np.arange(na), -np.ones(na)); add(r3 + np.arange(ns), na + np.arange(ns), np.ones(ns))
-    lo.append(np.full(ns, -np.inf)); hi.append(np.zeros(ns))
+    add(r3 + k, np.arange(na), -np.ones(na))
+    add(r3 + np.arange(ns), na + np.arange(ns), np.ones(ns))
+    lo.append(np.full(ns, -np.inf))
+    hi.append(np.zeros(ns))
     r4 = r3 + ns  # GPU count
     add(np.full(ns, r4), na + np.arange(ns), lay.slot_size)
-    lo.append(np.array([0.0])); hi.append(np.array([float(p.num_gpus)]))
+    lo.append(np.array([0.0]))
+    hi.append(np.array([float(p.num_gpus)]))
     r5 = r4 + 1  # symmetry: m[s,i+1] - m[s,i] <= 0 within a size
     same = np.flatnonzero(lay.slot_size[1:] == lay.slot_size[:-1])
     add(r5 + np.arange(same.size), na + same + 1, np.ones(same.size))
     add(r5 + np.arange(same.size), na + same, -np.ones(same.size))
-    lo.append(np.full(same.size, -np.inf)); hi.append(np.zeros(same.size))
+    lo.append(np.full(same.size, -np.inf))
+    hi.append(np.zeros(same.size))
     r6 = r5 + same.size  # work cut: sum_k s_k (time of slot k) <= P M
-    add(np.full(na, r6), np.arange(na), size * t); add(np.full(ns, r6), na + np.arange(ns), lay.slot_size * lat)
+    add(np.full(na, r6), np.arange(na), size * t)
+    add(np.full(ns, r6), na + np.arange(ns), lay.slot_size * lat)
     add([r6], [na + ns], [-float(p.num_gpus)])
-    lo.append(np.array([-np.inf])); hi.append(np.array([0.0]))
+    lo.append(np.array([-np.inf]))
+    hi.append(np.array([0.0]))
     r7 = r6 + 1
     if p.upper is not None:  # time of slot k <= U m_k
-        add(r7 + k, np.arange(na), t); add(r7 + np.arange(ns), na + np.arange(ns), lat - p.upper)
-        lo.append(np.full(ns, -np.inf)); hi.append(np.zeros(ns))
+        add(r7 + k, np.arange(na), t)
+        add(r7 + np.arange(ns), na + np.arange(ns), lat - p.upper)
+        lo.append(np.full(ns, -np.inf))
+        hi.append(np.zeros(ns))
         r7 += ns
     shape = (r7, na + ns + 1)
     mat = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape)
@@ -187,13 +201,23 @@ def _bounds(lay: _Layout, p: MilpProblem) -> tuple[FloatArray, FloatArray, Float
     return np.zeros(na + ns + 1), upper, integrality
 
 
-def _solve_highs(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem,
-                 limits: Limits) -> tuple[FloatArray | None, str, int]:
+def _solve_highs(
+    mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem, limits: Limits
+) -> tuple[FloatArray | None, str, int]:
     lower, upper, integrality = _bounds(lay, p)
     c = np.zeros(lower.size)
     c[-1] = 1.0
-    res = solve_highs(c, mat, (lo, hi), (lower, upper), integrality, time_limit=limits.time_limit,
-                      work_limit=limits.work_limit, mip_gap=limits.mip_gap, start=_start_vector(lay, p))
+    res = solve_highs(
+        c,
+        mat,
+        (lo, hi),
+        (lower, upper),
+        integrality,
+        time_limit=limits.time_limit,
+        work_limit=limits.work_limit,
+        mip_gap=limits.mip_gap,
+        start=_start_vector(lay, p),
+    )
     return res.x, res.status, res.checks
 
 
@@ -209,7 +233,7 @@ def _start_vector(lay: _Layout, p: MilpProblem) -> FloatArray | None:
     x = np.zeros(na + ns + 1)
     makespan = 0.0
     for size in np.unique(sizes).tolist():
-        slots = np.flatnonzero(lay.slot_size == size)[:int(np.count_nonzero(sizes == size))]
+        slots = np.flatnonzero(lay.slot_size == size)[: int(np.count_nonzero(sizes == size))]
         for slot, row in zip(slots.tolist(), counts[sizes == size]):
             buckets = np.flatnonzero(row)
             x[pair_of[buckets, slot]] = row[buckets]
@@ -219,20 +243,25 @@ def _start_vector(lay: _Layout, p: MilpProblem) -> FloatArray | None:
     return x
 
 
-def _solve_scip(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem,
-                limits: Limits) -> tuple[FloatArray | None, str, int]:
+def _solve_scip(
+    mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem, limits: Limits
+) -> tuple[FloatArray | None, str, int]:
     try:
         import pyscipopt
     except ImportError:
-        raise ValueError("FlexSP solver 'scip' needs PySCIPOpt: pip install 'nspsim[scip]' (or use solver='highs')") from None
+        raise ValueError(
+            "FlexSP solver 'scip' needs PySCIPOpt: pip install 'nspsim[scip]' (or use solver='highs')"
+        ) from None
     lower, upper, integrality = _bounds(lay, p)
     model = pyscipopt.Model()
     model.hideOutput()
     model.setParam("limits/time", float(limits.time_limit))
     model.setParam("limits/nodes", int(limits.work_limit))
     model.setParam("limits/gap", float(limits.mip_gap))
-    xs = [model.addVar(lb=lower[i], ub=None if np.isinf(upper[i]) else upper[i],
-                       vtype="I" if integrality[i] else "C") for i in range(lower.size)]
+    xs = [
+        model.addVar(lb=lower[i], ub=None if np.isinf(upper[i]) else upper[i], vtype="I" if integrality[i] else "C")
+        for i in range(lower.size)
+    ]
     coo = mat.tocoo()
     for r in range(mat.shape[0]):
         sel = coo.row == r
@@ -248,20 +277,34 @@ def _solve_scip(mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _La
     model.optimize()
     nodes = int(model.getNTotalNodes())
     scip_status = str(model.getStatus())
-    stop = {"optimal": "optimal", "gaplimit": "optimal", "nodelimit": "work-limit", "totalnodelimit": "work-limit",
-            "timelimit": "time-limit", "infeasible": "infeasible"}.get(scip_status, scip_status)
+    stop = {
+        "optimal": "optimal",
+        "gaplimit": "optimal",
+        "nodelimit": "work-limit",
+        "totalnodelimit": "work-limit",
+        "timelimit": "time-limit",
+        "infeasible": "infeasible",
+    }.get(scip_status, scip_status)
     if model.getNSols() == 0:
         return None, stop, nodes
     best = model.getBestSol()
     return np.array([best[v] for v in xs], dtype=np.float64), stop, nodes
 
 
-def _solution(x: FloatArray, lay: _Layout, p: MilpProblem, status: str, elapsed: float, solver: str,
-              work: int) -> MilpSolution:
+def _solution(
+    x: FloatArray, lay: _Layout, p: MilpProblem, status: str, elapsed: float, solver: str, work: int
+) -> MilpSolution:
     na, ns = lay.num_a, lay.slot_size.size
     counts = np.rint(x[:na]).astype(np.int64)
     table = np.zeros((ns, p.counts.size), dtype=np.int64)
     np.add.at(table, (lay.pairs[:, 1], lay.pairs[:, 0]), counts)
     used = table.sum(axis=1) > 0
-    return MilpSolution(slot_sizes=lay.slot_size[used], assignment=table[used], makespan=float(x[-1]),
-                        status=status, solve_time_s=elapsed, solver=solver, work=work)
+    return MilpSolution(
+        slot_sizes=lay.slot_size[used],
+        assignment=table[used],
+        makespan=float(x[-1]),
+        status=status,
+        solve_time_s=elapsed,
+        solver=solver,
+        work=work,
+    )

@@ -33,16 +33,25 @@ from typing import ClassVar
 
 import numpy as np
 
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (AS_PLANNED, Preparation, Stopwatch, Context, IntArray, Placement, finish,
-                                  make_context, step_estimate)
+from nspsim.planners.base import (
+    AS_PLANNED,
+    Context,
+    IntArray,
+    Placement,
+    Preparation,
+    Stopwatch,
+    finish,
+    make_context,
+    step_estimate,
+)
 from nspsim.planners.bucketing import Buckets, bucketize
 from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.planners.packing import pack_balanced
 from nspsim.planners.proxy import CostTable
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 
 DEFAULT_TIME_LIMIT_S = 10.0
 
@@ -102,15 +111,21 @@ class FlexSPPlanner:
                 if best is None or step < best[0]:
                     best = (step, placement)
         if best is None:
-            raise ValueError(f"FlexSP found no plan with {first}..{last} micro-batches under B_tok={ctx.budget}; "
-                             "raise max_micro_batches or the token budget")
+            raise ValueError(
+                f"FlexSP found no plan with {first}..{last} micro-batches under B_tok={ctx.budget}; "
+                "raise max_micro_batches or the token budget"
+            )
         return finish(self.name, ctx, best[1], started, self._limit_facts(solves))
 
     def _limit_facts(self, solves: list[MilpSolution]) -> dict[str, float | int | str]:
         """Limits and, over every solve of the sweep, how many the clock stopped (not reproducible)."""
-        return {"milp_time_limit_s": float(self.time_limit), "milp_work_limit": self.work_limit,
-                "milp_solves": len(solves), "milp_time_limited": sum("time-limit" in s.status for s in solves),
-                "milp_work_total": sum(s.work for s in solves)}
+        return {
+            "milp_time_limit_s": float(self.time_limit),
+            "milp_work_limit": self.work_limit,
+            "milp_solves": len(solves),
+            "milp_time_limited": sum("time-limit" in s.status for s in solves),
+            "milp_work_total": sum(s.work for s in solves),
+        }
 
     @property
     def limits(self) -> Limits:
@@ -143,13 +158,25 @@ class FlexSPPlanner:
         incumbent = static_incumbent(problem)
         if incumbent is None:
             return None
-        bounded = MilpProblem(**{**problem.__dict__, "upper": incumbent.makespan * (1 + 1e-9),
-                                 "start": (incumbent.slot_sizes, incumbent.assignment)})
+        bounded = MilpProblem(
+            **{
+                **problem.__dict__,
+                "upper": incumbent.makespan * (1 + 1e-9),
+                "start": (incumbent.slot_sizes, incumbent.assignment),
+            }
+        )
         run = solve(bounded, solver=self.solver, limits=self.limits)
         solved = run.solution
         if solved is None or solved.makespan >= incumbent.makespan:  # no better than its start: keep the incumbent
-            solved = MilpSolution(incumbent.slot_sizes, incumbent.assignment, incumbent.makespan,
-                                  f"incumbent({run.status})", run.solve_time_s, self.solver, run.work)
+            solved = MilpSolution(
+                incumbent.slot_sizes,
+                incumbent.assignment,
+                incumbent.makespan,
+                f"incumbent({run.status})",
+                run.solve_time_s,
+                self.solver,
+                run.work,
+            )
         degrees, firsts = realise(solved, buckets, chunk, ctx.table)
         return _Routed(chunk, degrees, firsts, solved)
 
@@ -158,10 +185,15 @@ def _problem(ctx: Context, buckets: Buckets, sizes: tuple[int, ...]) -> MilpProb
     table = CostTable(ctx.workload.cost, ctx.workload.tree, buckets.maxima, ctx.budget)
     back = np.empty_like(table.order)
     back[table.order] = np.arange(table.order.size)  # table is sorted descending; buckets ascending
-    return MilpProblem(counts=buckets.counts, lengths=buckets.maxima,
-                       time={s: table.total(s)[back] for s in sizes},
-                       latency={s: table.overhead_total(s) for s in sizes}, sizes=sizes,
-                       num_gpus=ctx.num_gpus, token_budget=float(ctx.budget))
+    return MilpProblem(
+        counts=buckets.counts,
+        lengths=buckets.maxima,
+        time={s: table.total(s)[back] for s in sizes},
+        latency={s: table.overhead_total(s) for s in sizes},
+        sizes=sizes,
+        num_gpus=ctx.num_gpus,
+        token_budget=float(ctx.budget),
+    )
 
 
 def static_incumbent(p: MilpProblem) -> MilpSolution | None:
@@ -177,13 +209,16 @@ def static_incumbent(p: MilpProblem) -> MilpSolution | None:
         slots = pack_balanced(cost, p.lengths[items] / s, groups, p.token_budget, p.latency[s])
         if slots is None:
             continue
-        loads = np.bincount(slots, weights=cost, minlength=groups) + p.latency[s] * (np.bincount(slots, minlength=groups) > 0)
+        loads = np.bincount(slots, weights=cost, minlength=groups) + p.latency[s] * (
+            np.bincount(slots, minlength=groups) > 0
+        )
         if best is None or loads.max() < best.makespan:
             table = np.zeros((groups, p.counts.size), dtype=np.int64)
             np.add.at(table, (slots, items), 1)
             used = table.sum(axis=1) > 0
-            best = MilpSolution(np.full(int(used.sum()), s, dtype=np.int64), table[used], float(loads.max()),
-                                "incumbent", 0.0, "static")
+            best = MilpSolution(
+                np.full(int(used.sum()), s, dtype=np.int64), table[used], float(loads.max()), "incumbent", 0.0, "static"
+            )
     return best
 
 
@@ -207,8 +242,9 @@ def realise(sol: MilpSolution, buckets: Buckets, chunk: IntArray, table: CostTab
         by_load = np.argsort(loads, kind="stable")
         quota = counts[by_load, b]
         rank = np.arange(quota.sum()) - np.repeat(np.cumsum(quota) - quota, quota)
-        slots = by_load[np.repeat(np.arange(quota.size), quota)[np.lexsort((np.repeat(np.arange(quota.size), quota),
-                                                                               rank))]]
+        slots = by_load[
+            np.repeat(np.arange(quota.size), quota)[np.lexsort((np.repeat(np.arange(quota.size), quota), rank))]
+        ]
         degrees[members], firsts[members] = sizes[slots], firsts_of_slot[slots]
         for d, cost in slot_cost.items():
             at = sizes[slots] == d
@@ -224,7 +260,8 @@ def _placement(ctx: Context, routed: list[_Routed]) -> Placement:
     statuses = Counter(r.solution.status for r in routed)
     solve_time = sum(r.solution.solve_time_s for r in routed)
     meta: dict[str, float | int | str] = {
-        "milp_solve_time_s": solve_time, "solver": routed[0].solution.solver if routed else "none",
+        "milp_solve_time_s": solve_time,
+        "solver": routed[0].solution.solver if routed else "none",
         "milp_status": ",".join(f"{k}:{v}" for k, v in sorted(statuses.items())),
         "milp_fallbacks": sum(v for k, v in statuses.items() if k.startswith("incumbent")),
         "max_group": int(degrees.max()),

@@ -20,15 +20,23 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (NESTED_PREPARATION, Preparation, Stopwatch, Context, IntArray, Placement, finish,
-                                  make_context)
+from nspsim.planners.base import (
+    NESTED_PREPARATION,
+    Context,
+    IntArray,
+    Placement,
+    Preparation,
+    Stopwatch,
+    finish,
+    make_context,
+)
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
 from nspsim.planners.token_balance import check_ratio, effective_budget
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -45,7 +53,7 @@ class LevelMaxima:
         first, end = block * degree, (block + 1) * degree
         for d, arr in self.blocks.items():
             if d <= degree:
-                arr[first // d:end // d] += delta
+                arr[first // d : end // d] += delta
             else:
                 parent = first // d
                 arr[parent] = max(arr[parent], self.blocks[degree][block])
@@ -60,8 +68,15 @@ class _Step:
     delta: float
 
 
-def _best_node(costs: dict[int, float], latency: dict[int, float], length: int, loads: LevelMaxima,
-               tokens: LevelMaxima, idle: dict[int, FloatArray], budget: float) -> _Step | None:
+def _best_node(
+    costs: dict[int, float],
+    latency: dict[int, float],
+    length: int,
+    loads: LevelMaxima,
+    tokens: LevelMaxima,
+    idle: dict[int, FloatArray],
+    budget: float,
+) -> _Step | None:
     top = float(loads.blocks[loads.levels[-1]].max())
     best: tuple[float, float, float] | None = None
     step = None
@@ -91,8 +106,9 @@ def greedy_route(table: CostTable, select: IntArray, levels: tuple[int, ...]) ->
     firsts = np.empty(select.size, dtype=np.int64)
     for i, j in enumerate(select.tolist()):
         length = int(table.lengths[j])
-        step = _best_node({d: float(c[i]) for d, c in cost.items()}, latency, length, loads, tokens, idle,
-                          table.token_budget)
+        step = _best_node(
+            {d: float(c[i]) for d, c in cost.items()}, latency, length, loads, tokens, idle, table.token_budget
+        )
         if step is None:
             return None
         loads.add(step.degree, step.block, step.delta)

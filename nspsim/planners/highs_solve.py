@@ -33,7 +33,8 @@ from scipy import sparse
 FloatArray = npt.NDArray[np.float64]
 _SOURCES = ("scipy.optimize._highspy._core", "highspy._core")  # scipy's copy first: the environment pins it
 FIXED_OPTIONS: Mapping[str, bool | int | float | str] = MappingProxyType(
-    {"output_flag": False, "threads": 1, "random_seed": 0})
+    {"output_flag": False, "threads": 1, "random_seed": 0}
+)
 
 
 @dataclass(frozen=True)
@@ -52,19 +53,28 @@ def _core() -> Any:
             return importlib.import_module(name)
         except ImportError:
             continue
-    raise ValueError("FlexSP's deterministic HiGHS solve needs the HiGHS bindings recent scipy releases bundle "
-                     "(scipy.optimize._highspy) or the highspy package: upgrade scipy or pip install highspy")
+    raise ValueError(
+        "FlexSP's deterministic HiGHS solve needs the HiGHS bindings recent scipy releases bundle "
+        "(scipy.optimize._highspy) or the highspy package: upgrade scipy or pip install highspy"
+    )
 
 
 def _finite(values: FloatArray, core: Any) -> FloatArray:
     """HiGHS's infinity in place of +-inf."""
-    out: FloatArray = np.where(np.isposinf(values), core.kHighsInf,
-                               np.where(np.isneginf(values), -core.kHighsInf, values))
+    out: FloatArray = np.where(
+        np.isposinf(values), core.kHighsInf, np.where(np.isneginf(values), -core.kHighsInf, values)
+    )
     return out
 
 
-def _model(core: Any, cost: FloatArray, matrix: sparse.csr_matrix, rows: tuple[FloatArray, FloatArray],
-           cols: tuple[FloatArray, FloatArray], integrality: FloatArray) -> Any:
+def _model(
+    core: Any,
+    cost: FloatArray,
+    matrix: sparse.csr_matrix,
+    rows: tuple[FloatArray, FloatArray],
+    cols: tuple[FloatArray, FloatArray],
+    integrality: FloatArray,
+) -> Any:
     lp = core.HighsLp()
     csc = matrix.tocsc()
     lp.num_col_, lp.num_row_ = int(cost.size), int(matrix.shape[0])
@@ -79,9 +89,18 @@ def _model(core: Any, cost: FloatArray, matrix: sparse.csr_matrix, rows: tuple[F
     return lp
 
 
-def solve_highs(cost: FloatArray, matrix: sparse.csr_matrix, rows: tuple[FloatArray, FloatArray],
-                cols: tuple[FloatArray, FloatArray], integrality: FloatArray, *, time_limit: float,
-                work_limit: int, mip_gap: float, start: FloatArray | None = None) -> HighsResult:
+def solve_highs(
+    cost: FloatArray,
+    matrix: sparse.csr_matrix,
+    rows: tuple[FloatArray, FloatArray],
+    cols: tuple[FloatArray, FloatArray],
+    integrality: FloatArray,
+    *,
+    time_limit: float,
+    work_limit: int,
+    mip_gap: float,
+    start: FloatArray | None = None,
+) -> HighsResult:
     """Minimise ``cost @ x`` s.t. ``rows[0] <= matrix @ x <= rows[1]``, ``cols[0] <= x <= cols[1]``,
     integer where ``integrality`` is nonzero, from the feasible point ``start`` if given; stop after
     ``work_limit`` limit checks or ``time_limit`` seconds, whichever comes first."""
@@ -114,6 +133,11 @@ def solve_highs(cost: FloatArray, matrix: sparse.csr_matrix, rows: tuple[FloatAr
 
 def _status(core: Any, model_status: Any) -> str:
     names = core.HighsModelStatus
-    table = {names.kOptimal: "optimal", names.kInterrupt: "work-limit", names.kTimeLimit: "time-limit",
-             names.kInfeasible: "infeasible", names.kUnbounded: "unbounded"}
+    table = {
+        names.kOptimal: "optimal",
+        names.kInterrupt: "work-limit",
+        names.kTimeLimit: "time-limit",
+        names.kInfeasible: "infeasible",
+        names.kUnbounded: "unbounded",
+    }
     return table.get(model_status, "error")

@@ -55,19 +55,28 @@ from typing import ClassVar
 
 import numpy as np
 
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (NESTED_PREPARATION, Preparation, Stopwatch, Context, IntArray, Placement, finish,
-                                  make_context, static_floor)
+from nspsim.planners.base import (
+    NESTED_PREPARATION,
+    Context,
+    IntArray,
+    Placement,
+    Preparation,
+    Stopwatch,
+    finish,
+    make_context,
+    static_floor,
+)
 from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
+from nspsim.planners.remat_estimate import remat_aware_load
 from nspsim.planners.static_planner import pack_single_pass
 from nspsim.planners.tail import TreeStates, complete
-from nspsim.planners.remat_estimate import remat_aware_load
 from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 
 AUTO_PREFIX_SHARE = 0.25
 AUTO_PREFIX_SHARE_LARGE = 0.35  # above AUTO_WIDE_BEAM_MAX_GPUS
@@ -125,13 +134,21 @@ class NSPPlanner:
         """Route the batch (see the module docstring)."""
         started = Stopwatch.start()
         ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
-        search = ctx.table if self.proxy == "full" else CostTable(
-            workload.cost, workload.tree, batch.lengths, ctx.budget, kind=self.proxy)
+        search = (
+            ctx.table
+            if self.proxy == "full"
+            else CostTable(workload.cost, workload.tree, batch.lengths, ctx.budget, kind=self.proxy)
+        )
         placement = self._route_batch(ctx, search)
         extra: dict[str, float | int | str] = {
-            "prefix_k": str(self.prefix_k), "beam_width": beam_width(self.beam_width, ctx.num_gpus),
-            "monotone": int(self.monotone), "lookahead": int(self.lookahead), "proxy": self.proxy,
-            "token_balance_ratio": str(self.token_balance_ratio), "remat_aware": int(self.remat_aware)}
+            "prefix_k": str(self.prefix_k),
+            "beam_width": beam_width(self.beam_width, ctx.num_gpus),
+            "monotone": int(self.monotone),
+            "lookahead": int(self.lookahead),
+            "proxy": self.proxy,
+            "token_balance_ratio": str(self.token_balance_ratio),
+            "remat_aware": int(self.remat_aware),
+        }
         return finish(self.name, ctx, placement, started, extra)
 
     def _route_batch(self, ctx: Context, search: CostTable) -> Placement:
@@ -202,9 +219,10 @@ def _placings(search: CostTable, select: IntArray, layout: NodeLayout, k: int) -
     per_level = np.stack([search.total(d)[prefix] for d in layout.levels], axis=1)
     latency = np.array([search.overhead_total(d) for d in layout.levels])
     leaf = search.total(min(layout.levels))[select]
-    rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])[1:k + 1]
-    return [Placing(int(search.lengths[j]), per_level[i], latency, float(rest[i]))
-            for i, j in enumerate(prefix.tolist())]
+    rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])[1 : k + 1]
+    return [
+        Placing(int(search.lengths[j]), per_level[i], latency, float(rest[i])) for i, j in enumerate(prefix.tolist())
+    ]
 
 
 def _beam_routes(search: CostTable, select: IntArray, layout: NodeLayout, k: int, options: NSPPlanner) -> list[Route]:
@@ -215,8 +233,7 @@ def _beam_routes(search: CostTable, select: IntArray, layout: NodeLayout, k: int
     width = beam_width(options.beam_width, search.tree.num_gpus)
     for item in _placings(search, select, layout, k):
         assert beam is not None
-        beam = expand(beam, item, layout, search.token_budget, width, options.monotone,
-                      options.lookahead)
+        beam = expand(beam, item, layout, search.token_budget, width, options.monotone, options.lookahead)
         if beam is None:
             return []
     assert beam is not None
@@ -267,8 +284,10 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
 def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route]) -> Route:
     """The candidate with the least Load plus estimated recomputation (:mod:`remat_estimate`)."""
     wl = ctx.workload
-    scored = [(remat_aware_load(ctx.table, wl.memory, wl.cost, select, r.degrees, r.firsts), i)
-              for i, r in enumerate(candidates)]
+    scored = [
+        (remat_aware_load(ctx.table, wl.memory, wl.cost, select, r.degrees, r.firsts), i)
+        for i, r in enumerate(candidates)
+    ]
     return candidates[min(scored)[1]]
 
 

@@ -31,7 +31,7 @@ _EPS = 1e-12
 @dataclass
 class _Search:
     table: CostTable
-    nodes: list[tuple[int, int]]          # (degree, first rank)
+    nodes: list[tuple[int, int]]  # (degree, first rank)
     cost: list[dict[int, tuple[float, float]]]  # per sample: degree -> (fwd, bwd) per GPU
     latency: dict[int, tuple[float, float]]
     intercept: tuple[float, float]
@@ -63,8 +63,13 @@ def _load(s: _Search) -> float:
 
 def _subtree_key(s: _Search, first: int, degree: int) -> tuple[object, ...]:
     span = range(first, first + degree)
-    act = tuple(sorted((d, f - first) for i, (d, f) in enumerate(s.nodes)
-                       if i in s.active and first <= f and f + d <= first + degree))
+    act = tuple(
+        sorted(
+            (d, f - first)
+            for i, (d, f) in enumerate(s.nodes)
+            if i in s.active and first <= f and f + d <= first + degree
+        )
+    )
     return (tuple(s.fwd[p] for p in span), tuple(s.bwd[p] for p in span), tuple(s.tokens[p] for p in span), act)
 
 
@@ -91,19 +96,19 @@ def _dfs(s: _Search, j: int, choice: list[int]) -> None:
     length = int(s.table.lengths[j])
     budget = s.table.token_budget * (1 + 1e-9)
     for u, (d, f) in enumerate(s.nodes):
-        if length > d * s.table.token_budget or max(s.tokens[f:f + d]) + length / d > budget:
+        if length > d * s.table.token_budget or max(s.tokens[f : f + d]) + length / d > budget:
             continue
         if _redundant(s, d, f):
             continue
         newly = u not in s.active
         _apply(s, j, u, newly, +1.0)
-        held = s.held[f:f + d]
-        s.held[f:f + d] = [True] * d
+        held = s.held[f : f + d]
+        s.held[f : f + d] = [True] * d
         if _load(s) < s.best_load - _EPS and _mass_ok(s, j + 1):
             choice.append(u)
             _dfs(s, j + 1, choice)
             choice.pop()
-        s.held[f:f + d] = held
+        s.held[f : f + d] = held
         _apply(s, j, u, newly, -1.0)
 
 
@@ -134,19 +139,37 @@ def optimal_route(table: CostTable, upper_bound: float = float("inf")) -> Optima
     ``upper_bound`` (or none keeps B_tok). ``ValueError`` beyond P=8 or 8 samples."""
     tree = table.tree
     if tree.num_gpus > MAX_GPUS or table.num_samples > MAX_SAMPLES:
-        raise ValueError(f"the exhaustive router handles at most {MAX_GPUS} GPUs and {MAX_SAMPLES} samples, "
-                         f"got {tree.num_gpus} GPUs and {table.num_samples} samples")
+        raise ValueError(
+            f"the exhaustive router handles at most {MAX_GPUS} GPUs and {MAX_SAMPLES} samples, "
+            f"got {tree.num_gpus} GPUs and {table.num_samples} samples"
+        )
     nodes = [(d, f) for d in tree.degrees for f in range(0, tree.num_gpus, d)]
-    cost = [{d: (float(table.sample_costs(d)[0][j]), float(table.sample_costs(d)[1][j])) for d in tree.degrees}
-            for j in range(table.num_samples)]
+    cost = [
+        {d: (float(table.sample_costs(d)[0][j]), float(table.sample_costs(d)[1][j])) for d in tree.degrees}
+        for j in range(table.num_samples)
+    ]
     leaf = table.total(1)
     rest = [float(leaf[j:].sum()) for j in range(table.num_samples + 1)]
     p = tree.num_gpus
-    search = _Search(table=table, nodes=nodes, cost=cost, latency={d: table.overhead(d) for d in tree.degrees},
-                     intercept=table.intercept, leaf_rest=rest, best_load=upper_bound * (1 + 1e-12),
-                     fwd=[0.0] * p, bwd=[0.0] * p, tokens=[0.0] * p, held=[False] * p)
+    search = _Search(
+        table=table,
+        nodes=nodes,
+        cost=cost,
+        latency={d: table.overhead(d) for d in tree.degrees},
+        intercept=table.intercept,
+        leaf_rest=rest,
+        best_load=upper_bound * (1 + 1e-12),
+        fwd=[0.0] * p,
+        bwd=[0.0] * p,
+        tokens=[0.0] * p,
+        held=[False] * p,
+    )
     _dfs(search, 0, [])
     if search.best is None:
         return None
-    return OptimalRoute(tuple(nodes[u][0] for u in search.best), tuple(nodes[u][1] for u in search.best),
-                        search.best_load, search.visited)
+    return OptimalRoute(
+        tuple(nodes[u][0] for u in search.best),
+        tuple(nodes[u][1] for u in search.best),
+        search.best_load,
+        search.visited,
+    )

@@ -59,8 +59,9 @@ def _free_round(loads: FloatArray, cost: FloatArray) -> tuple[IntArray, FloatArr
     return units, ends
 
 
-def _round(loads: FloatArray, room: FloatArray, surcharge: FloatArray, cost: FloatArray,
-           item_tokens: FloatArray) -> tuple[IntArray, FloatArray]:
+def _round(
+    loads: FloatArray, room: FloatArray, surcharge: FloatArray, cost: FloatArray, item_tokens: FloatArray
+) -> tuple[IntArray, FloatArray]:
     """One round: the units the next items go to (a prefix of ``cost``) and their new loads."""
     eligible = room >= item_tokens[0]
     if not eligible.any():
@@ -81,8 +82,14 @@ def _round(loads: FloatArray, room: FloatArray, surcharge: FloatArray, cost: Flo
     return units[:take], ends[:take]
 
 
-def least_loaded_fill(loads: npt.ArrayLike, tokens: npt.ArrayLike, cost: npt.ArrayLike, item_tokens: npt.ArrayLike,
-                      budget: float, surcharge: npt.ArrayLike | None = None) -> tuple[IntArray, FloatArray, FloatArray]:
+def least_loaded_fill(
+    loads: npt.ArrayLike,
+    tokens: npt.ArrayLike,
+    cost: npt.ArrayLike,
+    item_tokens: npt.ArrayLike,
+    budget: float,
+    surcharge: npt.ArrayLike | None = None,
+) -> tuple[IntArray, FloatArray, FloatArray]:
     """Greedy least-loaded placement under a token budget (exact sequential semantics, see module doc).
 
     ``loads``/``tokens``: per unit; ``cost``/``item_tokens``: per item, in placement order;
@@ -106,24 +113,30 @@ def least_loaded_fill(loads: npt.ArrayLike, tokens: npt.ArrayLike, cost: npt.Arr
     while pos < c.size:
         room = _room(tok, budget)
         free = free or not sur.any()
-        if free and room.min() >= t[pos:pos + load.size].max():  # every unit can take every item
-            units, ends = _free_round(load, c[pos:pos + load.size])
+        if free and room.min() >= t[pos : pos + load.size].max():  # every unit can take every item
+            units, ends = _free_round(load, c[pos : pos + load.size])
         else:
-            units, ends = _round(load, room, sur, c[pos:pos + load.size], t[pos:pos + load.size])
+            units, ends = _round(load, room, sur, c[pos : pos + load.size], t[pos : pos + load.size])
         if units.size == 0:
             units = np.array([int(np.argmin(tok))], dtype=np.int64)
             ends = load[units] + c[pos] + sur[units]
         take = units.size
-        out[pos:pos + take] = units
+        out[pos : pos + take] = units
         load[units] = ends
-        tok[units] += t[pos:pos + take]
+        tok[units] += t[pos : pos + take]
         sur[units] = 0.0
         pos += take
     return out, load, tok
 
 
-def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArray, item_tokens: FloatArray,
-                           budget: float, surcharge: FloatArray) -> tuple[IntArray, FloatArray, FloatArray]:
+def least_loaded_fill_many(
+    loads: FloatArray,
+    tokens: FloatArray,
+    cost: FloatArray,
+    item_tokens: FloatArray,
+    budget: float,
+    surcharge: FloatArray,
+) -> tuple[IntArray, FloatArray, FloatArray]:
     """:func:`least_loaded_fill` for S independent states at once (arrays (S, units)), same result.
 
     While no state pays a surcharge and every unit of every state can take every item of the round,
@@ -143,14 +156,14 @@ def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArr
     top = float(tok.max()) if cost.size else 0.0  # an upper bound on the token maximum, exact when checked
     free = not sur.any()  # the surcharge never changes in these rounds
     while free and pos < cost.size:
-        c, t = cost[pos:pos + units], item_tokens[pos:pos + units]
+        c, t = cost[pos : pos + units], item_tokens[pos : pos + units]
         biggest = float(t.max())
         if top + biggest > limit:  # a round adds at most one item per unit: re-check exactly
             top = float(tok.max())
             if top + biggest > limit:
                 break
         top += biggest
-        order = np.argsort(load, axis=1, kind="stable")[:, :c.size]
+        order = np.argsort(load, axis=1, kind="stable")[:, : c.size]
         start = load[rows, order]
         ends = start + c
         take = c.size
@@ -159,13 +172,14 @@ def least_loaded_fill_many(loads: FloatArray, tokens: FloatArray, cost: FloatArr
             if not ok.all():  # some state's order changes within the round: stop at its first change
                 take = 1 + int(np.argmin(ok[~ok.all(axis=1)], axis=1).min())
         chosen = order[:, :take]
-        out[:, pos:pos + take] = chosen
+        out[:, pos : pos + take] = chosen
         load[rows, chosen] = ends[:, :take]
         tok[rows, chosen] += t[:take]
         pos += take
     for i in range(states if pos < cost.size else 0):
-        out[i, pos:], load[i], tok[i] = least_loaded_fill(load[i], tok[i], cost[pos:], item_tokens[pos:], budget,
-                                                          sur[i])
+        out[i, pos:], load[i], tok[i] = least_loaded_fill(
+            load[i], tok[i], cost[pos:], item_tokens[pos:], budget, sur[i]
+        )
     return out, load, tok
 
 
@@ -218,8 +232,9 @@ def pack_balanced(cost: FloatArray, tokens: FloatArray, units: int, budget: floa
     exact rule if interleaving breaks a unit's budget."""
     head = int(np.searchsorted(-cost, -HEAD_FRACTION * float(cost.sum()) / units, side="right"))
     surcharge = np.full(units, float(latency))
-    out, loads, toks = least_loaded_fill(np.zeros(units), np.zeros(units), cost[:head], tokens[:head], budget,
-                                         surcharge)
+    out, loads, toks = least_loaded_fill(
+        np.zeros(units), np.zeros(units), cost[:head], tokens[:head], budget, surcharge
+    )
     tail = interleave_fill(loads, cost[head:])
     tail_toks = toks + np.bincount(tail, weights=tokens[head:], minlength=units)
     if tail_toks.max() > budget * (1 + BUDGET_RTOL):

@@ -104,8 +104,9 @@ class CostTable:
     ``order[i]`` is the batch index of sorted sample ``i``; every array here is in sorted order.
     """
 
-    def __init__(self, cost: CostModel, tree: SPTree, lengths: npt.ArrayLike, token_budget: int,
-                 kind: str = "full") -> None:
+    def __init__(
+        self, cost: CostModel, tree: SPTree, lengths: npt.ArrayLike, token_budget: int, kind: str = "full"
+    ) -> None:
         if kind not in PROXIES:
             raise ValueError(f"unknown proxy {kind!r} (known: {', '.join(PROXIES)})")
         raw = np.asarray(lengths, dtype=np.int64)
@@ -204,5 +205,6 @@ class CostTable:
         """Proxy Load of a placement; micro-batch Loads summed when ``micro_batches`` is given."""
         if micro_batches is None:
             return self.evaluate(degrees, firsts).load
-        return sum(self.evaluate(degrees, firsts, micro_batches == mb).load
-                   for mb in range(int(micro_batches.max()) + 1))
+        return sum(
+            self.evaluate(degrees, firsts, micro_batches == mb).load for mb in range(int(micro_batches.max()) + 1)
+        )

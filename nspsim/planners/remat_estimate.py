@@ -26,9 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from nspsim.cost.interface import CostModel
-from nspsim.specs.memory import MemoryModel
-from nspsim.planners.proxy import CostTable, ProxyLoad
 from nspsim.execution.recompute import nodes_top_down, saved_samples
+from nspsim.planners.proxy import CostTable, ProxyLoad
+from nspsim.specs.memory import MemoryModel
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -44,8 +44,15 @@ def selected_loads(table: CostTable, select: IntArray, degrees: IntArray, firsts
     return table.evaluate(full_deg, full_first, mask)
 
 
-def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select: IntArray,
-                  degrees: IntArray, firsts: IntArray, tokens: FloatArray) -> FloatArray:
+def remat_per_gpu(
+    table: CostTable,
+    memory: MemoryModel,
+    cost: CostModel,
+    select: IntArray,
+    degrees: IntArray,
+    firsts: IntArray,
+    tokens: FloatArray,
+) -> FloatArray:
     """Seconds of recomputation per GPU if the selected samples run on ``(degrees, firsts)`` (one
     micro-batch) with ``tokens`` sharded tokens per GPU (``selected_loads(...).tokens``)."""
     lengths = table.lengths[select].astype(np.float64)
@@ -54,12 +61,13 @@ def remat_per_gpu(table: CostTable, memory: MemoryModel, cost: CostModel, select
     remat = np.zeros(table.tree.num_gpus)
     for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
         redo = cost.recompute_attention(lengths[lost][members], d)
-        remat[first:first + d] += cost.num_layers * (redo.prologue + redo.compute)
+        remat[first : first + d] += cost.num_layers * (redo.prologue + redo.compute)
     return remat
 
 
-def remat_aware_load(table: CostTable, memory: MemoryModel, cost: CostModel, select: IntArray,
-                     degrees: IntArray, firsts: IntArray) -> float:
+def remat_aware_load(
+    table: CostTable, memory: MemoryModel, cost: CostModel, select: IntArray, degrees: IntArray, firsts: IntArray
+) -> float:
     """max_p D_p^fwd + max_p (D_p^bwd + R_p) of the selected samples on ``(degrees, firsts)``."""
     loads = selected_loads(table, select, degrees, firsts)
     extra = remat_per_gpu(table, memory, cost, select, degrees, firsts, loads.tokens)

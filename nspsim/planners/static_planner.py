@@ -27,13 +27,23 @@ from typing import ClassVar
 
 import numpy as np
 
-from nspsim.trace.batching import Batch
-from nspsim.workload import Workload
 from nspsim.plan import Plan
-from nspsim.planners.base import (AS_PLANNED, Preparation, Stopwatch, Context, IntArray, Placement, finish,
-                                  make_context, proxy_load, step_estimate)
+from nspsim.planners.base import (
+    AS_PLANNED,
+    Context,
+    IntArray,
+    Placement,
+    Preparation,
+    Stopwatch,
+    finish,
+    make_context,
+    proxy_load,
+    step_estimate,
+)
 from nspsim.planners.packing import pack_balanced
 from nspsim.sp_tree import is_power_of_two
+from nspsim.trace.batching import Batch
+from nspsim.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,9 @@ def check_degree(ctx: Context, degree: int, first: int = 0) -> None:
 def _pack(ctx: Context, degree: int, units: int, select: IntArray) -> IntArray | None:
     """Unit of each selected sorted sample, or ``None`` if the units cannot hold them within B_tok."""
     table = ctx.table
-    return pack_balanced(table.total(degree)[select], table.lengths[select] / degree, units, ctx.budget,
-                         table.overhead_total(degree))
+    return pack_balanced(
+        table.total(degree)[select], table.lengths[select] / degree, units, ctx.budget, table.overhead_total(degree)
+    )
 
 
 def pack_single_pass(ctx: Context, degree: int, select: IntArray) -> IntArray | None:
@@ -127,16 +138,14 @@ class StaticPlanner:
     preparation: ClassVar[Preparation] = AS_PLANNED
 
     def __post_init__(self) -> None:
-        if self.degree != "auto" and (isinstance(self.degree, bool) or not isinstance(self.degree, int)
-                                      or not is_power_of_two(self.degree)):
+        if self.degree != "auto" and (
+            isinstance(self.degree, bool) or not isinstance(self.degree, int) or not is_power_of_two(self.degree)
+        ):
             raise ValueError(f"static option degree must be 'auto' or a power of two, got {self.degree!r}")
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Pack the batch at the fixed degree, or at the best degree for ``"auto"``."""
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
-        if isinstance(self.degree, int):
-            placement = pack_degree(ctx, self.degree)
-        else:
-            placement = best(sweep(ctx)).placement
+        placement = pack_degree(ctx, self.degree) if isinstance(self.degree, int) else best(sweep(ctx)).placement
         return finish(self.name, ctx, placement, started, {"degree_option": str(self.degree)})

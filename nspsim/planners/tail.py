@@ -70,7 +70,8 @@ def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -
     nodes = slice(states.layout.offset[d], states.layout.offset[d] + units)
     surcharge = np.where(states.active[:, nodes], 0.0, table.overhead_total(d))
     blocks, new_loads, new_tokens = least_loaded_fill_many(
-        unit_loads, unit_tokens, table.total(d)[items], table.lengths[items] / d, table.token_budget, surcharge)
+        unit_loads, unit_tokens, table.total(d)[items], table.lengths[items] / d, table.token_budget, surcharge
+    )
     states.loads += np.repeat(new_loads - unit_loads, d, axis=1)
     states.tokens += np.repeat(new_tokens - unit_tokens, d, axis=1)
     rows = np.arange(count)[:, None]

@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from nspsim.workload import Workload
 from nspsim.specs.memory import MemoryModel
+from nspsim.workload import Workload
 
 AUTO_RATIO = 1.05
 RATIO_WORDS = ("auto", "off")

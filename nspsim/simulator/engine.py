@@ -108,8 +108,11 @@ class Executor:
         for waiter in task.waiters:
             waiter.deps_left -= 1
             blocker = waiter.ready_by
-            if (blocker is None or end > waiter.ready_at + TIE_S
-                    or (end >= waiter.ready_at - TIE_S and task.order < blocker.order)):
+            if (
+                blocker is None
+                or end > waiter.ready_at + TIE_S
+                or (end >= waiter.ready_at - TIE_S and task.order < blocker.order)
+            ):
                 waiter.ready_by = task
             if end > waiter.ready_at:
                 waiter.ready_at = end
@@ -134,7 +137,9 @@ class Executor:
             if b > lo:
                 self._charge(gpu, seg, blocker.cat, lo, b)
                 b = lo
-            issue, by = blocker.unit_issue(gpu) if isinstance(blocker, SharedTask) else (blocker.issue, blocker.ready_by)
+            issue, by = (
+                blocker.unit_issue(gpu) if isinstance(blocker, SharedTask) else (blocker.issue, blocker.ready_by)
+            )
             lo = issue if issue > a else a  # issued, waiting for the other members
             if b > lo:
                 self._charge(gpu, seg, COMM_WAIT, lo, b)
@@ -175,5 +180,6 @@ class Executor:
         for task in self.prog.tasks:
             if task.end < 0:
                 where = "the GPUs" if task.gpu == SHARED else f"GPU {task.gpu}"
-                raise RuntimeError(f"simulation deadlocked: {where} never ran {task.name!r} "
-                                   "(a step-model bug; please report)")
+                raise RuntimeError(
+                    f"simulation deadlocked: {where} never ran {task.name!r} (a step-model bug; please report)"
+                )

@@ -24,8 +24,8 @@ from typing import Any
 
 import simpy
 
-from nspsim.specs.cluster import ClusterSpec
 from nspsim.cost.comm import Traffic
+from nspsim.specs.cluster import ClusterSpec
 
 NVLINK, NIC = 0, 1
 _EPS = 1e-12
@@ -44,11 +44,26 @@ def port_shares(traffic: Traffic, cluster: ClusterSpec) -> tuple[float, float]:
 class Collective:
     """One collective over ranks ``[first, end)``; ``work`` is its stand-alone bandwidth time (s)."""
 
-    __slots__ = ("cid", "name", "first", "end", "latency", "work", "shares", "arrived", "start", "finish",
-                 "rate", "stamp", "version", "on_done")
+    __slots__ = (
+        "cid",
+        "name",
+        "first",
+        "end",
+        "latency",
+        "work",
+        "shares",
+        "arrived",
+        "start",
+        "finish",
+        "rate",
+        "stamp",
+        "version",
+        "on_done",
+    )
 
-    def __init__(self, cid: int, name: str, first: int, end: int, latency: float, work: float,
-                 shares: tuple[float, float]) -> None:
+    def __init__(
+        self, cid: int, name: str, first: int, end: int, latency: float, work: float, shares: tuple[float, float]
+    ) -> None:
         self.cid, self.name, self.first, self.end = cid, name, first, end
         self.latency, self.work, self.shares = latency, max(work, 0.0), shares
         self.arrived = 0
@@ -136,7 +151,7 @@ class Fabric:
         worst = 1.0
         for kind, share in enumerate(coll.shares):
             if share > 0:
-                worst = max(worst, max(self.load[kind][coll.first:coll.end]))
+                worst = max(worst, max(self.load[kind][coll.first : coll.end]))
         return 1.0 / worst
 
     def _set_rate(self, coll: Collective, rate: float) -> None:

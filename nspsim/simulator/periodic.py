@@ -109,7 +109,7 @@ def shifts(repeats: list[Repeat], num_segments: int) -> np.ndarray:
     """Per segment: how far its tasks move in the full step (repeated segments: their first copy)."""
     out = np.zeros(num_segments)
     for rep in repeats:
-        out[rep.segment + 1:] += rep.copies * rep.shift
+        out[rep.segment + 1 :] += rep.copies * rep.shift
     return out
 
 
@@ -140,8 +140,9 @@ def settling_layers(work: StepWork, prefetch: int, overlap: bool = True) -> floa
     return worst
 
 
-def _cluster_rates(mbw: MicroBatchWork, ep_units: tuple[tuple[int, int], ...], backward: bool,
-                   overlap: bool) -> list[float]:
+def _cluster_rates(
+    mbw: MicroBatchWork, ep_units: tuple[tuple[int, int], ...], backward: bool, overlap: bool
+) -> list[float]:
     """Per coupled cluster of units, the per-layer pace of its busiest member (kernels and SP
     communication, overlapped or not). Link sharing is left out: charging every unit's SP traffic
     with the FSDP traffic as well skipped 17 of 1,600 generated plans that repeat, against 2."""

@@ -40,11 +40,37 @@ class Task:
     It waits for every task in ``deps`` (``None`` entries are ignored) and for its queue predecessor.
     """
 
-    __slots__ = ("order", "gpu", "queue", "cat", "dur", "coll", "seg", "name", "waiters", "deps_left",
-                 "issue", "start", "end", "ready_at", "ready_by", "next", "head")
+    __slots__ = (
+        "order",
+        "gpu",
+        "queue",
+        "cat",
+        "dur",
+        "coll",
+        "seg",
+        "name",
+        "waiters",
+        "deps_left",
+        "issue",
+        "start",
+        "end",
+        "ready_at",
+        "ready_by",
+        "next",
+        "head",
+    )
 
-    def __init__(self, gpu: int, queue: int, cat: int, seg: int, name: str, dur: float,
-                 coll: Collective | None, deps: list[Task | None]) -> None:
+    def __init__(
+        self,
+        gpu: int,
+        queue: int,
+        cat: int,
+        seg: int,
+        name: str,
+        dur: float,
+        coll: Collective | None,
+        deps: list[Task | None],
+    ) -> None:
         self.order = 0  # creation index, set by Program.add
         self.gpu, self.queue, self.cat, self.seg, self.name = gpu, queue, cat, seg, name
         self.dur, self.coll = dur, coll
@@ -66,8 +92,9 @@ def holds_back(done: Task, ready_at: float, blocker: Task | None) -> bool:
     (``blocker``, ending at ``ready_at``). Inputs ending within ``TIE_S`` of each other tie, and a tie
     goes to the earlier-created input, so the accounting does not depend on event order or rounding
     (repeated layers account identically)."""
-    return (blocker is None or done.end > ready_at + TIE_S
-            or (done.end >= ready_at - TIE_S and done.order < blocker.order))
+    return (
+        blocker is None or done.end > ready_at + TIE_S or (done.end >= ready_at - TIE_S and done.order < blocker.order)
+    )
 
 
 class SharedTask(Task):
@@ -80,8 +107,16 @@ class SharedTask(Task):
 
     __slots__ = ("unit_deps", "prev", "first_unit", "end_unit")
 
-    def __init__(self, queue: int, cat: int, seg: int, name: str, coll: Collective,
-                 unit_deps: list[list[Task | None]], prev: SharedTask | None) -> None:
+    def __init__(
+        self,
+        queue: int,
+        cat: int,
+        seg: int,
+        name: str,
+        coll: Collective,
+        unit_deps: list[list[Task | None]],
+        prev: SharedTask | None,
+    ) -> None:
         super().__init__(SHARED, queue, cat, seg, name, 0.0, coll, [d for deps in unit_deps for d in deps])
         self.unit_deps, self.prev = unit_deps, prev
         self.first_unit, self.end_unit = coll.first, coll.end  # the units it stands for
@@ -165,8 +200,11 @@ class Program:
                 index.append((t.seg * gpus + t.gpu) * num_categories + t.cat)
                 weights.append(t.dur)
         size = len(self.segments) * gpus * num_categories
-        flat = np.bincount(np.array(index, dtype=np.int64), weights=np.array(weights, dtype=np.float64),
-                           minlength=size) if index else np.zeros(size)
+        flat = (
+            np.bincount(np.array(index, dtype=np.int64), weights=np.array(weights, dtype=np.float64), minlength=size)
+            if index
+            else np.zeros(size)
+        )
         return flat.reshape(len(self.segments), gpus, num_categories)
 
     def layer_segments(self, kind: str, micro_batch: int) -> list[int]:

@@ -116,15 +116,32 @@ class StepResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the timeline is exported separately, see :mod:`nspsim.simulator.timeline`)."""
         return {
-            "planner": self.planner, "plan_hash": self.plan_hash, "num_gpus": self.num_gpus, "mode": self.mode,
-            "oom": self.oom, "oom_detail": self.oom_detail, "step_time_s": self.step_time_s,
-            "breakdown_s": dict(self.breakdown_s), "breakdown_share": self.breakdown_share if not self.oom else {},
-            "critical_gpu": self.critical_gpu, "peak_memory_bytes": list(self.peak_memory_bytes),
-            "per_gpu_breakdown_s": {k: self.per_gpu_breakdown_s[:, i].tolist()
-                                    for i, k in enumerate(BREAKDOWN_CATEGORIES)} if not self.oom else {},
-            "recompute_policy": self.recompute_policy, "remat_share": self.remat_share,
-            "num_micro_batches": self.num_micro_batches, "num_layers": self.num_layers,
-            "layers_simulated": self.layers_simulated, "extrapolated": self.extrapolated, "events": self.events,
-            "events_per_s": self.events_per_s, "tasks": self.tasks, "tasks_per_s": self.tasks_per_s,
-            "simulated_units": self.units, "sim_wall_time_s": self.sim_wall_time_s,
+            "planner": self.planner,
+            "plan_hash": self.plan_hash,
+            "num_gpus": self.num_gpus,
+            "mode": self.mode,
+            "oom": self.oom,
+            "oom_detail": self.oom_detail,
+            "step_time_s": self.step_time_s,
+            "breakdown_s": dict(self.breakdown_s),
+            "breakdown_share": self.breakdown_share if not self.oom else {},
+            "critical_gpu": self.critical_gpu,
+            "peak_memory_bytes": list(self.peak_memory_bytes),
+            "per_gpu_breakdown_s": {
+                k: self.per_gpu_breakdown_s[:, i].tolist() for i, k in enumerate(BREAKDOWN_CATEGORIES)
+            }
+            if not self.oom
+            else {},
+            "recompute_policy": self.recompute_policy,
+            "remat_share": self.remat_share,
+            "num_micro_batches": self.num_micro_batches,
+            "num_layers": self.num_layers,
+            "layers_simulated": self.layers_simulated,
+            "extrapolated": self.extrapolated,
+            "events": self.events,
+            "events_per_s": self.events_per_s,
+            "tasks": self.tasks,
+            "tasks_per_s": self.tasks_per_s,
+            "simulated_units": self.units,
+            "sim_wall_time_s": self.sim_wall_time_s,
         }

@@ -27,14 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nspsim.specs.cluster import ClusterSpec
-from nspsim.workload import Workload
 from nspsim.cost.interface import CostModel
-from nspsim.specs.memory import MemoryModel
-from nspsim.specs.model import ModelSpec
+from nspsim.execution.activation import ActivationPlan, plan_activations
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.execution.activation import ActivationPlan, plan_activations
 from nspsim.simulator.engine import Executor
 from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
@@ -42,7 +38,11 @@ from nspsim.simulator.results import StepResult
 from nspsim.simulator.step_model import MODES, CollectiveFactory, SimMode, StepModel, prefetch_layers
 from nspsim.simulator.timeline import build_timeline
 from nspsim.simulator.work import StepWork, reduce_to_units, step_work
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.memory import MemoryModel
+from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import TrainingSpec
+from nspsim.workload import Workload
 
 MIN_SIM_LAYERS = 6
 
@@ -72,8 +72,9 @@ class SimOptions:
         object.__setattr__(self, "mode", SimMode(self.mode))  # a plain "serial" becomes the member
         layers = self.sim_layers
         if not isinstance(layers, int) or isinstance(layers, bool) or layers < MIN_SIM_LAYERS:
-            raise ValueError(f"sim_layers must be an integer >= {MIN_SIM_LAYERS} to detect repeated layers, "
-                             f"got {self.sim_layers!r}")
+            raise ValueError(
+                f"sim_layers must be an integer >= {MIN_SIM_LAYERS} to detect repeated layers, got {self.sim_layers!r}"
+            )
         if isinstance(self.jitter, bool) or not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter < 1:
             raise ValueError(f"jitter must be in [0, 1), got {self.jitter!r}")
         for name in ("extrapolate", "timeline", "symmetry"):
@@ -105,8 +106,17 @@ def _cyclic_gc_paused_if_alone() -> Iterator[None]:
 class Simulator:
     """Discrete-event simulator of training steps for one (model, cluster, training, cost) setting."""
 
-    def __init__(self, *, cost: CostModel, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                 memory: MemoryModel, options: SimOptions | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        cost: CostModel,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        training: TrainingSpec,
+        memory: MemoryModel,
+        options: SimOptions | None = None,
+        seed: int = 0,
+    ) -> None:
         if cost.num_layers != model.num_layers:
             raise ValueError(f"cost model has {cost.num_layers} layers but {model.name} has {model.num_layers}")
         self.cost, self.model, self.cluster, self.training, self.memory = cost, model, cluster, training, memory
@@ -117,8 +127,15 @@ class Simulator:
     @staticmethod
     def for_workload(workload: Workload, options: SimOptions | None = None, seed: int = 0) -> Simulator:
         """A simulator for the specs, cost and memory model of ``workload``."""
-        return Simulator(cost=workload.cost, model=workload.model, cluster=workload.cluster,
-                         training=workload.training, memory=workload.memory, options=options, seed=seed)
+        return Simulator(
+            cost=workload.cost,
+            model=workload.model,
+            cluster=workload.cluster,
+            training=workload.training,
+            memory=workload.memory,
+            options=options,
+            seed=seed,
+        )
 
     def simulate(self, plan: Plan) -> StepResult:
         """Predict one step of ``plan``; an out-of-memory plan gives a result with ``oom=True``."""
@@ -148,7 +165,9 @@ class Simulator:
     def _check(self, plan: Plan) -> None:
         plan.check_compatible(self.cluster, self.model)
         if plan.backend != self.training.backend:
-            raise ValueError(f"plan uses the {plan.backend} SP backend but the simulator models {self.training.backend}")
+            raise ValueError(
+                f"plan uses the {plan.backend} SP backend but the simulator models {self.training.backend}"
+            )
 
     def _repeat_window(self) -> int:
         """Layers that must repeat by one shift before extrapolating: r-1 .. r+2, or up to r+d+1 when
@@ -172,7 +191,7 @@ class Simulator:
 
     def _run(self, work: StepWork, layers: int, plan: Plan) -> tuple[Program, Executor]:
         rng = np.random.default_rng([self.seed, int(plan.content_hash, 16) % (1 << 63)])
-        sigma = math.sqrt(math.log1p(self.options.jitter ** 2))
+        sigma = math.sqrt(math.log1p(self.options.jitter**2))
         noise = (lambda s: s * float(rng.lognormal(-sigma * sigma / 2, sigma))) if self.options.jitter > 0 else None
         program = StepModel(work, self.collectives, mode=self.options.mode, layers=layers, noise=noise).build()
         ex = Executor(program, record_blame=self.options.timeline)
@@ -180,8 +199,17 @@ class Simulator:
         return program, ex
 
     # ---- results ---------------------------------------------------------------------------------
-    def _result(self, plan: Plan, act: ActivationPlan, work: StepWork, program: Program, ex: Executor,
-                repeats: list[Repeat], layers: int, started: float) -> StepResult:
+    def _result(
+        self,
+        plan: Plan,
+        act: ActivationPlan,
+        work: StepWork,
+        program: Program,
+        ex: Executor,
+        repeats: list[Repeat],
+        layers: int,
+        started: float,
+    ) -> StepResult:
         unit = np.array(work.gpu_unit)
         ends = np.array(ex.free)[unit]
         extra = sum(rep.copies * rep.shift for rep in repeats)
@@ -196,24 +224,45 @@ class Simulator:
         # every GPU end together, and argmax picked the lowest index, often a GPU that mostly waited.
         critical = int(np.argmin(per_gpu[:, COMM_WAIT]))
         step = float(ends.max() + extra)
-        timeline = build_timeline(program, ex.blame or [], repeats, work.unit_members()) if self.options.timeline else ()
+        timeline = (
+            build_timeline(program, ex.blame or [], repeats, work.unit_members()) if self.options.timeline else ()
+        )
         return StepResult(
-            planner=plan.planner, plan_hash=plan.content_hash, num_gpus=plan.cluster.num_gpus,
-            mode=self.options.mode, oom=False, step_time_s=step,
+            planner=plan.planner,
+            plan_hash=plan.content_hash,
+            num_gpus=plan.cluster.num_gpus,
+            mode=self.options.mode,
+            oom=False,
+            step_time_s=step,
             breakdown_s={k: float(per_gpu[critical, i]) for i, k in enumerate(BREAKDOWN_CATEGORIES)},
-            per_gpu_breakdown_s=per_gpu, critical_gpu=critical,
-            peak_memory_bytes=tuple(float(x) for x in act.peak_bytes), recompute_policy=act.policy,
-            remat_share=act.remat_fraction, num_micro_batches=plan.num_micro_batches,
-            num_layers=self.model.num_layers, layers_simulated=layers, extrapolated=bool(repeats),
-            events=ex.events, tasks=len(program.tasks), units=work.num_units,
-            sim_wall_time_s=time.perf_counter() - started, timeline=timeline,
+            per_gpu_breakdown_s=per_gpu,
+            critical_gpu=critical,
+            peak_memory_bytes=tuple(float(x) for x in act.peak_bytes),
+            recompute_policy=act.policy,
+            remat_share=act.remat_fraction,
+            num_micro_batches=plan.num_micro_batches,
+            num_layers=self.model.num_layers,
+            layers_simulated=layers,
+            extrapolated=bool(repeats),
+            events=ex.events,
+            tasks=len(program.tasks),
+            units=work.num_units,
+            sim_wall_time_s=time.perf_counter() - started,
+            timeline=timeline,
         )
 
     def _oom_result(self, plan: Plan, act: ActivationPlan, started: float) -> StepResult:
         return StepResult(
-            planner=plan.planner, plan_hash=plan.content_hash, num_gpus=plan.cluster.num_gpus,
-            mode=self.options.mode, oom=True, oom_detail=act.oom,
-            peak_memory_bytes=tuple(float(x) for x in act.peak_bytes), recompute_policy=act.policy,
-            remat_share=act.remat_fraction, num_micro_batches=plan.num_micro_batches,
-            num_layers=self.model.num_layers, sim_wall_time_s=time.perf_counter() - started,
+            planner=plan.planner,
+            plan_hash=plan.content_hash,
+            num_gpus=plan.cluster.num_gpus,
+            mode=self.options.mode,
+            oom=True,
+            oom_detail=act.oom,
+            peak_memory_bytes=tuple(float(x) for x in act.peak_bytes),
+            recompute_policy=act.policy,
+            remat_share=act.remat_fraction,
+            num_micro_batches=plan.num_micro_batches,
+            num_layers=self.model.num_layers,
+            sim_wall_time_s=time.perf_counter() - started,
         )

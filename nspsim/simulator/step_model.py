@@ -39,15 +39,27 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
-from nspsim.specs.cluster import ClusterSpec
 from nspsim.cost.comm import Traffic, alltoall_traffic, ring_collective_traffic
 from nspsim.cost.interface import CostModel, Phases
 from nspsim.simulator.hardware import Collective, port_shares
 from nspsim.simulator.program import (
-    AG, ATTN_BWD, ATTN_FWD, ATTN_REMAT, COMPUTE, FSDP_COMM, NON_ATTN, OTHER, RS, SP, SP_COMM, Program, SharedTask,
+    AG,
+    ATTN_BWD,
+    ATTN_FWD,
+    ATTN_REMAT,
+    COMPUTE,
+    FSDP_COMM,
+    NON_ATTN,
+    OTHER,
+    RS,
+    SP,
+    SP_COMM,
+    Program,
+    SharedTask,
     Task,
 )
 from nspsim.simulator.work import MicroBatchWork, StepWork
+from nspsim.specs.cluster import ClusterSpec
 
 
 class SimMode(StrEnum):
@@ -106,8 +118,9 @@ class CollectiveFactory:
         self.cost, self.cluster = cost, cluster
         self._shares: dict[tuple[str, int], tuple[float, float]] = {}
 
-    def make(self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str,
-             size: int | None = None) -> Collective:
+    def make(
+        self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str, size: int | None = None
+    ) -> Collective:
         """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
         unit) taking ``seconds`` uncontended."""
         size = end - first if size is None else size
@@ -118,8 +131,9 @@ class CollectiveFactory:
         key = (pattern, size)
         if key not in self._shares:
             gpn = self.cluster.gpus_per_node
-            traffic: Traffic = (ring_collective_traffic(1.0, size, gpn) if pattern == "ring"
-                                else alltoall_traffic(1.0, size, gpn))
+            traffic: Traffic = (
+                ring_collective_traffic(1.0, size, gpn) if pattern == "ring" else alltoall_traffic(1.0, size, gpn)
+            )
             self._shares[key] = port_shares(traffic, self.cluster)
         return self._shares[key]
 
@@ -127,8 +141,15 @@ class CollectiveFactory:
 class StepModel:
     """Builds the :class:`Program` of one step with ``layers`` decoder layers per micro-batch."""
 
-    def __init__(self, work: StepWork, colls: CollectiveFactory, *, mode: SimMode = SimMode.STREAM,
-                 layers: int | None = None, noise: Callable[[float], float] | None = None) -> None:
+    def __init__(
+        self,
+        work: StepWork,
+        colls: CollectiveFactory,
+        *,
+        mode: SimMode = SimMode.STREAM,
+        layers: int | None = None,
+        noise: Callable[[float], float] | None = None,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown simulation mode {mode!r} (known: {', '.join(MODES)})")
         self.work, self.colls, self.mode = work, colls, SimMode(mode)
@@ -172,12 +193,23 @@ class StepModel:
         self.last_compute[gpu] = task
         return task
 
-    def collective(self, name: str, units: tuple[int, int], size: int, seconds: float, pattern: str, queue: int,
-                   cat: int, seg: int, deps: Callable[[int], Deps]) -> dict[int, Task]:
+    def collective(
+        self,
+        name: str,
+        units: tuple[int, int],
+        size: int,
+        seconds: float,
+        pattern: str,
+        queue: int,
+        cat: int,
+        seg: int,
+        deps: Callable[[int], Deps],
+    ) -> dict[int, Task]:
         """A collective of ``size`` ranks over units ``range(*units)``; one member task per unit."""
         first, end = units
-        coll = self.prog.add_collective(self.colls.make(len(self.prog.collectives), name, first, end, seconds,
-                                                        pattern, size))
+        coll = self.prog.add_collective(
+            self.colls.make(len(self.prog.collectives), name, first, end, seconds, pattern, size)
+        )
         q = self.queue(queue)
         members = {}
         for g in range(first, end):
@@ -186,8 +218,9 @@ class StepModel:
                 self.last_compute[g] = members[g]
         return members
 
-    def world(self, name: str, seconds: float, pattern: str, queue: int, cat: int, seg: int,
-              deps: Callable[[int], Deps]) -> PerGpu:
+    def world(
+        self, name: str, seconds: float, pattern: str, queue: int, cat: int, seg: int, deps: Callable[[int], Deps]
+    ) -> PerGpu:
         """A collective over every GPU; ``[None] * P`` when it takes no time."""
         if seconds <= 0 or self.work.num_gpus <= 1:
             return [None] * self.U
@@ -199,10 +232,12 @@ class StepModel:
         (member tasks on the compute queue in serial mode)."""
         if self.serial or seconds <= 0 or self.work.num_gpus <= 1:
             return self.world(name, seconds, "ring", queue, FSDP_COMM, seg, deps)
-        coll = self.prog.add_collective(self.colls.make(len(self.prog.collectives), name, 0, self.U, seconds, "ring",
-                                                        self.work.num_gpus))
-        task = SharedTask(queue, FSDP_COMM, seg, name, coll, [deps(g) for g in range(self.U)],
-                          self._last_shared.get(queue))
+        coll = self.prog.add_collective(
+            self.colls.make(len(self.prog.collectives), name, 0, self.U, seconds, "ring", self.work.num_gpus)
+        )
+        task = SharedTask(
+            queue, FSDP_COMM, seg, name, coll, [deps(g) for g in range(self.U)], self._last_shared.get(queue)
+        )
         self.prog.add(task)
         self._last_shared[queue] = task
         return [task] * self.U
@@ -239,8 +274,9 @@ class MicroBatchModel:
         """Every forward task; returns the gradient entering the backward and the last forward task."""
         s, prev_mb = self.s, list(self.s.last_compute)
         # The runtime changes a micro-batch's layout once the previous one is done (a blocking all-to-all).
-        x = s.world("layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre,
-                    lambda g: [prev_mb[g]])
+        x = s.world(
+            "layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [prev_mb[g]]
+        )
         ag: list[PerGpu] = []
         done: list[PerGpu] = []
         for layer in range(self.n):
@@ -266,8 +302,9 @@ class MicroBatchModel:
         s, seg = self.s, self.seg_head
         out = s.world("layout-out (hidden)", self.mbw.hidden_layout_s, "a2a", SP, SP_COMM, seg, lambda g: [x[g]])
         heads = [s.compute(g, sum(self.mbw.head[g]), NON_ATTN, seg, "output head", [out[g]]) for g in range(self.U)]
-        grad = s.world("layout-in (hidden grad)", self.mbw.hidden_layout_s, "a2a", SP, SP_COMM, seg,
-                       lambda g: [heads[g]])
+        grad = s.world(
+            "layout-in (hidden grad)", self.mbw.hidden_layout_s, "a2a", SP, SP_COMM, seg, lambda g: [heads[g]]
+        )
         return [grad[g] or heads[g] for g in range(self.U)]
 
     # ---- backward ----------------------------------------------------------------------------------
@@ -284,7 +321,8 @@ class MicroBatchModel:
                 next_gather -= 1
             grad_in = self.layer_backward(seg, grad_in, ag.pop(layer))
             done[layer] = list(s.last_compute)
-            rs = s.reduce_scatter("reduce-scatter", seg, lambda g: [grad_in[g], done[layer][g]])
+            # the dependency callback runs inside reduce_scatter, within this iteration
+            rs = s.reduce_scatter("reduce-scatter", seg, lambda g: [grad_in[g], done[layer][g]])  # noqa: B023
         last = list(s.last_compute)
         return [[rs[g], grad_in[g], last[g]] for g in range(self.U)]
 
@@ -310,8 +348,10 @@ class MicroBatchModel:
         last_pro = self._last_per_gpu(pros) if not stream else {}
         comps = [self._node_compute(sp, seg, pro, inputs, last_pro) for sp, pro in zip(staged, pros)]
         last_comp = self._last_per_gpu(comps) if not stream else {}
-        epis = [self._node_comm(sp, sp.epi_name, sp.epi_s, seg, self._after_compute(comp, last_comp))
-                for sp, comp in zip(staged, comps)]
+        epis = [
+            self._node_comm(sp, sp.epi_name, sp.epi_s, seg, self._after_compute(comp, last_comp))
+            for sp, comp in zip(staged, comps)
+        ]
         last_epi = self._last_per_gpu(epis)
         return [last_epi.get(g) for g in range(self.U)]
 
@@ -335,20 +375,29 @@ class MicroBatchModel:
     def _staged(self, i: int, p: Pass) -> StagedPass:
         node = self.mbw.nodes[i].node
         comm = node.degree > 1
-        return StagedPass(units=self.mbw.node_units[i], degree=node.degree, compute_s=p.phases.compute,
-                          compute_cat=p.compute_cat, comm_cat=p.comm_cat,
-                          pro_s=p.phases.prologue if comm else 0.0, epi_s=p.phases.epilogue if comm else 0.0,
-                          pro_name=f"{p.label} pro {node}", epi_name=f"{p.label} epi {node}",
-                          compute_name=f"attn {p.label} {node}")
+        return StagedPass(
+            units=self.mbw.node_units[i],
+            degree=node.degree,
+            compute_s=p.phases.compute,
+            compute_cat=p.compute_cat,
+            comm_cat=p.comm_cat,
+            pro_s=p.phases.prologue if comm else 0.0,
+            epi_s=p.phases.epilogue if comm else 0.0,
+            pro_name=f"{p.label} pro {node}",
+            epi_name=f"{p.label} epi {node}",
+            compute_name=f"attn {p.label} {node}",
+        )
 
-    def _node_comm(self, sp: StagedPass, name: str, seconds: float, seg: int,
-                   deps: Callable[[int], Deps]) -> dict[int, Task]:
+    def _node_comm(
+        self, sp: StagedPass, name: str, seconds: float, seg: int, deps: Callable[[int], Deps]
+    ) -> dict[int, Task]:
         if seconds <= 0:
             return _NO_TASKS
         return self.s.collective(name, sp.units, sp.degree, seconds, "a2a", SP, sp.comm_cat, seg, deps)
 
-    def _node_compute(self, sp: StagedPass, seg: int, pro: dict[int, Task], inputs: Callable[[int], Deps],
-                      last_pro: dict[int, Task]) -> dict[int, Task]:
+    def _node_compute(
+        self, sp: StagedPass, seg: int, pro: dict[int, Task], inputs: Callable[[int], Deps], last_pro: dict[int, Task]
+    ) -> dict[int, Task]:
         out, compute = {}, self.s.compute
         for g in range(*sp.units):
             deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]

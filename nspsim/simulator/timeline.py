@@ -27,8 +27,9 @@ TRACKS = (*QUEUE_NAMES, "exposed")
 Blame = tuple[int, int, int, float, float]  # gpu, segment, category, start, end
 
 
-def build_timeline(program: Program, blame: Sequence[Blame], repeats: Sequence[Repeat],
-                   members: Sequence[Sequence[int]] | None = None) -> tuple[TimelineEvent, ...]:
+def build_timeline(
+    program: Program, blame: Sequence[Blame], repeats: Sequence[Repeat], members: Sequence[Sequence[int]] | None = None
+) -> tuple[TimelineEvent, ...]:
     """Every task and accounting interval as events, with repeated layers materialised and each
     simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU)."""
     move = shifts(list(repeats), len(program.segments))
@@ -41,9 +42,19 @@ def build_timeline(program: Program, blame: Sequence[Blame], repeats: Sequence[R
         for k in range(1 + (rep.copies if rep else 0)):
             dt = float(move[seg]) + (k * rep.shift if rep else 0.0)
             layer = segment.layer + int(layer_offset[seg]) + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
-            for gpu in (members[unit] if members is not None else (unit,)):
-                events.append(TimelineEvent(gpu=gpu, track=track, name=name, category=cat, start=a + dt,
-                                            end=b + dt, layer=layer, micro_batch=segment.micro_batch))
+            for gpu in members[unit] if members is not None else (unit,):
+                events.append(
+                    TimelineEvent(
+                        gpu=gpu,
+                        track=track,
+                        name=name,
+                        category=cat,
+                        start=a + dt,
+                        end=b + dt,
+                        layer=layer,
+                        micro_batch=segment.micro_batch,
+                    )
+                )
     events.sort(key=lambda e: (e.gpu, e.start, TRACKS.index(e.track)))
     return tuple(events)
 
@@ -95,9 +106,18 @@ def chrome_trace(events: Iterable[TimelineEvent], *, metadata: dict[str, Any] | 
     gpus: set[int] = set()
     for ev in events:
         gpus.add(ev.gpu)
-        trace.append({"name": ev.label, "cat": ev.category, "ph": "X", "ts": ev.start * 1e6,
-                      "dur": max(ev.end - ev.start, 0.0) * 1e6, "pid": ev.gpu, "tid": TRACKS.index(ev.track),
-                      "args": {"category": ev.category, "layer": ev.layer, "micro_batch": ev.micro_batch}})
+        trace.append(
+            {
+                "name": ev.label,
+                "cat": ev.category,
+                "ph": "X",
+                "ts": ev.start * 1e6,
+                "dur": max(ev.end - ev.start, 0.0) * 1e6,
+                "pid": ev.gpu,
+                "tid": TRACKS.index(ev.track),
+                "args": {"category": ev.category, "layer": ev.layer, "micro_batch": ev.micro_batch},
+            }
+        )
     for gpu in sorted(gpus):
         trace.append({"name": "process_name", "ph": "M", "pid": gpu, "args": {"name": f"GPU {gpu}"}})
         trace.append({"name": "process_sort_index", "ph": "M", "pid": gpu, "args": {"sort_index": gpu}})

@@ -26,9 +26,9 @@ from typing import TypeVar
 import numpy as np
 
 from nspsim.cost.interface import CostModel, FsdpCost, NonAttentionCost, Phases
-from nspsim.specs.model import ModelSpec
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
+from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import TrainingSpec
 
 T = TypeVar("T")
@@ -91,17 +91,24 @@ class StepWork:
         return out
 
 
-def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingSpec,
-              remat: np.ndarray) -> StepWork:
+def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingSpec, remat: np.ndarray) -> StepWork:
     """Phase times of every micro-batch of ``plan``; ``remat[j]`` marks samples recomputed in backward."""
     layout = not _uniform_degree(plan)
-    mbs = tuple(_micro_batch_work(plan, cost, model, training, mb, remat, layout)
-                for mb in range(plan.num_micro_batches))
+    mbs = tuple(
+        _micro_batch_work(plan, cost, model, training, mb, remat, layout) for mb in range(plan.num_micro_batches)
+    )
     p, ep = plan.cluster.num_gpus, training.expert_parallel
-    return StepWork(num_gpus=p, num_layers=cost.num_layers, expert_parallel=ep,
-                    fsdp_prefetch_layers=training.fsdp_prefetch_layers, micro_batches=mbs,
-                    fsdp=cost.fsdp(), optimizer_s=cost.optimizer_time(), gpu_unit=tuple(range(p)),
-                    ep_units=tuple((b, b + ep) for b in range(0, p, ep)) if ep > 1 else ())
+    return StepWork(
+        num_gpus=p,
+        num_layers=cost.num_layers,
+        expert_parallel=ep,
+        fsdp_prefetch_layers=training.fsdp_prefetch_layers,
+        micro_batches=mbs,
+        fsdp=cost.fsdp(),
+        optimizer_s=cost.optimizer_time(),
+        gpu_unit=tuple(range(p)),
+        ep_units=tuple((b, b + ep) for b in range(0, p, ep)) if ep > 1 else (),
+    )
 
 
 def reduce_to_units(work: StepWork) -> StepWork:
@@ -114,8 +121,10 @@ def reduce_to_units(work: StepWork) -> StepWork:
     (Static SP, FlexSP, BASP) shrink from P GPUs to about one unit per group; nested plans barely.
     """
     ep = work.expert_parallel
-    signature = [tuple((mb.chains[g], mb.non_attn[g], mb.head[g]) for mb in work.micro_batches)
-                 + ((g // ep,) if ep > 1 else ()) for g in range(work.num_gpus)]
+    signature = [
+        tuple((mb.chains[g], mb.non_attn[g], mb.head[g]) for mb in work.micro_batches) + ((g // ep,) if ep > 1 else ())
+        for g in range(work.num_gpus)
+    ]
     ids: dict[tuple[object, ...], int] = {}
     unit = tuple(ids.setdefault(sig, len(ids)) for sig in signature)
     first = [unit.index(u) for u in range(len(ids))]
@@ -125,9 +134,13 @@ def reduce_to_units(work: StepWork) -> StepWork:
 
 
 def _reduce_micro_batch(mb: MicroBatchWork, unit: tuple[int, ...], first: list[int]) -> MicroBatchWork:
-    return replace(mb, chains=tuple(mb.chains[g] for g in first), non_attn=tuple(mb.non_attn[g] for g in first),
-                   head=tuple(mb.head[g] for g in first),
-                   node_units=tuple(_unit_range(unit, a, b) for a, b in mb.node_units))
+    return replace(
+        mb,
+        chains=tuple(mb.chains[g] for g in first),
+        non_attn=tuple(mb.non_attn[g] for g in first),
+        head=tuple(mb.head[g] for g in first),
+        node_units=tuple(_unit_range(unit, a, b) for a, b in mb.node_units),
+    )
 
 
 def _unit_range(unit: tuple[int, ...], first_gpu: int, end_gpu: int) -> tuple[int, int]:
@@ -143,8 +156,9 @@ def _uniform_degree(plan: Plan) -> bool:
     return len({node.degree for node in plan.nodes}) == 1
 
 
-def _micro_batch_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingSpec, mb: int,
-                      remat: np.ndarray, layout: bool) -> MicroBatchWork:
+def _micro_batch_work(
+    plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingSpec, mb: int, remat: np.ndarray, layout: bool
+) -> MicroBatchWork:
     lengths = np.asarray(plan.lengths, dtype=np.int64)
     mask = plan.sample_mask(mb)
     order = plan.issue_order[mb]
@@ -159,9 +173,15 @@ def _micro_batch_work(plan: Plan, cost: CostModel, model: ModelSpec, training: T
     non_attn = _per_value(cost.non_attention, tokens)
     head_tokens = np.full_like(tokens, float(lengths[mask].sum()) / plan.cluster.num_gpus) if layout else tokens
     ids_s, hidden_s = _layout_times(cost, model, training, tokens) if layout else (0.0, 0.0)
-    return MicroBatchWork(nodes=nodes, chains=tuple(tuple(c) for c in chains), non_attn=non_attn,
-                          head=_per_value(cost.head, head_tokens), ids_layout_s=ids_s, hidden_layout_s=hidden_s,
-                          node_units=tuple((n.first_rank, n.end_rank) for n in order))
+    return MicroBatchWork(
+        nodes=nodes,
+        chains=tuple(tuple(c) for c in chains),
+        non_attn=non_attn,
+        head=_per_value(cost.head, head_tokens),
+        ids_layout_s=ids_s,
+        hidden_layout_s=hidden_s,
+        node_units=tuple((n.first_rank, n.end_rank) for n in order),
+    )
 
 
 def _node_keys(nodes: Sequence[Node], num_gpus: int) -> list[int]:
@@ -204,5 +224,7 @@ def _layout_times(cost: CostModel, model: ModelSpec, training: TrainingSpec, tok
     if world <= 1:
         return 0.0, 0.0
     moved = float(tokens.max()) * (world - 1) / world
-    return (cost.alltoall_time(moved * TOKEN_ID_BYTES, world),
-            cost.alltoall_time(moved * model.hidden * training.act_bytes, world))
+    return (
+        cost.alltoall_time(moved * TOKEN_ID_BYTES, world),
+        cost.alltoall_time(moved * model.hidden * training.act_bytes, world),
+    )

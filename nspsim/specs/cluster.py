@@ -32,7 +32,14 @@ class GpuSpec:
     hbm_bw: float
 
     def __post_init__(self) -> None:
-        rates = (self.peak_flops, self.matmul_flops, self.attn_fwd_flops, self.attn_bwd_flops, self.hbm_bytes, self.hbm_bw)
+        rates = (
+            self.peak_flops,
+            self.matmul_flops,
+            self.attn_fwd_flops,
+            self.attn_bwd_flops,
+            self.hbm_bytes,
+            self.hbm_bw,
+        )
         if min(rates) <= 0:
             raise ValueError(f"GPU {self.name!r}: throughputs and HBM must be positive")
         if max(self.matmul_flops, self.attn_fwd_flops, self.attn_bwd_flops) > self.peak_flops:
@@ -95,18 +102,46 @@ def _fingerprint(obj: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-A100 = GpuSpec(name="A100-SXM4-80GB", peak_flops=312e12, matmul_flops=230e12,
-               attn_fwd_flops=190e12, attn_bwd_flops=150e12, hbm_bytes=80 * GIB, hbm_bw=2.0e12)
-H100 = GpuSpec(name="H100-SXM5-80GB", peak_flops=989e12, matmul_flops=700e12,
-               attn_fwd_flops=420e12, attn_bwd_flops=330e12, hbm_bytes=80 * GIB, hbm_bw=3.35e12)
-H200 = GpuSpec(name="H200-SXM-141GB", peak_flops=989e12, matmul_flops=790e12,
-               attn_fwd_flops=450e12, attn_bwd_flops=360e12, hbm_bytes=141e9, hbm_bw=4.8e12)
+A100 = GpuSpec(
+    name="A100-SXM4-80GB",
+    peak_flops=312e12,
+    matmul_flops=230e12,
+    attn_fwd_flops=190e12,
+    attn_bwd_flops=150e12,
+    hbm_bytes=80 * GIB,
+    hbm_bw=2.0e12,
+)
+H100 = GpuSpec(
+    name="H100-SXM5-80GB",
+    peak_flops=989e12,
+    matmul_flops=700e12,
+    attn_fwd_flops=420e12,
+    attn_bwd_flops=330e12,
+    hbm_bytes=80 * GIB,
+    hbm_bw=3.35e12,
+)
+H200 = GpuSpec(
+    name="H200-SXM-141GB",
+    peak_flops=989e12,
+    matmul_flops=790e12,
+    attn_fwd_flops=450e12,
+    attn_bwd_flops=360e12,
+    hbm_bytes=141e9,
+    hbm_bw=4.8e12,
+)
 
 
 def _preset(name: str, gpu: GpuSpec, num_gpus: int, *, nvlink_bw: float, nic_bw: float, host_bw: float) -> ClusterSpec:
     return ClusterSpec(
-        name=name, gpu=gpu, num_gpus=num_gpus, gpus_per_node=min(8, num_gpus), nvlink_bw=nvlink_bw,
-        nic_bw=nic_bw, host_bw=host_bw, intra_latency_s=10e-6, inter_latency_s=25e-6,
+        name=name,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        gpus_per_node=min(8, num_gpus),
+        nvlink_bw=nvlink_bw,
+        nic_bw=nic_bw,
+        host_bw=host_bw,
+        intra_latency_s=10e-6,
+        inter_latency_s=25e-6,
     )
 
 
@@ -125,8 +160,15 @@ def h200(num_gpus: int = 64) -> ClusterSpec:
     return _preset("h200", H200, num_gpus, nvlink_bw=370e9, nic_bw=46e9, host_bw=45e9)
 
 
-CPU_GLOO = GpuSpec(name="cpu-gloo-1thread", peak_flops=100e9, matmul_flops=33e9, attn_fwd_flops=11e9,
-                   attn_bwd_flops=8e9, hbm_bytes=8 * GIB, hbm_bw=10e9)
+CPU_GLOO = GpuSpec(
+    name="cpu-gloo-1thread",
+    peak_flops=100e9,
+    matmul_flops=33e9,
+    attn_fwd_flops=11e9,
+    attn_bwd_flops=8e9,
+    hbm_bytes=8 * GIB,
+    hbm_bw=10e9,
+)
 
 
 def cpu(num_gpus: int = 4) -> ClusterSpec:
@@ -143,12 +185,24 @@ def cpu(num_gpus: int = 4) -> ClusterSpec:
     byte rate (0.35e9). ``hbm_bytes`` is one rank's share of host memory. Rerun the calibration on
     another machine and override through a profile.
     """
-    return ClusterSpec(name="cpu", gpu=CPU_GLOO, num_gpus=num_gpus, gpus_per_node=min(8, num_gpus), nvlink_bw=0.35e9,
-                       nic_bw=0.35e9, host_bw=10e9, intra_latency_s=0.4e-3, inter_latency_s=0.4e-3)
+    return ClusterSpec(
+        name="cpu",
+        gpu=CPU_GLOO,
+        num_gpus=num_gpus,
+        gpus_per_node=min(8, num_gpus),
+        nvlink_bw=0.35e9,
+        nic_bw=0.35e9,
+        host_bw=10e9,
+        intra_latency_s=0.4e-3,
+        inter_latency_s=0.4e-3,
+    )
 
 
 CLUSTER_PRESETS: Mapping[str, Callable[[int], ClusterSpec]] = {
-    "a100": a100, "h100": h100, "h200": h200, "cpu": cpu,
+    "a100": a100,
+    "h100": h100,
+    "h200": h200,
+    "cpu": cpu,
 }
 
 

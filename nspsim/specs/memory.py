@@ -118,8 +118,14 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
     if budget <= 0:
         raise ValueError(f"impossible memory budget: not one token fits on a GPU of {cluster.label}")
     return MemoryModel(
-        usable_bytes=usable, state_bytes=states, buffer_bytes=buffers, keep_bytes_per_token=keep,
-        working_bytes_per_token=working, attn_bytes_per_token_layer=attn,
+        usable_bytes=usable,
+        state_bytes=states,
+        buffer_bytes=buffers,
+        keep_bytes_per_token=keep,
+        working_bytes_per_token=working,
+        attn_bytes_per_token_layer=attn,
         attn_kv_bytes_per_head_token=2 * model.head_dim * training.act_bytes,
-        num_layers=model.num_layers, num_kv_heads=model.num_kv_heads, token_budget=budget,
+        num_layers=model.num_layers,
+        num_kv_heads=model.num_kv_heads,
+        token_budget=budget,
     )

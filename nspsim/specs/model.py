@@ -52,7 +52,8 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: layer/hidden/head/vocab sizes must be positive")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
-                f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+                f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
             )
         if (self.moe is None) == (self.dense_ffn <= 0):
             raise ValueError(f"model {self.name!r}: give exactly one of dense_ffn > 0 or moe")
@@ -161,32 +162,58 @@ class ModelSpec:
 def qwen3_30b_a3b() -> ModelSpec:
     """Qwen3-30B-A3B (published: 30.5B total, 3.3B activated; 48 layers, 128 experts, top-8)."""
     return ModelSpec(
-        name="qwen3-30b-a3b", num_layers=48, hidden=2048, num_heads=32, num_kv_heads=4, head_dim=128,
-        vocab=151_936, moe=MoESpec(num_experts=128, top_k=8, expert_ffn=768),
+        name="qwen3-30b-a3b",
+        num_layers=48,
+        hidden=2048,
+        num_heads=32,
+        num_kv_heads=4,
+        head_dim=128,
+        vocab=151_936,
+        moe=MoESpec(num_experts=128, top_k=8, expert_ffn=768),
     )
 
 
 def qwen3_235b_a22b() -> ModelSpec:
     """Qwen3-235B-A22B (published: 235B total, 22B activated; 94 layers, 128 experts, top-8)."""
     return ModelSpec(
-        name="qwen3-235b-a22b", num_layers=94, hidden=4096, num_heads=64, num_kv_heads=4, head_dim=128,
-        vocab=151_936, moe=MoESpec(num_experts=128, top_k=8, expert_ffn=1536),
+        name="qwen3-235b-a22b",
+        num_layers=94,
+        hidden=4096,
+        num_heads=64,
+        num_kv_heads=4,
+        head_dim=128,
+        vocab=151_936,
+        moe=MoESpec(num_experts=128, top_k=8, expert_ffn=1536),
     )
 
 
 def tiny() -> ModelSpec:
     """A 2-layer dense model small enough for CPU multi-rank runtime tests."""
     return ModelSpec(
-        name="tiny", num_layers=2, hidden=64, num_heads=8, num_kv_heads=2, head_dim=8,
-        vocab=256, dense_ffn=128, tie_embeddings=True,
+        name="tiny",
+        num_layers=2,
+        hidden=64,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=8,
+        vocab=256,
+        dense_ffn=128,
+        tie_embeddings=True,
     )
 
 
 def tiny_moe() -> ModelSpec:
     """A 2-layer MoE model (4 experts, top-2) for CPU runtime tests of the MoE path."""
     return ModelSpec(
-        name="tiny-moe", num_layers=2, hidden=64, num_heads=8, num_kv_heads=2, head_dim=8,
-        vocab=256, moe=MoESpec(num_experts=4, top_k=2, expert_ffn=32), tie_embeddings=True,
+        name="tiny-moe",
+        num_layers=2,
+        hidden=64,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=8,
+        vocab=256,
+        moe=MoESpec(num_experts=4, top_k=2, expert_ffn=32),
+        tie_embeddings=True,
     )
 
 

@@ -67,8 +67,6 @@ def _chunked(n: int, draw: Callable[[int], IntArray]) -> IntArray:
     return out
 
 
-
-
 @dataclass(frozen=True, kw_only=True)
 class LengthTrace(ABC):
     """A distribution of sequence lengths (positive integers, in tokens).

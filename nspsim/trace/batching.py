@@ -76,11 +76,14 @@ class Batch:
         if not self.lengths:
             raise ValueError(f"batch {self.index} of trace {self.trace!r} has no samples")
         if min(self.lengths) < 1 or max(self.lengths) > self.max_context:
-            raise ValueError(f"batch {self.index}: every length must be in [1, max_context={self.max_context}], "
-                             f"got min {min(self.lengths)} max {max(self.lengths)}")
+            raise ValueError(
+                f"batch {self.index}: every length must be in [1, max_context={self.max_context}], "
+                f"got min {min(self.lengths)} max {max(self.lengths)}"
+            )
         if self.total_tokens > self.tokens_per_batch:
-            raise ValueError(f"batch {self.index}: {self.total_tokens} tokens exceed "
-                             f"tokens_per_batch={self.tokens_per_batch}")
+            raise ValueError(
+                f"batch {self.index}: {self.total_tokens} tokens exceed tokens_per_batch={self.tokens_per_batch}"
+            )
         self._check_dropped()
 
     def _check_dropped(self) -> None:
@@ -89,9 +92,11 @@ class Batch:
         if self.dropped_tokens < self.dropped_count * (self.max_context + 1) or (
             self.dropped_count == 0 and self.dropped_tokens != 0
         ):
-            raise ValueError(f"batch {self.index}: {self.dropped_count} dropped samples cannot hold "
-                             f"{self.dropped_tokens} tokens (each dropped sample exceeds "
-                             f"max_context={self.max_context})")
+            raise ValueError(
+                f"batch {self.index}: {self.dropped_count} dropped samples cannot hold "
+                f"{self.dropped_tokens} tokens (each dropped sample exceeds "
+                f"max_context={self.max_context})"
+            )
 
     @property
     def num_samples(self) -> int:
@@ -110,10 +115,18 @@ class Batch:
     def fingerprint(self) -> str:
         """First 16 hex digits of the SHA-256 of the canonical JSON of every field."""
         canonical = json.dumps(
-            {"lengths": self.lengths, "trace": self.trace, "seed": self.seed, "index": self.index,
-             "tokens_per_batch": self.tokens_per_batch, "max_context": self.max_context,
-             "dropped_count": self.dropped_count, "dropped_tokens": self.dropped_tokens},
-            sort_keys=True, separators=(",", ":"),
+            {
+                "lengths": self.lengths,
+                "trace": self.trace,
+                "seed": self.seed,
+                "index": self.index,
+                "tokens_per_batch": self.tokens_per_batch,
+                "max_context": self.max_context,
+                "dropped_count": self.dropped_count,
+                "dropped_tokens": self.dropped_tokens,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
         )
         return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:16]
 
@@ -133,15 +146,21 @@ class BatchSampler:
         _check_pos_int(self.max_context, "max_context")
         _check_nonneg_int(self.seed, "seed")
         if self.tokens_per_batch > MAX_TOKENS_PER_BATCH:
-            raise ValueError(f"tokens_per_batch={self.tokens_per_batch} is over the limit of 1G "
-                             f"({MAX_TOKENS_PER_BATCH:,}) tokens per batch: planning a batch that large would take "
-                             "hours; use more batches instead")
+            raise ValueError(
+                f"tokens_per_batch={self.tokens_per_batch} is over the limit of 1G "
+                f"({MAX_TOKENS_PER_BATCH:,}) tokens per batch: planning a batch that large would take "
+                "hours; use more batches instead"
+            )
         if self.max_context > self.tokens_per_batch:
-            raise ValueError(f"max_context ({self.max_context}) must be <= tokens_per_batch ({self.tokens_per_batch}): "
-                             "a sample longer than the batch budget could never be placed")
+            raise ValueError(
+                f"max_context ({self.max_context}) must be <= tokens_per_batch ({self.tokens_per_batch}): "
+                "a sample longer than the batch budget could never be placed"
+            )
         if self.trace.share_at_most(self.max_context) <= 0.0:
-            raise ValueError(f"trace {self.trace.name!r} has no length <= max_context={self.max_context}; "
-                             "raise max_context or pick another trace")
+            raise ValueError(
+                f"trace {self.trace.name!r} has no length <= max_context={self.max_context}; "
+                "raise max_context or pick another trace"
+            )
 
     def batch(self, index: int) -> Batch:
         """Batch ``index`` (>= 0), drawn from ``default_rng([seed, index])``; see the module docstring."""
@@ -162,9 +181,11 @@ class BatchSampler:
             if stop < block:
                 return self._make(index, np.concatenate(kept), dropped, dropped_tokens)
             block = min(2 * block, _LAST_BLOCK)
-        raise ValueError(f"batch {index}: {drawn} draws from trace {self.trace.name!r} did not fill "
-                         f"tokens_per_batch={self.tokens_per_batch} with lengths <= max_context={self.max_context} "
-                         f"(only {total} tokens kept); lower tokens_per_batch or raise max_context")
+        raise ValueError(
+            f"batch {index}: {drawn} draws from trace {self.trace.name!r} did not fill "
+            f"tokens_per_batch={self.tokens_per_batch} with lengths <= max_context={self.max_context} "
+            f"(only {total} tokens kept); lower tokens_per_batch or raise max_context"
+        )
 
     def _fill(self, draws: npt.NDArray[np.int64], room: int) -> tuple[npt.NDArray[np.int64], int]:
         """Kept lengths that fit in ``room`` tokens, and the draw position where the batch stops
@@ -176,9 +197,16 @@ class BatchSampler:
         return draws[where[:fit]], stop
 
     def _make(self, index: int, lengths: npt.NDArray[np.int64], dropped: int, dropped_tokens: int) -> Batch:
-        return Batch(lengths=tuple(lengths.tolist()), trace=self.trace.name, seed=self.seed, index=int(index),
-                     tokens_per_batch=self.tokens_per_batch, max_context=self.max_context,
-                     dropped_count=dropped, dropped_tokens=dropped_tokens)
+        return Batch(
+            lengths=tuple(lengths.tolist()),
+            trace=self.trace.name,
+            seed=self.seed,
+            index=int(index),
+            tokens_per_batch=self.tokens_per_batch,
+            max_context=self.max_context,
+            dropped_count=dropped,
+            dropped_tokens=dropped_tokens,
+        )
 
     def batches(self, start: int = 0, count: int = 1) -> Iterator[Batch]:
         """Batches ``start, start + 1, ..., start + count - 1``, built lazily."""

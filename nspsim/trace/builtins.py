@@ -42,8 +42,9 @@ def wikipedia_trace() -> HistogramTrace:
     98.4 % < 8K, 49 > 128K, max 1,823,777). ``materialize()`` matches the file's percentiles to <0.1 %.
     """
     resource = importlib.resources.files("traces").joinpath("data/wikipedia_hist.json")
-    return HistogramTrace.from_json_dict(json.loads(resource.read_text(encoding="utf-8")),
-                                         where="traces/data/wikipedia_hist.json")
+    return HistogramTrace.from_json_dict(
+        json.loads(resource.read_text(encoding="utf-8")), where="traces/data/wikipedia_hist.json"
+    )
 
 
 def longtail_paper_trace() -> ParametricTrace:
@@ -82,12 +83,14 @@ def commoncrawl_trace() -> ParametricTrace:
     )
 
 
-BUILTIN_TRACES: Mapping[str, Callable[[], LengthTrace]] = MappingProxyType({
-    "wikipedia": wikipedia_trace,
-    "longtail-paper": longtail_paper_trace,
-    "code": code_trace,
-    "commoncrawl": commoncrawl_trace,
-})
+BUILTIN_TRACES: Mapping[str, Callable[[], LengthTrace]] = MappingProxyType(
+    {
+        "wikipedia": wikipedia_trace,
+        "longtail-paper": longtail_paper_trace,
+        "code": code_trace,
+        "commoncrawl": commoncrawl_trace,
+    }
+)
 
 
 def builtin_trace_names() -> tuple[str, ...]:

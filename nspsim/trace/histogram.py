@@ -120,8 +120,9 @@ class HistogramTrace(LengthTrace):
             raise ValueError(f"{who}: needs at least 2 edges, the first >= 1 (got {list(e[:3])}...)")
         bad = next((i for i in range(1, len(e)) if e[i] <= e[i - 1]), None)
         if bad is not None:
-            raise ValueError(f"{who}: edges must increase strictly "
-                             f"(edges[{bad}]={e[bad]} <= edges[{bad - 1}]={e[bad - 1]})")
+            raise ValueError(
+                f"{who}: edges must increase strictly (edges[{bad}]={e[bad]} <= edges[{bad - 1}]={e[bad - 1]})"
+            )
         if len(c) != len(e) - 1 or len(a) != len(c):
             raise ValueError(f"{who}: {len(e)} edges need {len(e) - 1} counts and alphas, got {len(c)} and {len(a)}")
         if min(c) < 0 or sum(c) == 0:
@@ -205,13 +206,18 @@ class HistogramTrace(LengthTrace):
     def from_json_dict(cls, data: Any, *, where: str = "histogram") -> HistogramTrace:
         """Build from a parsed JSON object. ``where`` (usually the file name) prefixes error messages."""
         if not isinstance(data, dict) or data.get("format") != HISTOGRAM_FORMAT:
-            raise ValueError(f"{where}: not a length histogram (needs \"format\": \"{HISTOGRAM_FORMAT}\")")
+            raise ValueError(f'{where}: not a length histogram (needs "format": "{HISTOGRAM_FORMAT}")')
         missing = [k for k in ("name", "source", "edges", "counts") if k not in data]
         if missing:
             raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
         try:
-            return cls(name=str(data["name"]), source=str(data["source"]), edges=tuple(data["edges"]),
-                       counts=tuple(data["counts"]), alpha=tuple(data.get("alpha", ())))
+            return cls(
+                name=str(data["name"]),
+                source=str(data["source"]),
+                edges=tuple(data["edges"]),
+                counts=tuple(data["counts"]),
+                alpha=tuple(data.get("alpha", ())),
+            )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
 

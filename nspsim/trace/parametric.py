@@ -177,8 +177,9 @@ class ParametricTrace(LengthTrace):
         return float(np.dot(self.weights, shares))
 
 
-def fit_burr12(*, median: float, share_lt_8k: float, share_gt_128k: float,
-               max_length: int = DEFAULT_MAX_LENGTH) -> Burr12:
+def fit_burr12(
+    *, median: float, share_lt_8k: float, share_gt_128k: float, max_length: int = DEFAULT_MAX_LENGTH
+) -> Burr12:
     """Solve the Burr XII whose truncated, rounded lengths have the given median, the given share
     below 8192 tokens and the given share above 131072 tokens. Three equations in three unknowns,
     solved in log-odds space by ``scipy.optimize.least_squares``. Used offline: the presets ship the
@@ -187,8 +188,10 @@ def fit_burr12(*, median: float, share_lt_8k: float, share_gt_128k: float,
     from scipy.optimize import least_squares
 
     if not (0 < share_gt_128k < 1 - share_lt_8k < 0.5 and 1 <= median < 8192):
-        raise ValueError(f"need 1 <= median < 8192, share_lt_8k > 0.5 and 0 < share_gt_128k < 1 - share_lt_8k; "
-                         f"got {median}, {share_lt_8k}, {share_gt_128k}")
+        raise ValueError(
+            f"need 1 <= median < 8192, share_lt_8k > 0.5 and 0 < share_gt_128k < 1 - share_lt_8k; "
+            f"got {median}, {share_lt_8k}, {share_gt_128k}"
+        )
     xs = np.array([median, 8191.5, 131072.5])
     target = np.array([0.5, share_lt_8k, 1.0 - share_gt_128k])
 

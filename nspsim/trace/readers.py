@@ -56,8 +56,11 @@ def _names(names: Sequence[str]) -> str:
 def _bad_value(where: str, token: str) -> ValueError:
     """The error for a token that is not a length; a long token (a binary file read as text) is cut."""
     shown = repr(token) if len(token) <= _SHOWN_TOKEN else f"{token[:_SHOWN_TOKEN]!r}... ({len(token):,} characters)"
-    hint = (" (NUL characters: UTF-16 or UTF-32 text without a byte-order mark? Save it as UTF-8)"
-            if "\x00" in token else "")
+    hint = (
+        " (NUL characters: UTF-16 or UTF-32 text without a byte-order mark? Save it as UTF-8)"
+        if "\x00" in token
+        else ""
+    )
     return ValueError(f"{where}: {shown} is not a positive integer{hint}")
 
 
@@ -118,8 +121,9 @@ def _csv_header(path: Path) -> tuple[int, int]:
                 columns = [c.strip() for c in next(csv.reader([line]))]
                 if "length" not in columns:
                     found = _names(columns)
-                    raise ValueError(f"{path} line {number}: no 'length' column in the CSV header "
-                                     f"(columns found: {found})")
+                    raise ValueError(
+                        f"{path} line {number}: no 'length' column in the CSV header (columns found: {found})"
+                    )
                 return number, columns.index("length")
     raise ValueError(f"{path}: empty trace (no CSV header)")
 
@@ -129,8 +133,16 @@ def _read_csv(path: Path) -> IntArray:
     try:
         with warnings.catch_warnings(), _loadtxt_source(path, newline="") as source:
             warnings.simplefilter("ignore")
-            arr = np.loadtxt(source, dtype=np.int64, delimiter=",", skiprows=header_line, usecols=column,
-                             comments="#", quotechar='"', ndmin=1)
+            arr = np.loadtxt(
+                source,
+                dtype=np.int64,
+                delimiter=",",
+                skiprows=header_line,
+                usecols=column,
+                comments="#",
+                quotechar='"',
+                ndmin=1,
+            )
     except (ValueError, OverflowError):
         arr = None
     if arr is None or (arr.size and int(arr.min()) < 1):

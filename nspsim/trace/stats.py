@@ -61,9 +61,17 @@ class TraceStats:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with exactly the field names (bucket dicts copied)."""
         return {
-            "count": self.count, "min": self.min, "median": self.median, "p90": self.p90, "p99": self.p99,
-            "p999": self.p999, "max": self.max, "mean": self.mean, "total_tokens": self.total_tokens,
-            "share_lt_8k": self.share_lt_8k, "share_gt_128k": self.share_gt_128k,
+            "count": self.count,
+            "min": self.min,
+            "median": self.median,
+            "p90": self.p90,
+            "p99": self.p99,
+            "p999": self.p999,
+            "max": self.max,
+            "mean": self.mean,
+            "total_tokens": self.total_tokens,
+            "share_lt_8k": self.share_lt_8k,
+            "share_gt_128k": self.share_gt_128k,
             "share_by_bucket": dict(self.share_by_bucket),
             "token_share_by_bucket": dict(self.token_share_by_bucket),
         }
@@ -73,9 +81,10 @@ def _as_lengths(lengths: npt.ArrayLike) -> npt.NDArray[np.int64]:
     arr = np.asarray(lengths)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"trace_stats needs a non-empty 1-D array of lengths, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind != "f" or not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
-            raise ValueError(f"trace_stats needs integer lengths, got dtype {arr.dtype}")
+    if arr.dtype.kind not in "iu" and (
+        arr.dtype.kind != "f" or not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr))
+    ):
+        raise ValueError(f"trace_stats needs integer lengths, got dtype {arr.dtype}")
     if float(arr.min()) < 1:
         bad = int(np.argmin(arr))
         raise ValueError(f"trace_stats: lengths[{bad}] = {arr[bad]} is not a positive integer")
@@ -91,8 +100,15 @@ def trace_stats(lengths: npt.ArrayLike) -> TraceStats:
     samples = np.bincount(bucket, minlength=len(BUCKET_NAMES)) / n
     tokens = np.bincount(bucket, weights=arr.astype(np.float64), minlength=len(BUCKET_NAMES)) / total
     return TraceStats(
-        count=n, min=int(arr.min()), median=median, p90=p90, p99=p99, p999=p999, max=int(arr.max()),
-        mean=total / n, total_tokens=total,
+        count=n,
+        min=int(arr.min()),
+        median=median,
+        p90=p90,
+        p99=p99,
+        p999=p999,
+        max=int(arr.max()),
+        mean=total / n,
+        total_tokens=total,
         share_lt_8k=float(np.count_nonzero(arr < 8192)) / n,
         share_gt_128k=float(np.count_nonzero(arr > 131072)) / n,
         share_by_bucket={k: float(v) for k, v in zip(BUCKET_NAMES, samples, strict=True)},
@@ -108,15 +124,24 @@ def _fmt_share(x: float) -> str:
 def format_stats(stats: TraceStats, title: str) -> str:
     """A multi-line, fixed-width table for the terminal: summary lines, then one line per bucket."""
     rows = [
-        ("samples", f"{stats.count:,}"), ("tokens", f"{stats.total_tokens:,}"), ("mean", f"{stats.mean:,.1f}"),
-        ("min", f"{stats.min:,}"), ("median", f"{stats.median:,.0f}"), ("p90", f"{stats.p90:,.0f}"),
-        ("p99", f"{stats.p99:,.0f}"), ("p99.9", f"{stats.p999:,.0f}"), ("max", f"{stats.max:,}"),
-        ("share < 8K", _fmt_share(stats.share_lt_8k)), ("share > 128K", _fmt_share(stats.share_gt_128k)),
+        ("samples", f"{stats.count:,}"),
+        ("tokens", f"{stats.total_tokens:,}"),
+        ("mean", f"{stats.mean:,.1f}"),
+        ("min", f"{stats.min:,}"),
+        ("median", f"{stats.median:,.0f}"),
+        ("p90", f"{stats.p90:,.0f}"),
+        ("p99", f"{stats.p99:,.0f}"),
+        ("p99.9", f"{stats.p999:,.0f}"),
+        ("max", f"{stats.max:,}"),
+        ("share < 8K", _fmt_share(stats.share_lt_8k)),
+        ("share > 128K", _fmt_share(stats.share_gt_128k)),
     ]
     lines = [title, "-" * 36]  # the table's width, however long the title
     lines += [f"  {label:<14}{value:>20}" for label, value in rows]
     lines.append(f"  {'bucket':<14}{'samples':>10}{'tokens':>10}")
     for name in BUCKET_NAMES:
-        lines.append(f"  {name:<14}{_fmt_share(stats.share_by_bucket[name]):>10}"
-                     f"{_fmt_share(stats.token_share_by_bucket[name]):>10}")
+        lines.append(
+            f"  {name:<14}{_fmt_share(stats.share_by_bucket[name]):>10}"
+            f"{_fmt_share(stats.token_share_by_bucket[name]):>10}"
+        )
     return "\n".join(lines)

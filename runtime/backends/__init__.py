@@ -34,5 +34,6 @@ RUNTIME_BACKENDS: Mapping[SPBackend, BackendFactory] = {
 
 def sp_backends(spec: ModelSpec) -> dict[SPBackend, PhaseBackend]:
     """One instance of every registered backend for the heads of ``spec``."""
-    return {name: make(num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads)
-            for name, make in RUNTIME_BACKENDS.items()}
+    return {
+        name: make(num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads) for name, make in RUNTIME_BACKENDS.items()
+    }

@@ -23,10 +23,10 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from runtime.attention_kernels import AttentionKernel, Segments
-from runtime.groups import Comm, Pending
 from nspsim.execution.layout import Slot
 from nspsim.execution.shards import NodeShards, sample_rows
+from runtime.attention_kernels import AttentionKernel, Segments
+from runtime.groups import Comm, Pending
 from runtime.timing import PhaseClock
 
 
@@ -181,8 +181,9 @@ def keep_rows(t: NodeTask, rows: npt.NDArray[np.int64], tensors: dict[str, Tenso
         t.state[name] = x if rows.size == x.shape[0] else select_rows(x, rows)
 
 
-def merge_kept(t: NodeTask, total: int, rows: npt.NDArray[np.int64],
-               recomputed: dict[str, Tensor]) -> dict[str, Tensor]:
+def merge_kept(
+    t: NodeTask, total: int, rows: npt.NDArray[np.int64], recomputed: dict[str, Tensor]
+) -> dict[str, Tensor]:
     """Full tensors of ``total`` rows from the kept rows in ``t.state`` and the recomputed ``rows``."""
     if t.all_recompute:
         return recomputed

@@ -23,11 +23,11 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from nspsim.execution.shards import NodeShards, RingBlock, ring_blocks
 from nspsim.specs.backend import SPBackend
 from runtime.attention_kernels import Segments
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
-from nspsim.execution.shards import NodeShards, RingBlock, ring_blocks
 
 KV_TAG, DKV_TAG = 1, 2
 Shift = tuple[Pending, Tensor]
@@ -38,9 +38,12 @@ Block = tuple[RingBlock, Segments]
 
 def _blocks(ctx: ExecContext, shards: NodeShards, group_rank: int, step: int) -> tuple[Block, ...]:
     """The ring blocks of a step with their kernel segments (built once per step and reused)."""
+
     def make() -> tuple[Block, ...]:
-        return tuple((b, Segments.pairs(b.q_lengths.tolist(), b.k_lengths.tolist()))
-                     for b in ring_blocks(shards, group_rank, step))
+        return tuple(
+            (b, Segments.pairs(b.q_lengths.tolist(), b.k_lengths.tolist()))
+            for b in ring_blocks(shards, group_rank, step)
+        )
 
     blocks: tuple[Block, ...] = ctx.cached(("ring-blocks", shards.key, group_rank, step), make)
     return blocks
@@ -69,19 +72,28 @@ class RingBackend:
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
 
-    def _shift(self, t: NodeTask, ctx: ExecContext, shards: NodeShards, send: Tensor, step: int, label: str,
-               tag: int) -> Shift:
+    def _shift(
+        self, t: NodeTask, ctx: ExecContext, shards: NodeShards, send: Tensor, step: int, label: str, tag: int
+    ) -> Shift:
         """Pass ``send`` one hop; receive the buffer of the rank this one holds at ``step``."""
         src = (t.slot.group_rank - step) % shards.degree
         recv = send.new_empty(int(shards.rank_tokens[src]), *send.shape[1:])
         return ctx.comm.ring_shift(shards.node, send.contiguous(), recv, f"{shards.node}:{label}", tag), recv
 
     def _split(self, kv: Tensor) -> tuple[Tensor, Tensor]:
-        return kv[:, : self.num_kv_heads], kv[:, self.num_kv_heads:]
+        return kv[:, : self.num_kv_heads], kv[:, self.num_kv_heads :]
 
     # ---- the two ring walks ------------------------------------------------------------------------
-    def _forward_ring(self, t: NodeTask, ctx: ExecContext, shards: NodeShards, q: Tensor, kv: Tensor,
-                      first: Shift, cats: tuple[str | None, str | None]) -> tuple[Tensor, Tensor]:
+    def _forward_ring(
+        self,
+        t: NodeTask,
+        ctx: ExecContext,
+        shards: NodeShards,
+        q: Tensor,
+        kv: Tensor,
+        first: Shift,
+        cats: tuple[str | None, str | None],
+    ) -> tuple[Tensor, Tensor]:
         """All ``k`` steps of the forward walk; returns (output, LSE) of the local queries."""
         compute_cat, wait_cat = cats
         out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -98,8 +110,9 @@ class RingBackend:
                     self._block_forward(ctx, blk, seg, q, cur, out, lse)
         return out.to(q.dtype), lse
 
-    def _block_forward(self, ctx: ExecContext, blk: RingBlock, seg: Segments, q: Tensor, kv: Tensor, out: Tensor,
-                       lse: Tensor) -> None:
+    def _block_forward(
+        self, ctx: ExecContext, blk: RingBlock, seg: Segments, q: Tensor, kv: Tensor, out: Tensor, lse: Tensor
+    ) -> None:
         if blk.q_rows.size == 0 or blk.k_rows.size == 0:
             return
         qi, ki = _index(blk.q_rows, q.device), _index(blk.k_rows, q.device)
@@ -107,8 +120,9 @@ class RingBackend:
         o, lse_b = ctx.kernel.forward(q.index_select(0, qi), k, v, seg, blk.causal)
         merge_partial(out, lse, qi, o, lse_b)
 
-    def _backward_ring(self, t: NodeTask, ctx: ExecContext, state: dict[str, Tensor], kv: Tensor,
-                       first: Shift) -> tuple[Tensor, Tensor]:
+    def _backward_ring(
+        self, t: NodeTask, ctx: ExecContext, state: dict[str, Tensor], kv: Tensor, first: Shift
+    ) -> tuple[Tensor, Tensor]:
         """All ``k`` steps of the backward walk; returns dQ and the dK/dV accumulator still to send home."""
         shards, q, dout = t.slot.shards, t.q, t.dout
         assert dout is not None
@@ -130,8 +144,16 @@ class RingBackend:
                 nxt_dkv = self._shift(t, ctx, shards, dkv, step + 1, "bwd-dkv", DKV_TAG)
         return dq.to(q.dtype), dkv
 
-    def _block_backward(self, ctx: ExecContext, blk: RingBlock, seg: Segments,
-                        local: tuple[Tensor, Tensor, Tensor, Tensor], kv: Tensor, dq: Tensor, dkv: Tensor) -> None:
+    def _block_backward(
+        self,
+        ctx: ExecContext,
+        blk: RingBlock,
+        seg: Segments,
+        local: tuple[Tensor, Tensor, Tensor, Tensor],
+        kv: Tensor,
+        dq: Tensor,
+        dkv: Tensor,
+    ) -> None:
         if blk.q_rows.size == 0 or blk.k_rows.size == 0:
             return
         qi, ki = _index(blk.q_rows, kv.device), _index(blk.k_rows, kv.device)
@@ -151,8 +173,9 @@ class RingBackend:
     def fwd_compute(self, t: NodeTask, ctx: ExecContext) -> None:
         """The ring steps; keeps output and LSE of the samples not marked for recomputation."""
         shards = t.slot.shards
-        out, lse = self._forward_ring(t, ctx, shards, t.q, t.state.pop("kv"), t.state.pop("first"),
-                                      ("attn_fwd", "sp_exposed_comm"))
+        out, lse = self._forward_ring(
+            t, ctx, shards, t.q, t.state.pop("kv"), t.state.pop("first"), ("attn_fwd", "sp_exposed_comm")
+        )
         t.out = out
         keep_rows(t, node_index(ctx, t).kept_rows, {"out": out, "lse": lse})
 
@@ -192,8 +215,15 @@ class RingBackend:
     def _recompute(self, t: NodeTask, ctx: ExecContext) -> dict[str, Tensor]:
         index = node_index(ctx, t)
         with ctx.clock.measure("attn_remat"):
-            out, lse = self._forward_ring(t, ctx, index.remat_shards, select_rows(t.q, index.remat_rows),
-                                          t.state.pop("remat_kv"), t.state.pop("remat"), (None, None))
+            out, lse = self._forward_ring(
+                t,
+                ctx,
+                index.remat_shards,
+                select_rows(t.q, index.remat_rows),
+                t.state.pop("remat_kv"),
+                t.state.pop("remat"),
+                (None, None),
+            )
         return merge_kept(t, t.slot.rows, index.remat_rows, {"out": out, "lse": lse})
 
     def bwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:

@@ -24,16 +24,17 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from nspsim.execution.shards import NodeShards, ulysses_gather_order
 from nspsim.specs.backend import SPBackend
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
-from nspsim.execution.shards import NodeShards, ulysses_gather_order
 
 _STATE = ("q", "k", "v", "out", "lse")
 
 
 def _perms(ctx: ExecContext, shards: NodeShards) -> tuple[Tensor, Tensor]:
     """(received -> sequence order, sequence -> received order) permutations of a node's samples."""
+
     def make() -> tuple[Tensor, Tensor]:
         perm = ulysses_gather_order(shards)
         inverse = np.empty_like(perm)
@@ -62,8 +63,9 @@ class UlyssesBackend:
         return max(1, degree // self.num_kv_heads)
 
     # ---- layout changes ----------------------------------------------------------------------------
-    def _to_heads(self, t: NodeTask, ctx: ExecContext, shards: NodeShards, xs: list[Tensor],
-                  label: str) -> tuple[Pending, Tensor]:
+    def _to_heads(
+        self, t: NodeTask, ctx: ExecContext, shards: NodeShards, xs: list[Tensor], label: str
+    ) -> tuple[Pending, Tensor]:
         """Issue the sequence->head all-to-all of ``xs`` (each ``[rows, H_x, D]``)."""
         k = shards.degree
         rows, dim = xs[0].shape[0], xs[0].shape[-1]
@@ -71,8 +73,9 @@ class UlyssesBackend:
         width = send.shape[2]
         send = send.permute(1, 0, 2, 3).reshape(k * rows, width, dim).contiguous()
         recv = send.new_empty(int(shards.rank_tokens.sum()), send.shape[1], dim)
-        pending = ctx.comm.all_to_all(shards.node, recv, send, shards.rank_tokens.tolist(), [rows] * k,
-                                      f"{shards.node}:{label}")
+        pending = ctx.comm.all_to_all(
+            shards.node, recv, send, shards.rank_tokens.tolist(), [rows] * k, f"{shards.node}:{label}"
+        )
         return pending, recv
 
     def _from_heads(self, ctx: ExecContext, shards: NodeShards, recv: Tensor, widths: list[int]) -> list[Tensor]:
@@ -87,8 +90,9 @@ class UlyssesBackend:
         _, inverse = _perms(ctx, shards)
         send = x.index_select(0, inverse.to(x.device)).contiguous()
         recv = x.new_empty(k * rows, x.shape[1], x.shape[2])
-        pending = ctx.comm.all_to_all(shards.node, recv, send, [rows] * k, shards.rank_tokens.tolist(),
-                                      f"{shards.node}:{label}")
+        pending = ctx.comm.all_to_all(
+            shards.node, recv, send, [rows] * k, shards.rank_tokens.tolist(), f"{shards.node}:{label}"
+        )
         return pending, recv
 
     @staticmethod
@@ -155,8 +159,16 @@ class UlyssesBackend:
         pending.wait()
         (dout,) = self._from_heads(ctx, shards, recv, [self.num_heads // shards.degree])
         with ctx.clock.measure("attn_bwd"):
-            dq, dk, dv = ctx.kernel.backward(dout, state["q"], state["k"], state["v"], state["out"], state["lse"],
-                                             node_index(ctx, t).segments, causal=True)
+            dq, dk, dv = ctx.kernel.backward(
+                dout,
+                state["q"],
+                state["k"],
+                state["v"],
+                state["out"],
+                state["lse"],
+                node_index(ctx, t).segments,
+                causal=True,
+            )
         t.state["dqkv_heads"] = torch.cat([dq, dk, dv], dim=1)
         t.state = {k: v for k, v in t.state.items() if k == "dqkv_heads"}
 
@@ -167,8 +179,9 @@ class UlyssesBackend:
             pending.wait(None)
             q, k, v = self._from_heads(ctx, index.remat_shards, recv, self._widths(shards.degree))
             out, lse = ctx.kernel.forward(q, k, v, index.remat_segments, causal=True)
-        return merge_kept(t, int(shards.lengths.sum()), index.remat_sample_rows,
-                          {"q": q, "k": k, "v": v, "out": out, "lse": lse})
+        return merge_kept(
+            t, int(shards.lengths.sum()), index.remat_sample_rows, {"q": q, "k": k, "v": v, "out": out, "lse": lse}
+        )
 
     def bwd_epilogue(self, t: NodeTask, ctx: ExecContext) -> None:
         """All-to-all dQ, dK, dV back to sequence layout."""
@@ -185,10 +198,8 @@ class UlyssesBackend:
         hq, hkv, _ = self._widths(k)
         full = self._seq_heads(t.state.pop("recv"), k).view(rows, k, hq + 2 * hkv, dim)
         dq = full[:, :, :hq].reshape(rows, self.num_heads, dim)
-        dk, dv = (full[:, :, s:s + hkv].reshape(rows, k * hkv, dim) for s in (hq, hq + hkv))
+        dk, dv = (full[:, :, s : s + hkv].reshape(rows, k * hkv, dim) for s in (hq, hq + hkv))
         rep = self._replicas(k)
         if rep > 1:
             dk, dv = (x.view(rows, self.num_kv_heads, rep, dim).sum(dim=2) for x in (dk, dv))
         return dq, dk, dv
-
-

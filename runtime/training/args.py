@@ -69,14 +69,20 @@ class TrainArgs:
     records: str | None = None
 
     def __post_init__(self) -> None:
-        checks = [(self.steps > 0, f"--steps must be positive, got {self.steps}"),
-                  (self.start_batch >= 0, f"--start-batch must be >= 0, got {self.start_batch}"),
-                  (self.lookahead is None or self.lookahead >= 0, f"--lookahead must be >= 0, got {self.lookahead}"),
-                  (not self.tree_recompute or self.recompute == RecomputeMode.PLAN,
-                   f"--tree-recompute derives the marks; it cannot be combined with --recompute {self.recompute}"),
-                  (self.cluster is None or self.cluster == self.workload.cluster,
-                   f"cluster {self.cluster!r} differs from the workload's {self.workload.cluster!r}; "
-                   "give the same preset to both")]
+        checks = [
+            (self.steps > 0, f"--steps must be positive, got {self.steps}"),
+            (self.start_batch >= 0, f"--start-batch must be >= 0, got {self.start_batch}"),
+            (self.lookahead is None or self.lookahead >= 0, f"--lookahead must be >= 0, got {self.lookahead}"),
+            (
+                not self.tree_recompute or self.recompute == RecomputeMode.PLAN,
+                f"--tree-recompute derives the marks; it cannot be combined with --recompute {self.recompute}",
+            ),
+            (
+                self.cluster is None or self.cluster == self.workload.cluster,
+                f"cluster {self.cluster!r} differs from the workload's {self.workload.cluster!r}; "
+                "give the same preset to both",
+            ),
+        ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
@@ -109,8 +115,9 @@ def planner_options(spec: str, extra: list[str]) -> tuple[str, dict[str, Any]]:
     try:
         return name, dict(parse_options([*filter(None, text.split("+")), *extra]))
     except ValueError as exc:
-        raise ValueError(f"planner options: {exc} (--planner name:key=value+key=value, --planner-option key=value)"
-                         ) from None
+        raise ValueError(
+            f"planner options: {exc} (--planner name:key=value+key=value, --planner-option key=value)"
+        ) from None
 
 
 def _timeout(text: str) -> float:
@@ -132,33 +139,64 @@ def _lookahead(text: str) -> int | None:
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see :mod:`runtime.train`); errors raise ``ValueError`` (one line)."""
     p = Parser(prog=PROG, description="Execute planned batches with NSP and record every step.")
-    p.add_argument("--planner", required=True,
-                   help="planner spec: a registered name, optionally with options as name:key=value+key=value")
-    p.add_argument("--planner-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="planner option (nspsim.options value rules), repeatable")
-    add_workload_args(p, gpus=False, model=RUNTIME_WORKLOAD.model, cluster=None,
-                      cluster_help="cluster preset describing this machine (default: cpu on CPU)",
-                      tokens_per_batch=RUNTIME_WORKLOAD.tokens_per_batch, max_context=RUNTIME_WORKLOAD.max_context,
-                      seed_help="seed of batches, tokens and initial weights")
+    p.add_argument(
+        "--planner",
+        required=True,
+        help="planner spec: a registered name, optionally with options as name:key=value+key=value",
+    )
+    p.add_argument(
+        "--planner-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="planner option (nspsim.options value rules), repeatable",
+    )
+    add_workload_args(
+        p,
+        gpus=False,
+        model=RUNTIME_WORKLOAD.model,
+        cluster=None,
+        cluster_help="cluster preset describing this machine (default: cpu on CPU)",
+        tokens_per_batch=RUNTIME_WORKLOAD.tokens_per_batch,
+        max_context=RUNTIME_WORKLOAD.max_context,
+        seed_help="seed of batches, tokens and initial weights",
+    )
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--start-batch", type=int, default=0, help="index of the first batch")
     p.add_argument("--lr", type=positive_float, default=1e-3)
     p.add_argument("--grad-sync", choices=("fsdp", "allreduce"), default="fsdp")
     p.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=RecomputeMode.PLAN)
-    p.add_argument("--lookahead", type=_lookahead, default=None,
-                   help="phase streaming: all (default: every prologue first), or at most N prologues ahead "
-                        "(0 = serial)")
+    p.add_argument(
+        "--lookahead",
+        type=_lookahead,
+        default=None,
+        help="phase streaming: all (default: every prologue first), or at most N prologues ahead (0 = serial)",
+    )
     p.add_argument("--kernel", default="auto", help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="compute dtype: bf16 autocast (fp32 master weights) or fp32; auto = bf16 on CUDA, fp32 on CPU")
-    p.add_argument("--plan-on", choices=("rank0", "all"), default="rank0",
-                   help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)")
-    p.add_argument("--tree-recompute", action="store_true",
-                   help="derive tree-level save/recompute marks from the memory budget (nspsim.execution.recompute)")
-    p.add_argument("--optimize-order", action="store_true",
-                   help="reorder each plan's issue order for phase streaming (nspsim.execution.issue_order; "
-                        "simulator-ranked unless --no-simulate)")
+    p.add_argument(
+        "--dtype",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="compute dtype: bf16 autocast (fp32 master weights) or fp32; auto = bf16 on CUDA, fp32 on CPU",
+    )
+    p.add_argument(
+        "--plan-on",
+        choices=("rank0", "all"),
+        default="rank0",
+        help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)",
+    )
+    p.add_argument(
+        "--tree-recompute",
+        action="store_true",
+        help="derive tree-level save/recompute marks from the memory budget (nspsim.execution.recompute)",
+    )
+    p.add_argument(
+        "--optimize-order",
+        action="store_true",
+        help="reorder each plan's issue order for phase streaming (nspsim.execution.issue_order; "
+        "simulator-ranked unless --no-simulate)",
+    )
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
     p.add_argument("--comm-timeout", dest="comm_timeout_s", type=_timeout, default=120.0, help="collective timeout, s")
     p.add_argument("--step-timeout", dest="step_timeout_s", type=_timeout, default=600.0, help="watchdog per step, s")
@@ -175,7 +213,12 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     workload = replace(RUNTIME_WORKLOAD, cluster=cluster or RUNTIME_WORKLOAD.cluster, **given)
     args = TrainArgs(planner=name, planner_options=options, workload=workload, cluster=cluster, **values)
     if args.records is not None:  # every rank checks, so a bad path ends them all before any set-up
-        output_file(args.records, flag="--records", inputs=(workload.trace, workload.profile),
-                    siblings=(".config.json", ".plans.jsonl"), make_parent=True)
+        output_file(
+            args.records,
+            flag="--records",
+            inputs=(workload.trace, workload.profile),
+            siblings=(".config.json", ".plans.jsonl"),
+            make_parent=True,
+        )
     get_planner(args.planner, **args.planner_options)  # unknown names and options fail before any set-up
     return args

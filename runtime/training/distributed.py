@@ -41,11 +41,17 @@ def init_distributed(*, device: str, comm_timeout_s: float) -> Dist:
     """``init_process_group`` from torchrun's environment (or as a single process without it);
     ``device`` is ``auto``, ``cpu`` or ``cuda``, ``comm_timeout_s`` every group's collective timeout."""
     if dist.is_initialized():  # launched by a caller that already set up the world (tests, notebooks)
-        return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=0, device=torch.device("cpu"),
-                    control_group=dist.group.WORLD)
+        return Dist(
+            rank=dist.get_rank(),
+            world=dist.get_world_size(),
+            local_rank=0,
+            device=torch.device("cpu"),
+            control_group=dist.group.WORLD,
+        )
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
+        os.environ.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+        )
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda but no CUDA device is visible")
@@ -57,5 +63,6 @@ def init_distributed(*, device: str, comm_timeout_s: float) -> Dist:
     control = dist.new_group(backend="gloo", timeout=timeout) if use_cuda else dist.group.WORLD
     torch.set_num_threads(max(1, torch.get_num_threads() if use_cuda else 1))
     where = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local_rank, device=where,
-                control_group=control)
+    return Dist(
+        rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local_rank, device=where, control_group=control
+    )

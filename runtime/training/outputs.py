@@ -46,24 +46,52 @@ def critical_rank(ranks: list[RankTimes]) -> int:
     return int(np.argmin([r.breakdown_s["comm_wait"] for r in ranks]))
 
 
-def measured_record(*, step: int, index: int, planned: Planned, plan_wait_s: float, loss: float,
-                    ranks: list[RankTimes], spec: str, memory: MemoryModel) -> MeasuredStep:
+def measured_record(
+    *,
+    step: int,
+    index: int,
+    planned: Planned,
+    plan_wait_s: float,
+    loss: float,
+    ranks: list[RankTimes],
+    spec: str,
+    memory: MemoryModel,
+) -> MeasuredStep:
     """The :class:`runtime.records.MeasuredStep` of one step from every rank's times."""
     plan, pred = planned.plan, planned.prediction
     crit = critical_rank(ranks)
     policy, share = recompute_policy(plan, memory)
     return MeasuredStep(
-        step=step, batch_index=index, planner_spec=spec, planner=plan.planner, plan_hash=plan.content_hash,
-        backend=plan.backend, num_gpus=len(ranks), cluster=plan.cluster.label, model=plan.model.name,
-        num_samples=plan.num_samples, num_tokens=int(sum(plan.lengths)), num_micro_batches=plan.num_micro_batches,
-        samples_per_degree=plan.samples_per_degree(), recompute_policy=policy, remat_share=share, loss=loss,
-        step_time_s=ranks[crit].step_s, breakdown_s=ranks[crit].breakdown_s, critical_gpu=crit,
+        step=step,
+        batch_index=index,
+        planner_spec=spec,
+        planner=plan.planner,
+        plan_hash=plan.content_hash,
+        backend=plan.backend,
+        num_gpus=len(ranks),
+        cluster=plan.cluster.label,
+        model=plan.model.name,
+        num_samples=plan.num_samples,
+        num_tokens=int(sum(plan.lengths)),
+        num_micro_batches=plan.num_micro_batches,
+        samples_per_degree=plan.samples_per_degree(),
+        recompute_policy=policy,
+        remat_share=share,
+        loss=loss,
+        step_time_s=ranks[crit].step_s,
+        breakdown_s=ranks[crit].breakdown_s,
+        critical_gpu=crit,
         per_gpu_step_time_s=[r.step_s for r in ranks],
         per_gpu_breakdown_s={k: [r.breakdown_s[k] for r in ranks] for k in BREAKDOWN_CATEGORIES},
-        sp_comm_s=ranks[crit].sp_comm_s, per_gpu_sp_comm_s=[r.sp_comm_s for r in ranks],
-        planning_time_s=planned.planning_time_s, plan_wait_s=plan_wait_s,
-        simulated_mode=pred.mode, simulated_step_time_s=pred.step_time_s, simulated_breakdown_s=pred.breakdown_s,
-        simulated_note=pred.note)
+        sp_comm_s=ranks[crit].sp_comm_s,
+        per_gpu_sp_comm_s=[r.sp_comm_s for r in ranks],
+        planning_time_s=planned.planning_time_s,
+        plan_wait_s=plan_wait_s,
+        simulated_mode=pred.mode,
+        simulated_step_time_s=pred.step_time_s,
+        simulated_breakdown_s=pred.breakdown_s,
+        simulated_note=pred.note,
+    )
 
 
 def output_paths(records: str) -> tuple[Path, Path, Path]:
@@ -77,8 +105,14 @@ def resolved_config(args: TrainArgs, d: Dist, workload: Workload) -> dict[str, A
     """The ``<records>.config.json`` content: ``workload`` is the configuration planned against
     (``args.workload`` with this machine's cluster and GPUs), ``runtime`` every other option."""
     runtime = {k: v for k, v in asdict(args).items() if k != "workload"}
-    return {"workload": workload.config.to_dict(), "runtime": runtime, "world": d.world, "device": str(d.device),
-            "torch": torch.__version__, "token_budget": workload.token_budget}
+    return {
+        "workload": workload.config.to_dict(),
+        "runtime": runtime,
+        "world": d.world,
+        "device": str(d.device),
+        "torch": torch.__version__,
+        "token_budget": workload.token_budget,
+    }
 
 
 class Outputs:
@@ -101,9 +135,13 @@ class Outputs:
         """Print the step's summary line and append its record and executed plan."""
         rec = json.loads(line)
         sim = rec["simulated_step_time_s"]
-        print(f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner_spec']} loss {rec['loss']:.5f} "
-              f"time {rec['step_time_s']:.3f}s" + (f" (simulated {sim:.3f}s)" if sim is not None else "")
-              + f" plan {rec['plan_hash']}", flush=True)
+        print(
+            f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner_spec']} loss {rec['loss']:.5f} "
+            f"time {rec['step_time_s']:.3f}s"
+            + (f" (simulated {sim:.3f}s)" if sim is not None else "")
+            + f" plan {rec['plan_hash']}",
+            flush=True,
+        )
         if self._files is not None:
             records, plans = self._files
             records.write(line + "\n")

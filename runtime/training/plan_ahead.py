@@ -54,8 +54,9 @@ class PlanAhead:
         args = self.args
         start = time.perf_counter()
         plan = self.planner.plan(self.workload.sampler.batch(index), self.workload)
-        mode, note = simulated_mode(plan, lookahead=args.lookahead, grad_sync=args.grad_sync,
-                                    world=self.workload.cluster.num_gpus)
+        mode, note = simulated_mode(
+            plan, lookahead=args.lookahead, grad_sync=args.grad_sync, world=self.workload.cluster.num_gpus
+        )
         if not args.simulate:
             mode, note = None, "not simulated: --no-simulate"
         plan = self._prepare(plan, mode or SimMode.STREAM)
@@ -68,8 +69,14 @@ class PlanAhead:
         tree-level marks, the issue order re-ranked by the simulator in ``rank_mode``), as the flags ask."""
         args, wl = self.args, self.workload
         evaluate = (lambda p: self.simulate(p, rank_mode).step_time_or_inf) if args.simulate else None
-        return prepare_plan(executed_plan(plan, args.recompute), memory=wl.memory, cost=wl.cost,
-                            tree_recompute=args.tree_recompute, optimize_order=args.optimize_order, evaluate=evaluate)
+        return prepare_plan(
+            executed_plan(plan, args.recompute),
+            memory=wl.memory,
+            cost=wl.cost,
+            tree_recompute=args.tree_recompute,
+            optimize_order=args.optimize_order,
+            evaluate=evaluate,
+        )
 
     def prefetch(self, index: int) -> None:
         """Start planning batch ``index``."""

@@ -45,16 +45,31 @@ class Trainer:
                 fully_shard(layer)
             fully_shard(self.model)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr)
-        groups = GroupCache(world=d.world, backend="nccl" if d.device.type == "cuda" else "gloo",
-                            timeout=timedelta(seconds=args.comm_timeout_s))
+        groups = GroupCache(
+            world=d.world,
+            backend="nccl" if d.device.type == "cuda" else "gloo",
+            timeout=timedelta(seconds=args.comm_timeout_s),
+        )
         bf16 = args.dtype == "bf16" or (args.dtype == "auto" and d.device.type == "cuda")
         # ``--recompute all|none`` is already written into every executed plan (PlanAhead._prepare).
-        options = ExecOptions(lookahead=args.lookahead, recompute=RecomputeMode.PLAN, kernel=args.kernel,
-                              grad_sync=args.grad_sync if d.world > 1 else "allreduce",
-                              autocast="bfloat16" if bf16 else None)
-        self.executor = NSPExecutor(model=self.model, spec=workload.model, rank=d.rank, world=d.world,
-                                    device=d.device, groups=groups, options=options,
-                                    control_group=d.control_group, memory=workload.memory)
+        options = ExecOptions(
+            lookahead=args.lookahead,
+            recompute=RecomputeMode.PLAN,
+            kernel=args.kernel,
+            grad_sync=args.grad_sync if d.world > 1 else "allreduce",
+            autocast="bfloat16" if bf16 else None,
+        )
+        self.executor = NSPExecutor(
+            model=self.model,
+            spec=workload.model,
+            rank=d.rank,
+            world=d.world,
+            device=d.device,
+            groups=groups,
+            options=options,
+            control_group=d.control_group,
+            memory=workload.memory,
+        )
         self.planner = PlanAhead(args, workload) if d.rank == 0 or args.plan_on == "all" else None
         self.watchdog = Watchdog(rank=d.rank)
 
@@ -77,8 +92,9 @@ class Trainer:
         if self.planner is not None and step + 1 < self.args.steps:
             self.planner.prefetch(index + 1)
         plan = planned.plan
-        stream = synthetic_stream(plan.lengths, seed=self.args.workload.seed, index=index,
-                                  vocab=self.workload.model.vocab)
+        stream = synthetic_stream(
+            plan.lengths, seed=self.args.workload.seed, index=index, vocab=self.workload.model.vocab
+        )
         result = self.executor.run(plan, rank_input(stream, self.d.rank, self.d.world))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -87,17 +103,29 @@ class Trainer:
         line = self._record(step, index, planned, plan_wait, result, end - start)
         return None if line is None else (line, plan)
 
-    def _record(self, step: int, index: int, planned: Planned, plan_wait: float, result: ExecutedStep,
-                step_s: float) -> str | None:
+    def _record(
+        self, step: int, index: int, planned: Planned, plan_wait: float, result: ExecutedStep, step_s: float
+    ) -> str | None:
         """Gather every rank's times to rank 0, which returns the step's JSONL record."""
-        mine = RankTimes(step_s=step_s, breakdown_s=breakdown(result.seconds, result.fwd_bwd_s, step_s),
-                         sp_comm_s=result.seconds["sp_comm"])
+        mine = RankTimes(
+            step_s=step_s,
+            breakdown_s=breakdown(result.seconds, result.fwd_bwd_s, step_s),
+            sp_comm_s=result.seconds["sp_comm"],
+        )
         gathered: list[Any] = [None] * self.d.world
         dist.all_gather_object(gathered, mine, group=self.d.control_group)
         if self.d.rank != 0:
             return None
-        return measured_record(step=step, index=index, planned=planned, plan_wait_s=plan_wait, loss=result.loss,
-                               ranks=gathered, spec=self.args.planner_spec, memory=self.workload.memory).to_json()
+        return measured_record(
+            step=step,
+            index=index,
+            planned=planned,
+            plan_wait_s=plan_wait,
+            loss=result.loss,
+            ranks=gathered,
+            spec=self.args.planner_spec,
+            memory=self.workload.memory,
+        ).to_json()
 
     def close(self) -> None:
         """Stop background threads."""

@@ -7,16 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from nspsim.specs.model import get_model
 from nspsim.plan import Plan
+from nspsim.specs.model import get_model
+from runtime.attention_kernels import select_kernel
 from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, NSPExecutor
 from runtime.groups import GroupCache
 from runtime.launch import RankEnv
 from runtime.model import DecoderLM, LocalAttention
-from runtime.attention_kernels import select_kernel
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,9 @@ def reference(case: Case) -> tuple[float, dict[str, torch.Tensor]]:
 
 
 @functools.lru_cache(maxsize=16)
-def _reference(model_name: str, seed: int, index: int, lengths: tuple[int, ...]) -> tuple[float, dict[str, torch.Tensor]]:
+def _reference(
+    model_name: str, seed: int, index: int, lengths: tuple[int, ...]
+) -> tuple[float, dict[str, torch.Tensor]]:
     spec = get_model(model_name)
     stream = synthetic_stream(lengths, seed=seed, index=index, vocab=spec.vocab)
     model = DecoderLM(spec, seed=seed)
@@ -71,16 +72,30 @@ def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
         model = DecoderLM(spec, seed=case.seed).to(env.device)
         if case.options.grad_sync == "fsdp":
             from torch.distributed.fsdp import fully_shard
+
             for layer in model.layers:
                 fully_shard(layer)
             fully_shard(model)
-        ex = NSPExecutor(model=model, spec=spec, rank=env.rank, world=env.world, device=env.device,
-                         groups=groups, options=case.options)
+        ex = NSPExecutor(
+            model=model,
+            spec=spec,
+            rank=env.rank,
+            world=env.world,
+            device=env.device,
+            groups=groups,
+            options=case.options,
+        )
         res = ex.run(plan, rank_input(stream, env.rank, env.world))
         grads = {name: g.cpu() for name, g in _full_grads(model).items()}
-        reports.append({"loss": res.loss, "grads": grads if env.rank == 0 else None,
-                        "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
-                        "log": list(ex.comm.log), "seconds": res.seconds})
+        reports.append(
+            {
+                "loss": res.loss,
+                "grads": grads if env.rank == 0 else None,
+                "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
+                "log": list(ex.comm.log),
+                "seconds": res.seconds,
+            }
+        )
     return reports
 
 
@@ -118,8 +133,9 @@ def attention_reference(case: AttentionCase) -> tuple[torch.Tensor, ...]:
 def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str, Any]]:
     """Run NestedAttention on this rank's execution rows of a random batch; return the rows, the
     output and the q, k, v gradients (the caller compares them with one-device attention)."""
-    import numpy as np
     from datetime import timedelta
+
+    import numpy as np
 
     from nspsim.execution.layout import rank_layout
 
@@ -128,17 +144,30 @@ def attention_parity(env: RankEnv, cases: list[AttentionCase]) -> list[dict[str,
     reports = []
     for case in cases:
         plan = Plan.from_json(case.plan_json)
-        ex = NSPExecutor(model=None, spec=spec, rank=env.rank, world=env.world, device=env.device,
-                         groups=groups, options=ExecOptions(lookahead=case.lookahead, kernel=case.kernel))
+        ex = NSPExecutor(
+            model=None,
+            spec=spec,
+            rank=env.rank,
+            world=env.world,
+            device=env.device,
+            groups=groups,
+            options=ExecOptions(lookahead=case.lookahead, kernel=case.kernel),
+        )
         q, k, v, dout = attention_inputs(case)
         rows = torch.as_tensor(rank_layout(plan, 0, env.rank).tokens)
         dtype = getattr(torch, case.dtype)
         mine = [t.index_select(0, rows).to(env.device, dtype).requires_grad_() for t in (q, k, v)]
         out = ex.nested_attention(plan, 0, np.asarray(case.marks, dtype=bool))(*mine)
         out.backward(dout.index_select(0, rows).to(env.device, dtype))
-        reports.append({"rows": rows, "out": out.detach().float().cpu(),
-                        "grads": [t.grad.float().cpu() for t in mine],
-                        "log": list(ex.comm.log), "seconds": dict(ex.clock.seconds)})
+        reports.append(
+            {
+                "rows": rows,
+                "out": out.detach().float().cpu(),
+                "grads": [t.grad.float().cpu() for t in mine],
+                "log": list(ex.comm.log),
+                "seconds": dict(ex.clock.seconds),
+            }
+        )
     return reports
 
 
@@ -153,8 +182,15 @@ def repeated_steps(env: RankEnv, plans: list[str]) -> list[dict[str, Any]]:
     spec = get_model("tiny")
     groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
     model = DecoderLM(spec, seed=0).to(env.device)
-    ex = NSPExecutor(model=model, spec=spec, rank=env.rank, world=env.world, device=env.device, groups=groups,
-                     options=ExecOptions(grad_sync="allreduce"))
+    ex = NSPExecutor(
+        model=model,
+        spec=spec,
+        rank=env.rank,
+        world=env.world,
+        device=env.device,
+        groups=groups,
+        options=ExecOptions(grad_sync="allreduce"),
+    )
     out = []
     for plan_json in plans:
         plan = Plan.from_json(plan_json)
@@ -162,16 +198,24 @@ def repeated_steps(env: RankEnv, plans: list[str]) -> list[dict[str, Any]]:
         before = len(groups.created)
         ex.run(plan, rank_input(stream, env.rank, env.world))
         model.zero_grad(set_to_none=True)
-        out.append({"memo": len(ex.ctx.memo), "log": len(ex.comm.log), "first": ex.comm.log[0][1],
-                    "created": [(n.degree, n.index) for n in groups.created[before:]]})
+        out.append(
+            {
+                "memo": len(ex.ctx.memo),
+                "log": len(ex.comm.log),
+                "first": ex.comm.log[0][1],
+                "created": [(n.degree, n.index) for n in groups.created[before:]],
+            }
+        )
     return out
 
 
 def suite(env: RankEnv, payload: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
     """Several checks in one launch (process start-up dominates on small machines)."""
-    return {"attention": attention_parity(env, payload.get("attention", [])),
-            "parity": parity(env, payload.get("parity", [])),
-            "repeat": repeated_steps(env, payload.get("repeat", []))}
+    return {
+        "attention": attention_parity(env, payload.get("attention", [])),
+        "parity": parity(env, payload.get("parity", [])),
+        "repeat": repeated_steps(env, payload.get("repeat", [])),
+    }
 
 
 def mismatched_plans(env: RankEnv, plans: list[str]) -> None:
@@ -181,8 +225,15 @@ def mismatched_plans(env: RankEnv, plans: list[str]) -> None:
     plan = Plan.from_json(plans[env.rank])
     spec = get_model("tiny")
     groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
-    ex = NSPExecutor(model=DecoderLM(spec, seed=0), spec=spec, rank=env.rank, world=env.world,
-                     device=torch.device("cpu"), groups=groups, options=ExecOptions(grad_sync="allreduce"))
+    ex = NSPExecutor(
+        model=DecoderLM(spec, seed=0),
+        spec=spec,
+        rank=env.rank,
+        world=env.world,
+        device=torch.device("cpu"),
+        groups=groups,
+        options=ExecOptions(grad_sync="allreduce"),
+    )
     stream = synthetic_stream(plan.lengths, seed=0, index=0, vocab=spec.vocab)
     ex.run(plan, rank_input(stream, env.rank, env.world))
 
@@ -197,8 +248,15 @@ def dies_mid_step(env: RankEnv, payload: tuple[str, int]) -> None:
     plan = Plan.from_json(plan_json)
     spec = get_model("tiny")
     groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
-    ex = NSPExecutor(model=DecoderLM(spec, seed=0), spec=spec, rank=env.rank, world=env.world,
-                     device=torch.device("cpu"), groups=groups, options=ExecOptions(grad_sync="allreduce"))
+    ex = NSPExecutor(
+        model=DecoderLM(spec, seed=0),
+        spec=spec,
+        rank=env.rank,
+        world=env.world,
+        device=torch.device("cpu"),
+        groups=groups,
+        options=ExecOptions(grad_sync="allreduce"),
+    )
     if env.rank == victim:
         kernel, calls = ex.ctx.kernel, [0]
         original = kernel.forward
@@ -234,8 +292,15 @@ def stalls_mid_step(env: RankEnv, payload: tuple[str, int, float]) -> None:
     plan = Plan.from_json(plan_json)
     spec = get_model("tiny")
     groups = GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s))
-    ex = NSPExecutor(model=DecoderLM(spec, seed=0), spec=spec, rank=env.rank, world=env.world,
-                     device=torch.device("cpu"), groups=groups, options=ExecOptions(grad_sync="allreduce"))
+    ex = NSPExecutor(
+        model=DecoderLM(spec, seed=0),
+        spec=spec,
+        rank=env.rank,
+        world=env.world,
+        device=torch.device("cpu"),
+        groups=groups,
+        options=ExecOptions(grad_sync="allreduce"),
+    )
     if env.rank == victim:
         kernel, calls = ex.ctx.kernel, [0]
         original = kernel.forward

@@ -7,34 +7,36 @@ import pytest
 import torch
 
 from helpers import make_batch
-from nspsim.specs.cluster import get_cluster
-from nspsim.workload import WorkloadConfig, build_workload
-from nspsim.specs.model import get_model
-from nspsim.plan import make_plan
-from nspsim.sp_tree import Node
-from runtime.attention_kernels import Segments, select_kernel
-from nspsim.specs.backend import SPBackend
-from runtime.backends import RUNTIME_BACKENDS, sp_backends
-from runtime.backends.base import ExecContext, LocalBackend, NodeTask
-from nspsim.specs.memory import MemoryModel
 from nspsim.execution.activation import plan_activations
-from runtime.executor import ExecOptions, recompute_marks
-from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.execution.layout import Slot
 from nspsim.execution.shards import NodeShards
+from nspsim.plan import make_plan
+from nspsim.sp_tree import Node
+from nspsim.specs.backend import SPBackend
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.memory import MemoryModel
+from nspsim.specs.model import get_model
+from nspsim.workload import WorkloadConfig, build_workload
+from runtime.attention_kernels import Segments, select_kernel
+from runtime.backends import RUNTIME_BACKENDS, sp_backends
+from runtime.backends.base import ExecContext, LocalBackend, NodeTask
+from runtime.executor import ExecOptions, recompute_marks
+from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
 from runtime.timing import PhaseClock, breakdown
 
 CPU = torch.device("cpu")
 
 
 def _task(lengths: list[int], marks: list[bool]) -> NodeTask:
-    shards = NodeShards(node=Node(1, 0), backend="ulysses", samples=np.arange(len(lengths)),
-                        lengths=np.asarray(lengths, dtype=np.int64))
+    shards = NodeShards(
+        node=Node(1, 0), backend="ulysses", samples=np.arange(len(lengths)), lengths=np.asarray(lengths, dtype=np.int64)
+    )
     n = sum(lengths)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(n, h, 8, generator=gen) for h in (8, 2, 2))
-    return NodeTask(slot=Slot(shards=shards, group_rank=0, start=0, stop=n), q=q, k=k, v=v,
-                    recompute=np.asarray(marks, dtype=bool))
+    return NodeTask(
+        slot=Slot(shards=shards, group_rank=0, start=0, stop=n), q=q, k=k, v=v, recompute=np.asarray(marks, dtype=bool)
+    )
 
 
 def test_leaf_backend_keeps_only_unmarked_samples_and_recomputes_the_rest() -> None:
@@ -90,13 +92,28 @@ def test_index_arrays_are_derived_once_per_node_and_reused_by_every_layer() -> N
 
 def test_recompute_marks_follow_the_plan_or_the_mode() -> None:
     cl, m = get_cluster("cpu", 2), get_model("tiny")
-    plan = make_plan(planner="hand", cluster=cl, model=m, batch=make_batch([4, 6]), spmax=2, token_budget=100,
-                     nodes=[Node(2, 0), Node(1, 1)], recompute=[True, False])
+    plan = make_plan(
+        planner="hand",
+        cluster=cl,
+        model=m,
+        batch=make_batch([4, 6]),
+        spmax=2,
+        token_budget=100,
+        nodes=[Node(2, 0), Node(1, 1)],
+        recompute=[True, False],
+    )
     assert recompute_marks(plan, "plan").tolist() == [True, False]
     assert recompute_marks(plan, "all").tolist() == [True, True]
     assert recompute_marks(plan, "none").tolist() == [False, False]
-    unmarked = make_plan(planner="hand", cluster=cl, model=m, batch=make_batch([4, 6]), spmax=2, token_budget=100,
-                         nodes=[Node(2, 0), Node(1, 1)])
+    unmarked = make_plan(
+        planner="hand",
+        cluster=cl,
+        model=m,
+        batch=make_batch([4, 6]),
+        spmax=2,
+        token_budget=100,
+        nodes=[Node(2, 0), Node(1, 1)],
+    )
     memory = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2)).memory
     assert recompute_marks(unmarked, "plan", memory).tolist() == [False, False]
     assert recompute_marks(unmarked, "plan").tolist() == [False, False]  # no memory model: keep everything
@@ -106,20 +123,44 @@ def test_unmarked_plans_recompute_per_micro_batch_exactly_as_the_simulator_decid
     """Two micro-batches on one GPU; 1 byte per token kept plus 1 byte per token of attention, 1000
     bytes free: micro-batch 0 (100 tokens, 200 bytes with attention) keeps its attention, micro-batch 1
     (600 tokens, 1200 bytes) recomputes it. A whole-plan decision would recompute both."""
-    memory = MemoryModel(usable_bytes=1000, state_bytes=0, buffer_bytes=0, keep_bytes_per_token=1,
-                         working_bytes_per_token=0, attn_bytes_per_token_layer=1, attn_kv_bytes_per_head_token=0,
-                         num_layers=1, num_kv_heads=2, token_budget=1000)
-    plan = make_plan(planner="hand", cluster=get_cluster("cpu", 2), model=get_model("tiny"),
-                     batch=make_batch([100, 600]), spmax=2, token_budget=1000, nodes=[Node(1, 0), Node(1, 0)],
-                     micro_batches=[0, 1])
+    memory = MemoryModel(
+        usable_bytes=1000,
+        state_bytes=0,
+        buffer_bytes=0,
+        keep_bytes_per_token=1,
+        working_bytes_per_token=0,
+        attn_bytes_per_token_layer=1,
+        attn_kv_bytes_per_head_token=0,
+        num_layers=1,
+        num_kv_heads=2,
+        token_budget=1000,
+    )
+    plan = make_plan(
+        planner="hand",
+        cluster=get_cluster("cpu", 2),
+        model=get_model("tiny"),
+        batch=make_batch([100, 600]),
+        spmax=2,
+        token_budget=1000,
+        nodes=[Node(1, 0), Node(1, 0)],
+        micro_batches=[0, 1],
+    )
     simulator = plan_activations(plan, memory)
     assert simulator.policy == "full-recompute" and simulator.remat.tolist() == [False, True]
     assert recompute_marks(plan, "plan", memory).tolist() == simulator.remat.tolist()
 
 
 def test_breakdown_adds_up_to_the_step_time() -> None:
-    seconds = {"attn_fwd": 1.0, "attn_bwd": 2.0, "attn_remat": 0.5, "sp_exposed_comm": 0.25, "sp_comm": 9.0,
-               "comm_wait": 0.1, "fsdp_exposed_comm": 0.2, "other": 0.0}
+    seconds = {
+        "attn_fwd": 1.0,
+        "attn_bwd": 2.0,
+        "attn_remat": 0.5,
+        "sp_exposed_comm": 0.25,
+        "sp_comm": 9.0,
+        "comm_wait": 0.1,
+        "fsdp_exposed_comm": 0.2,
+        "other": 0.0,
+    }
     out = breakdown(seconds, fwd_bwd_s=5.0, step_s=6.0)
     assert out["non_attn"] == pytest.approx(1.25) and sum(out.values()) == pytest.approx(6.0)
 

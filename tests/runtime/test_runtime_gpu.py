@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
 import rt_workers
+import torch
 from test_runtime_multirank import TOL, hand_plans
+
 from runtime.attention_kernels import kernel_available
 from runtime.executor import ExecOptions
 from runtime.launch import run_ranks
@@ -29,13 +29,17 @@ def _attention_cases(kernel: str, dtype: str) -> list[rt_workers.AttentionCase]:
     cases = []
     for lookahead, plan in enumerate(hand_plans(2, seed=11)[:2]):
         marks = tuple(bool(x) for x in np.random.default_rng(lookahead).random(plan.num_samples) < 0.5)
-        cases.append(rt_workers.AttentionCase(plan_json=plan.to_json(), marks=marks, lookahead=lookahead,
-                                              kernel=kernel, dtype=dtype))
+        cases.append(
+            rt_workers.AttentionCase(
+                plan_json=plan.to_json(), marks=marks, lookahead=lookahead, kernel=kernel, dtype=dtype
+            )
+        )
     return cases
 
 
-@pytest.mark.parametrize("kernel,dtype,tol", [("math", "float32", TOL), ("torch-varlen", "bfloat16", 2e-2),
-                                              ("flash-attn", "bfloat16", 2e-2)])
+@pytest.mark.parametrize(
+    "kernel,dtype,tol", [("math", "float32", TOL), ("torch-varlen", "bfloat16", 2e-2), ("flash-attn", "bfloat16", 2e-2)]
+)
 def test_nccl_backends_match_single_device_attention(kernel: str, dtype: str, tol: float) -> None:
     _need_gpus(2)
     if not kernel_available(kernel, torch.device("cuda")):
@@ -55,9 +59,13 @@ def test_nccl_backends_match_single_device_attention(kernel: str, dtype: str, to
 def test_nccl_model_parity_with_fsdp_and_allreduce() -> None:
     _need_gpus(2)
     nested_u, nested_r, disjoint = hand_plans(2, seed=12)
-    cases = [rt_workers.Case(plan_json=nested_u.to_json(), seed=1, options=ExecOptions(kernel="math")),
-             rt_workers.Case(plan_json=nested_r.to_json(), seed=2, options=ExecOptions(kernel="math", grad_sync="allreduce")),
-             rt_workers.Case(plan_json=disjoint.to_json(), seed=3, options=ExecOptions(kernel="math", lookahead=0))]
+    cases = [
+        rt_workers.Case(plan_json=nested_u.to_json(), seed=1, options=ExecOptions(kernel="math")),
+        rt_workers.Case(
+            plan_json=nested_r.to_json(), seed=2, options=ExecOptions(kernel="math", grad_sync="allreduce")
+        ),
+        rt_workers.Case(plan_json=disjoint.to_json(), seed=3, options=ExecOptions(kernel="math", lookahead=0)),
+    ]
     results = run_ranks(rt_workers.parity, 2, cases, backend="nccl", timeout_s=300)
     for i, case in enumerate(cases):
         ref_loss, ref_grads = rt_workers.reference(case)

@@ -47,7 +47,7 @@ def random_case(seed: int, causal: bool, hq: int = 4, hkv: int = 2, d: int = 8):
 def rows_with_keys(seg: Segments) -> torch.Tensor:
     mask = torch.zeros(seg.total_q, dtype=torch.bool)
     for i in seg.nonempty():
-        mask[seg.cu_q[i]:seg.cu_q[i + 1]] = True
+        mask[seg.cu_q[i] : seg.cu_q[i + 1]] = True
     return mask
 
 
@@ -125,6 +125,8 @@ def test_cuda_kernel_matches_math_kernel(name: str, causal: bool) -> None:
     torch.testing.assert_close(out[live].float(), ref_out[live].float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse[live], ref_lse[live], atol=2e-2, rtol=2e-2)
     dout = torch.randn_like(out)
-    for got, want in zip(kernel.backward(dout, q, k, v, out, lse, seg, causal),
-                         ref.backward(dout, q, k, v, ref_out, ref_lse, seg, causal)):
+    for got, want in zip(
+        kernel.backward(dout, q, k, v, out, lse, seg, causal),
+        ref.backward(dout, q, k, v, ref_out, ref_lse, seg, causal),
+    ):
         torch.testing.assert_close(got.float(), want.float(), atol=5e-2, rtol=5e-2)

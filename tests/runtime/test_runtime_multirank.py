@@ -12,20 +12,20 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import rt_workers
 import torch
 
-import rt_workers
 from helpers import make_batch
-from nspsim.specs.cluster import get_cluster
-from nspsim.workload import WorkloadConfig, build_workload
-from nspsim.specs.model import get_model
+from nspsim.execution.layout import rank_layout
+from nspsim.execution.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_conflicts, rank_steps
 from nspsim.plan import Plan, make_plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.sp_tree import Node
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.model import get_model
+from nspsim.workload import WorkloadConfig, build_workload
 from runtime.executor import ExecOptions
 from runtime.launch import run_ranks
-from nspsim.execution.layout import rank_layout
-from nspsim.execution.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_conflicts, rank_steps
 
 WORLDS = [2, 4, 8]
 TOL = 1e-5
@@ -35,9 +35,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 def planner_plans(world: int) -> list[Plan]:
     """A plan from every registered planner for random long-tail batches (two, one at 8 ranks)."""
     per_rank = 256
-    wl = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=world, trace="longtail-paper",
-                                       tokens_per_batch=per_rank * world, max_context=min(512, per_rank * world),
-                                       token_budget=int(per_rank * 1.3), seed=world))
+    wl = build_workload(
+        WorkloadConfig(
+            model="tiny",
+            cluster="cpu",
+            gpus=world,
+            trace="longtail-paper",
+            tokens_per_batch=per_rank * world,
+            max_context=min(512, per_rank * world),
+            token_budget=int(per_rank * 1.3),
+            seed=world,
+        )
+    )
     batches = (0, 1) if world <= 4 else (0,)
     return [get_planner(name).plan(wl.sampler.batch(i), wl) for name in PLANNER_NAMES for i in batches]
 
@@ -49,10 +58,16 @@ def hand_plans(world: int, seed: int) -> list[Plan]:
     degrees = rng.choice([d for d in (1, 2, world // 2, world) if d >= 1], size=12)
     nodes = [Node(int(d), int(rng.integers(0, world // d))) for d in degrees]
     marks = (rng.random(12) < 0.5).tolist()
-    common = dict(cluster=get_cluster("cpu", world), model=get_model("tiny"), batch=make_batch(lengths), spmax=world,
-                  token_budget=10**6)
-    nested = [make_plan(planner="hand-nested", nodes=nodes, recompute=marks, backend=b, **common)
-              for b in ("ulysses", "ring")]
+    common = dict(
+        cluster=get_cluster("cpu", world),
+        model=get_model("tiny"),
+        batch=make_batch(lengths),
+        spmax=world,
+        token_budget=10**6,
+    )
+    nested = [
+        make_plan(planner="hand-nested", nodes=nodes, recompute=marks, backend=b, **common) for b in ("ulysses", "ring")
+    ]
     half = world // 2 if world > 2 else 1
     disjoint_nodes = [Node(half, j % (world // half)) for j in range(12)]
     micro = [j % 2 for j in range(12)]
@@ -66,7 +81,7 @@ def attention_cases(world: int) -> list[rt_workers.AttentionCase]:
     cases = []
     for i, plan in enumerate(hand_plans(world, seed=100 + world)[:2]):
         rng = np.random.default_rng(i)
-        for lookahead in ((None, 0) if world <= 4 else ((None,) if i == 0 else (0,))):
+        for lookahead in (None, 0) if world <= 4 else ((None,) if i == 0 else (0,)):
             marks = tuple(bool(x) for x in rng.random(plan.num_samples) < 0.5)
             cases.append(rt_workers.AttentionCase(plan_json=plan.to_json(), marks=marks, lookahead=lookahead, seed=i))
     return cases
@@ -79,22 +94,32 @@ def unused_expert_plan(world: int) -> Plan:
     """tiny-moe (top-2 of 4 experts) on lengths [40, 30, 1] with rank 1 holding only the 1-token sample,
     so rank 1 routes rows to two experts at most and leaves the others without rows (ranks >= 2 hold
     no rows at all)."""
-    return make_plan(planner=UNUSED_EXPERTS, cluster=get_cluster("cpu", world), model=get_model("tiny-moe"),
-                     batch=make_batch([40, 30, 1]), spmax=world, token_budget=10**6,
-                     nodes=[Node(1, 0), Node(1, 0), Node(1, 1)])
+    return make_plan(
+        planner=UNUSED_EXPERTS,
+        cluster=get_cluster("cpu", world),
+        model=get_model("tiny-moe"),
+        batch=make_batch([40, 30, 1]),
+        spmax=world,
+        token_budget=10**6,
+        nodes=[Node(1, 0), Node(1, 0), Node(1, 1)],
+    )
 
 
 def parity_cases(world: int) -> list[rt_workers.Case]:
     cases = [rt_workers.Case(plan_json=p.to_json(), seed=3) for p in planner_plans(world)]
-    cases += [rt_workers.Case(plan_json=unused_expert_plan(world).to_json(), seed=8, model="tiny-moe",
-                              options=ExecOptions(grad_sync=sync)) for sync in ("fsdp", "allreduce")]
+    cases += [
+        rt_workers.Case(
+            plan_json=unused_expert_plan(world).to_json(), seed=8, model="tiny-moe", options=ExecOptions(grad_sync=sync)
+        )
+        for sync in ("fsdp", "allreduce")
+    ]
     nested_u, nested_r, disjoint = hand_plans(world, seed=world)
-    cases += [rt_workers.Case(plan_json=nested_u.to_json(), seed=4),
-              rt_workers.Case(plan_json=nested_r.to_json(), seed=5, options=ExecOptions(grad_sync="allreduce",
-                                                                                        lookahead=1)),
-              rt_workers.Case(plan_json=disjoint.to_json(), seed=6, options=ExecOptions(lookahead=0)),
-              rt_workers.Case(plan_json=nested_u.to_json(), seed=7, model="tiny-moe",
-                              options=ExecOptions(recompute="all"))]
+    cases += [
+        rt_workers.Case(plan_json=nested_u.to_json(), seed=4),
+        rt_workers.Case(plan_json=nested_r.to_json(), seed=5, options=ExecOptions(grad_sync="allreduce", lookahead=1)),
+        rt_workers.Case(plan_json=disjoint.to_json(), seed=6, options=ExecOptions(lookahead=0)),
+        rt_workers.Case(plan_json=nested_u.to_json(), seed=7, model="tiny-moe", options=ExecOptions(recompute="all")),
+    ]
     return cases
 
 
@@ -151,8 +176,9 @@ def test_loss_and_every_gradient_match_the_single_process_reference(run: dict) -
 def test_moe_gradients_sync_when_a_rank_leaves_experts_unused(run: dict) -> None:
     """Regression: a rank whose rows reach only some experts used to all-reduce (or reduce-scatter) a
     gradient buffer of a different size than its peers."""
-    cases = [(i, c) for i, c in enumerate(run["payload"]["parity"])
-             if Plan.from_json(c.plan_json).planner == UNUSED_EXPERTS]
+    cases = [
+        (i, c) for i, c in enumerate(run["payload"]["parity"]) if Plan.from_json(c.plan_json).planner == UNUSED_EXPERTS
+    ]
     assert sorted(c.options.grad_sync for _, c in cases) == ["allreduce", "fsdp"]
     assert rank_layout(Plan.from_json(cases[0][1].plan_json), 0, 1).num_rows == 1
     for i, case in cases:
@@ -206,9 +232,12 @@ def test_collectives_follow_the_streamed_schedule(run: dict) -> None:
         plan = Plan.from_json(case.plan_json)
         backends.add(plan.backend)
         for rank, rep in enumerate(per_rank):
-            expected = [(tuple(step.node.ranks), f"{step.node}:{label}")
-                        for step in rank_steps(plan.issue_order[0], rank, case.lookahead) if step.node.degree > 1
-                        for label in _forward_labels(plan.backend, step)]
+            expected = [
+                (tuple(step.node.ranks), f"{step.node}:{label}")
+                for step in rank_steps(plan.issue_order[0], rank, case.lookahead)
+                if step.node.degree > 1
+                for label in _forward_labels(plan.backend, step)
+            ]
             assert _forward_log(rep["log"]) == expected, (world, plan.backend, case.lookahead, rank)
             assert rank_layout(plan, 0, rank).num_rows == rep["rows"].numel()
     assert backends == {"ulysses", "ring"}
@@ -225,10 +254,11 @@ def test_recompute_marks_rerun_exactly_the_marked_nodes_in_backward(run: dict) -
         marked = {node for node, m in zip(plan.nodes, case.marks) if m}
         for rank, rep in enumerate(per_rank):
             mine = [n for n in marked if n.degree > 1 and n.contains_rank(rank)]
-            remat = sorted({label.split(":")[0] for _, label in rep["log"]
-                            if label.endswith(remat_label[plan.backend])})
+            remat = sorted(
+                {label.split(":")[0] for _, label in rep["log"] if label.endswith(remat_label[plan.backend])}
+            )
             assert remat == sorted(str(n) for n in mine), (rank, plan.backend, remat)
-            backward = _sp_log(rep["log"])[len(_forward_log(rep["log"])):]
+            backward = _sp_log(rep["log"])[len(_forward_log(rep["log"])) :]
             rewalk = Counter(label.split(":")[0] for _, label in backward if label.endswith(":kv"))
             want = {str(n): n.degree - 2 for n in mine if n.degree > 2} if plan.backend == "ring" else {}
             assert rewalk == want, (rank, plan.backend, rewalk, want)
@@ -249,8 +279,9 @@ def test_groups_are_created_once_in_one_global_order_on_every_rank(run: dict) ->
     assert len(created) == len(set(created)), created
     assert all(step == sorted(step, key=lambda dn: (-dn[0], dn[1])) for step in steps), steps
     assert steps[4] == [], steps
-    wanted = {(n.degree, n.index) for p in run["payload"]["repeat"] for n in Plan.from_json(p).nodes
-              if 1 < n.degree < world}
+    wanted = {
+        (n.degree, n.index) for p in run["payload"]["repeat"] for n in Plan.from_json(p).nodes if 1 < n.degree < world
+    }
     assert set(created) == wanted and (world == 2 or wanted), (created, wanted)
 
 

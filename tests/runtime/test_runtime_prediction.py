@@ -9,31 +9,60 @@ from __future__ import annotations
 import pytest
 
 from helpers import make_batch
-from nspsim.specs.cluster import get_cluster
-from nspsim.workload import WorkloadConfig, build_workload
-from nspsim.specs.model import get_model
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.sp_tree import Node
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.model import get_model
+from nspsim.workload import WorkloadConfig, build_workload
 from runtime.prediction import Prediction, executed_plan, simulated_mode
 from runtime.training.args import parse_args
 from runtime.training.outputs import RankTimes, critical_rank, measured_record
 from runtime.training.plan_ahead import PlanAhead, Planned
 
-BASE = ["--trace", "longtail-paper", "--model", "tiny", "--tokens-per-batch", "1k", "--max-context", "512",
-        "--seed", "1", "--token-budget", "650"]
+BASE = [
+    "--trace",
+    "longtail-paper",
+    "--model",
+    "tiny",
+    "--tokens-per-batch",
+    "1k",
+    "--max-context",
+    "512",
+    "--seed",
+    "1",
+    "--token-budget",
+    "650",
+]
 
 
 @pytest.fixture(scope="module")
 def workload():  # type: ignore[no-untyped-def]
-    return build_workload(WorkloadConfig(trace="longtail-paper", model="tiny", cluster="cpu", gpus=2,
-                                         tokens_per_batch=1024, max_context=512, seed=1, token_budget=650))
+    return build_workload(
+        WorkloadConfig(
+            trace="longtail-paper",
+            model="tiny",
+            cluster="cpu",
+            gpus=2,
+            tokens_per_batch=1024,
+            max_context=512,
+            seed=1,
+            token_budget=650,
+        )
+    )
 
 
 def _plan(nodes: list[Node], world: int = 4):  # type: ignore[no-untyped-def]
-    return make_plan(planner="hand", cluster=get_cluster("cpu", world), model=get_model("tiny"),
-                     batch=make_batch([8] * len(nodes)), spmax=world, token_budget=10**6, nodes=nodes)
+    return make_plan(
+        planner="hand",
+        cluster=get_cluster("cpu", world),
+        model=get_model("tiny"),
+        batch=make_batch([8] * len(nodes)),
+        spmax=world,
+        token_budget=10**6,
+        nodes=nodes,
+    )
 
 
 def test_lookahead_and_grad_sync_map_to_the_simulator_mode_or_to_no_prediction() -> None:
@@ -56,11 +85,14 @@ def test_forced_recompute_marks_become_part_of_the_executed_plan() -> None:
     assert executed_plan(plan, "all").content_hash != plan.content_hash
 
 
-@pytest.mark.parametrize("argv, mode", [
-    (["--lookahead", "0", "--recompute", "all"], "no-stream"),
-    (["--recompute", "none", "--optimize-order"], "stream"),
-    (["--tree-recompute"], "stream"),
-])
+@pytest.mark.parametrize(
+    "argv, mode",
+    [
+        (["--lookahead", "0", "--recompute", "all"], "no-stream"),
+        (["--recompute", "none", "--optimize-order"], "stream"),
+        (["--tree-recompute"], "stream"),
+    ],
+)
 def test_the_prediction_is_the_simulation_of_the_executed_plan_in_the_matching_mode(workload, argv, mode) -> None:  # type: ignore[no-untyped-def]
     args = parse_args(["--planner", "nsp", *BASE, *argv])
     ahead = PlanAhead(args, workload)
@@ -73,8 +105,16 @@ def test_the_prediction_is_the_simulation_of_the_executed_plan_in_the_matching_m
     assert planned.prediction.breakdown_s == dict(want.breakdown_s)
     if args.recompute != "plan":
         assert set(planned.plan.recompute or ()) == {args.recompute == "all"}
-    rec = measured_record(step=0, index=0, planned=planned, plan_wait_s=0.0, loss=1.0, spec=args.planner_spec,
-                          ranks=[_times(1.0, 0.0), _times(1.0, 0.1)], memory=workload.memory)
+    rec = measured_record(
+        step=0,
+        index=0,
+        planned=planned,
+        plan_wait_s=0.0,
+        loss=1.0,
+        spec=args.planner_spec,
+        ranks=[_times(1.0, 0.0), _times(1.0, 0.1)],
+        memory=workload.memory,
+    )
     assert (rec.recompute_policy, rec.remat_share) == (want.recompute_policy, want.remat_share)
     assert rec.simulated_mode == mode and rec.simulated_note == ""
 
@@ -102,8 +142,16 @@ def test_the_record_reports_the_critical_ranks_breakdown_and_every_ranks() -> No
     plan = _plan([Node(2, 0), Node(1, 2), Node(1, 3)])
     planned = Planned(plan=plan, planning_time_s=0.1, prediction=Prediction(mode=None, note="not simulated: test"))
     memory = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=4)).memory
-    rec = measured_record(step=3, index=7, planned=planned, plan_wait_s=0.0, loss=2.0, ranks=[*ranks, ranks[0]],
-                          spec="static:degree=2", memory=memory)
+    rec = measured_record(
+        step=3,
+        index=7,
+        planned=planned,
+        plan_wait_s=0.0,
+        loss=2.0,
+        ranks=[*ranks, ranks[0]],
+        spec="static:degree=2",
+        memory=memory,
+    )
     assert rec.critical_gpu == 1 and rec.step_time_s == 2.1 and rec.breakdown_s == ranks[1].breakdown_s
     assert rec.per_gpu_step_time_s == [2.0, 2.1, 1.9, 2.0]
     assert rec.per_gpu_breakdown_s["comm_wait"] == [0.5, 0.0, 0.3, 0.5]

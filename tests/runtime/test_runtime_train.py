@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 import rt_workers
+
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES
 from nspsim.records import BREAKDOWN_CATEGORIES
@@ -23,8 +23,24 @@ from runtime.training.args import RUNTIME_WORKLOAD, parse_args
 from runtime.training.outputs import output_paths
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = ["--trace", "longtail-paper", "--model", "tiny", "--steps", "3", "--tokens-per-batch", "1k",
-        "--max-context", "512", "--seed", "1", "--token-budget", "650", "--comm-timeout", "60"]
+BASE = [
+    "--trace",
+    "longtail-paper",
+    "--model",
+    "tiny",
+    "--steps",
+    "3",
+    "--tokens-per-batch",
+    "1k",
+    "--max-context",
+    "512",
+    "--seed",
+    "1",
+    "--token-budget",
+    "650",
+    "--comm-timeout",
+    "60",
+]
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -34,10 +50,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     argvs = [["--planner", name, *BASE, "--records", str(out / f"{name}.jsonl")] for name in PLANNER_NAMES]
     argvs[0] += ["--no-simulate"]  # one run without the simulator
     argvs[-1] += ["--plan-on", "all"]  # one run where every rank plans (the hash check proves they agree)
-    extra = {"static:degree=2": ["--planner", "static:degree=2", "--recompute", "all", "--lookahead", "0"],
-             "allreduce": ["--planner", "nsp", "--grad-sync", "allreduce"]}
-    argvs += [[*argv, *BASE, "--steps", "2", "--records", str(out / f"extra{i}.jsonl")]
-              for i, argv in enumerate(extra.values())]
+    extra = {
+        "static:degree=2": ["--planner", "static:degree=2", "--recompute", "all", "--lookahead", "0"],
+        "allreduce": ["--planner", "nsp", "--grad-sync", "allreduce"],
+    }
+    argvs += [
+        [*argv, *BASE, "--steps", "2", "--records", str(out / f"extra{i}.jsonl")]
+        for i, argv in enumerate(extra.values())
+    ]
     results = run_ranks(rt_workers.train_runs, 2, argvs, timeout_s=240, comm_timeout_s=60)
     assert all(r == [] for rank in results[1:] for r in rank)  # only rank 0 records
     names = [*PLANNER_NAMES, *extra]
@@ -50,7 +70,7 @@ def test_the_loss_curve_does_not_depend_on_the_planner(runs: dict) -> None:
     assert len(reference) == 3 and reference[-1] < reference[0]  # it trains
     curves["static:degree=2"] = [r["loss"] for r in runs["static:degree=2"]][:2]
     for name, curve in curves.items():
-        assert curve == pytest.approx(reference[:len(curve)], rel=1e-6, abs=0), name
+        assert curve == pytest.approx(reference[: len(curve)], rel=1e-6, abs=0), name
     # The comparison means something only if the planners executed different plans.
     hashes = {name: tuple(r["plan_hash"] for r in runs[name]) for name in curves}
     assert len(set(hashes.values())) >= 3, hashes
@@ -83,7 +103,8 @@ def test_the_breakdown_is_the_critical_ranks_and_every_rank_is_kept(runs: dict) 
             assert per_gpu["comm_wait"][crit] == min(per_gpu["comm_wait"])  # the rank the others waited for
             for r in range(2):
                 assert sum(per_gpu[k][r] for k in BREAKDOWN_CATEGORIES) == pytest.approx(
-                    rec["per_gpu_step_time_s"][r], rel=1e-6)
+                    rec["per_gpu_step_time_s"][r], rel=1e-6
+                )
 
 
 def test_records_predict_the_executed_configuration(runs: dict) -> None:
@@ -98,7 +119,8 @@ def test_records_predict_the_executed_configuration(runs: dict) -> None:
         assert "--grad-sync allreduce" in rec["simulated_note"]
     assert [r["loss"] for r in runs["allreduce"]] == pytest.approx([r["loss"] for r in runs["static"][:2]], rel=1e-6)
     assert [r["loss"] for r in runs["static:degree=2"]] == pytest.approx(
-        [r["loss"] for r in runs["static"][:2]], rel=1e-6)
+        [r["loss"] for r in runs["static"][:2]], rel=1e-6
+    )
 
 
 def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
@@ -145,8 +167,9 @@ def test_bad_arguments_raise_a_one_line_value_error(argv: list[str], message: st
 @pytest.mark.parametrize("argv, message", [BAD_ARGUMENTS[1], BAD_ARGUMENTS[-2]], ids=["validation", "argparse"])
 def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, "-m", "runtime.train", *argv], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.train", *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("runtime.train: error:") and message in lines[0], proc.stderr
@@ -155,9 +178,29 @@ def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], me
 def test_a_single_process_bf16_run_on_cpu(tmp_path: Path) -> None:
     """bf16 autocast with the CPU flash kernel: q, k (after q_norm/k_norm) and v share one dtype."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, "-m", "runtime.train", "--planner", "nsp", *BASE[:4], "--steps", "1",
-                           "--tokens-per-batch", "1k", "--max-context", "512", "--dtype", "bf16"],
-                          capture_output=True, text=True, cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runtime.train",
+            "--planner",
+            "nsp",
+            *BASE[:4],
+            "--steps",
+            "1",
+            "--tokens-per-batch",
+            "1k",
+            "--max-context",
+            "512",
+            "--dtype",
+            "bf16",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**env, "OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "step 0 batch 0 planner nsp loss" in proc.stdout
 
@@ -170,12 +213,15 @@ def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.Capt
     (tmp_path / "empty.jsonl").write_text("\n")
     (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     (tmp_path / "binary.jsonl").write_bytes(b"\x00\xff\xfe")
-    cases = {"x": ["--skip", "x", "a.jsonl"], "missing.jsonl": [str(tmp_path / "missing.jsonl")],
-             "records line 1 is not a record (JSON nested too deeply)": [str(tmp_path / "deep.jsonl")],
-             "binary.jsonl is not a text (JSONL) records file": [str(tmp_path / "binary.jsonl")],
-             "only plans files given": [str(tmp_path / "run.plans.jsonl")],
-             "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "other.jsonl")],
-             "holds no step records": [str(tmp_path / "empty.jsonl")]}
+    cases = {
+        "x": ["--skip", "x", "a.jsonl"],
+        "missing.jsonl": [str(tmp_path / "missing.jsonl")],
+        "records line 1 is not a record (JSON nested too deeply)": [str(tmp_path / "deep.jsonl")],
+        "binary.jsonl is not a text (JSONL) records file": [str(tmp_path / "binary.jsonl")],
+        "only plans files given": [str(tmp_path / "run.plans.jsonl")],
+        "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "other.jsonl")],
+        "holds no step records": [str(tmp_path / "empty.jsonl")],
+    }
     for message, argv in cases.items():
         with pytest.raises(SystemExit) as exit_info:
             report(argv)
@@ -201,8 +247,15 @@ def test_the_workload_flags_are_nspsims_with_the_runtimes_defaults() -> None:
 
 def _run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` in its own session; on timeout kill the whole group (torchrun's workers too)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -214,9 +267,27 @@ def _run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[st
 
 def test_torchrun_entry_point(tmp_path: Path) -> None:
     records = tmp_path / "run.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "runtime.train", "--planner", "nsp", *BASE[:4], "--steps", "2", "--tokens-per-batch", "1k",
-           "--max-context", "512", "--records", str(records)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "runtime.train",
+        "--planner",
+        "nsp",
+        *BASE[:4],
+        "--steps",
+        "2",
+        "--tokens-per-batch",
+        "1k",
+        "--max-context",
+        "512",
+        "--records",
+        str(records),
+    ]
     proc = _run_group(cmd, timeout=150)
     assert proc.returncode == 0, proc.stderr[-2000:]
     recs = read_records(records.read_text())

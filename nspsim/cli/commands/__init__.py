@@ -10,5 +10,11 @@ from nspsim.cli.commands import compare, info, inspect, plan, simulate, trace
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
-COMMANDS: Sequence[Register] = (trace.register, info.register, inspect.register, simulate.register, compare.register,
-                               plan.register)
+COMMANDS: Sequence[Register] = (
+    trace.register,
+    info.register,
+    inspect.register,
+    simulate.register,
+    compare.register,
+    plan.register,
+)

@@ -26,7 +26,13 @@ from typing import Any, TextIO
 
 from nspsim.cli.flags import add_workload_args, emit, output_file, positive_int, workload_config
 from nspsim.compare import (
-    ABLATIONS, DEFAULT_FLEXSP_TIME_LIMIT_S, DEFAULT_ITERS, MAX_ITERS, CompareConfig, CompareResult, default_planners,
+    ABLATIONS,
+    DEFAULT_FLEXSP_TIME_LIMIT_S,
+    DEFAULT_ITERS,
+    MAX_ITERS,
+    CompareConfig,
+    CompareResult,
+    default_planners,
     run_compare,
 )
 from nspsim.options import positive_float
@@ -46,8 +52,10 @@ class ProgressBar:
 
     def __call__(self, done: int, total: int, label: str) -> None:
         filled = self.width * done // max(total, 1)
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label:<16s} "
-                f"{time.perf_counter() - self.started:6.1f}s")
+        line = (
+            f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label:<16s} "
+            f"{time.perf_counter() - self.started:6.1f}s"
+        )
         if self.tty:
             end = "\n" if done >= total else ""
             print("\r" + line, end=end, file=self.stream, flush=True)
@@ -57,18 +65,25 @@ class ProgressBar:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run the comparison, print the table or JSON, and write the report if asked."""
-    planners = (default_planners() if args.planners is None
-                else tuple(p.strip() for p in args.planners.split(",") if p.strip()))
-    config = CompareConfig(workload=workload_config(args), planners=planners, iters=args.iters,
-                           first_batch=args.first_batch, mode=args.mode,
-                           planner_options={"flexsp": {"time_limit": args.flexsp_time_limit}},
-                           timeline_iteration=0 if args.output is not None else None)
+    planners = (
+        default_planners() if args.planners is None else tuple(p.strip() for p in args.planners.split(",") if p.strip())
+    )
+    config = CompareConfig(
+        workload=workload_config(args),
+        planners=planners,
+        iters=args.iters,
+        first_batch=args.first_batch,
+        mode=args.mode,
+        planner_options={"flexsp": {"time_limit": args.flexsp_time_limit}},
+        timeline_iteration=0 if args.output is not None else None,
+    )
     path = None
     if args.output is not None:
         if Path(args.output).suffix.lower() not in (".html", ".htm"):
             raise ValueError(f"report path {args.output!r} must end with .html")
-        path = output_file(args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",),
-                           make_parent=True)
+        path = output_file(
+            args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",), make_parent=True
+        )
     report = _report_module() if path is not None else None
     result = run_compare(config, progress=None if args.quiet else ProgressBar(sys.stderr))
     if path is not None:
@@ -94,7 +109,10 @@ def format_table(result: CompareResult) -> str:
     """The comparison as a text table, then how static-best was chosen. A ``*`` marks a normalisation
     over fewer batches than the run (those where this planner or the baseline ran out of memory)."""
     cats = " ".join(f"{BREAKDOWN_SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
-    lines = [f"{'planner':<18s} {'step(s)':>8s} {'norm':>7s} {'speedup':>7s}  {cats}  {'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"]
+    lines = [
+        f"{'planner':<18s} {'step(s)':>8s} {'norm':>7s} {'speedup':>7s}  {cats}  "
+        f"{'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"
+    ]
     for s in result.summaries:
         step = f"{s.mean_step_time_s:8.4f}" if s.mean_step_time_s is not None else f"{'OOM':>8s}"
         partial = "*" if 0 < s.normalized_iterations < s.iterations else " "
@@ -102,12 +120,16 @@ def format_table(result: CompareResult) -> str:
         speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
         bound = f"{s.mean_load_over_lower_bound:7.3f}" if s.mean_load_over_lower_bound is not None else f"{'-':>7s}"
         shares = " ".join(f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" for k in BREAKDOWN_CATEGORIES)
-        lines.append(f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
-                     f"{bound} {s.oom_count:>2d}/{s.iterations}")
+        lines.append(
+            f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
+            f"{bound} {s.oom_count:>2d}/{s.iterations}"
+        )
     wl = result.config["workload"]
-    lines.append(f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
-                 f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step; "
-                 f"Load/LB: routed proxy Load over the batch's lower bound")
+    lines.append(
+        f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
+        f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step; "
+        f"Load/LB: routed proxy Load over the batch's lower bound"
+    )
     if any(0 < s.normalized_iterations < s.iterations for s in result.summaries):
         lines.append("* normalised over the batches on which both this planner and the baseline fit in memory")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
@@ -118,15 +140,23 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``compare``."""
     p = sub.add_parser("compare", help="plan and simulate strategies on the same batches (the main job)")
     add_workload_args(p)
-    p.add_argument("--iters", type=positive_int, default=DEFAULT_ITERS,
-                   help=f"batches to compare on (at most {MAX_ITERS:,})")
+    p.add_argument(
+        "--iters", type=positive_int, default=DEFAULT_ITERS, help=f"batches to compare on (at most {MAX_ITERS:,})"
+    )
     p.add_argument("--first-batch", type=int, default=0, help="index of the first batch")
-    p.add_argument("--planners", default=None,
-                   help="comma-separated planner specs (default: static-best and every registered main planner); "
-                        f"also static-<d>, the ablations {', '.join(ABLATIONS)}, and options as name:key=value+key=value")
-    p.add_argument("--flexsp-time-limit", type=positive_float, default=DEFAULT_FLEXSP_TIME_LIMIT_S,
-                   help="seconds per FlexSP MILP solve, a safety net (default: the artifact's 10); its deterministic "
-                        "work limit (flexsp:work_limit=N) stops the solves first and bounds planning time")
+    p.add_argument(
+        "--planners",
+        default=None,
+        help="comma-separated planner specs (default: static-best and every registered main planner); "
+        f"also static-<d>, the ablations {', '.join(ABLATIONS)}, and options as name:key=value+key=value",
+    )
+    p.add_argument(
+        "--flexsp-time-limit",
+        type=positive_float,
+        default=DEFAULT_FLEXSP_TIME_LIMIT_S,
+        help="seconds per FlexSP MILP solve, a safety net (default: the artifact's 10); its deterministic "
+        "work limit (flexsp:work_limit=N) stops the solves first and bounds planning time",
+    )
     p.add_argument("--mode", choices=MODES, default=SimMode.STREAM, help="executor overlap mode for every planner")
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")

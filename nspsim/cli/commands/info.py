@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from nspsim.cli.flags import add_workload_args, emit, workload_config
-from nspsim.workload import build_workload
 from nspsim.units import format_bytes, format_tokens
+from nspsim.workload import build_workload
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -15,19 +15,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     wl = build_workload(workload_config(args))
     mem, model = wl.memory, wl.model
     data = {
-        "config": wl.config.to_dict(), "total_params": model.total_params, "active_params": model.active_params,
-        "spmax": wl.tree.spmax, "token_budget": wl.token_budget, "state_bytes_per_gpu": mem.state_bytes,
-        "buffer_bytes_per_gpu": mem.buffer_bytes, "activation_capacity_bytes": mem.activation_capacity,
+        "config": wl.config.to_dict(),
+        "total_params": model.total_params,
+        "active_params": model.active_params,
+        "spmax": wl.tree.spmax,
+        "token_budget": wl.token_budget,
+        "state_bytes_per_gpu": mem.state_bytes,
+        "buffer_bytes_per_gpu": mem.buffer_bytes,
+        "activation_capacity_bytes": mem.activation_capacity,
         "activation_bytes_per_token_recompute": mem.keep_bytes_per_token + mem.working_bytes_per_token,
     }
-    text = "\n".join([
-        f"model    {model.name}: {model.total_params / 1e9:.2f}B params, {model.active_params / 1e9:.2f}B active",
-        f"cluster  {wl.cluster.label}: {wl.cluster.gpu.name}, {wl.cluster.num_nodes} hosts",
-        f"spmax    {wl.tree.spmax}",
-        f"memory   states {format_bytes(mem.state_bytes)}, buffers {format_bytes(mem.buffer_bytes)}, "
-        f"activations {format_bytes(mem.activation_capacity)} per GPU",
-        f"budget   B_tok = {wl.token_budget} sharded tokens per GPU ({format_tokens(wl.token_budget)})",
-    ])
+    text = "\n".join(
+        [
+            f"model    {model.name}: {model.total_params / 1e9:.2f}B params, {model.active_params / 1e9:.2f}B active",
+            f"cluster  {wl.cluster.label}: {wl.cluster.gpu.name}, {wl.cluster.num_nodes} hosts",
+            f"spmax    {wl.tree.spmax}",
+            f"memory   states {format_bytes(mem.state_bytes)}, buffers {format_bytes(mem.buffer_bytes)}, "
+            f"activations {format_bytes(mem.activation_capacity)} per GPU",
+            f"budget   B_tok = {wl.token_budget} sharded tokens per GPU ({format_tokens(wl.token_budget)})",
+        ]
+    )
     emit(args, data, text)
     return 0
 

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from nspsim.cli.flags import emit, positive_int
-from nspsim.specs.cluster import get_cluster
 from nspsim.plan import Plan
+from nspsim.specs.cluster import get_cluster
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -18,17 +18,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan, cluster)
     tokens = max(float(plan.tokens_per_gpu(mb).max()) for mb in range(plan.num_micro_batches))
     data = {
-        "plan_hash": plan.content_hash, "planner": plan.planner, "cluster": plan.cluster.label,
-        "model": plan.model.name, "num_samples": plan.num_samples, "num_micro_batches": plan.num_micro_batches,
-        "samples_per_degree": plan.samples_per_degree(), "max_tokens_per_gpu": tokens,
-        "token_budget": plan.token_budget, "disjoint": plan.is_disjoint(), "metadata": dict(plan.metadata),
+        "plan_hash": plan.content_hash,
+        "planner": plan.planner,
+        "cluster": plan.cluster.label,
+        "model": plan.model.name,
+        "num_samples": plan.num_samples,
+        "num_micro_batches": plan.num_micro_batches,
+        "samples_per_degree": plan.samples_per_degree(),
+        "max_tokens_per_gpu": tokens,
+        "token_budget": plan.token_budget,
+        "disjoint": plan.is_disjoint(),
+        "metadata": dict(plan.metadata),
     }
     degrees = ", ".join(f"SP{d}: {n}" for d, n in plan.samples_per_degree().items())
-    text = "\n".join([
-        f"plan {plan.content_hash} by {plan.planner} for {plan.model.name} on {plan.cluster.label}",
-        f"{plan.num_samples} samples in {plan.num_micro_batches} micro-batch(es); {degrees}",
-        f"max sharded tokens per GPU {tokens:.0f} of budget {plan.token_budget}",
-    ])
+    text = "\n".join(
+        [
+            f"plan {plan.content_hash} by {plan.planner} for {plan.model.name} on {plan.cluster.label}",
+            f"{plan.num_samples} samples in {plan.num_micro_batches} micro-batch(es); {degrees}",
+            f"max sharded tokens per GPU {tokens:.0f} of budget {plan.token_budget}",
+        ]
+    )
     emit(args, data, text)
     return 0
 

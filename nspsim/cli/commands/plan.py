@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 from nspsim.cli.flags import add_workload_args, emit, non_negative_int, output_file, workload_config
-from nspsim.workload import build_workload
 from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.units import format_tokens
+from nspsim.workload import build_workload
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -25,49 +25,75 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
     meta = plan.metadata
     tokens = [plan.tokens_per_gpu(mb) for mb in range(plan.num_micro_batches)]
     return {
-        "planner": plan.planner, "num_samples": plan.num_samples, "micro_batches": plan.num_micro_batches,
-        "load_s": meta["load_s"], "lower_bound_s": meta["lower_bound_s"],
-        "load_over_lower_bound": meta["load_over_lower_bound"], "step_estimate_s": meta["step_estimate_s"],
+        "planner": plan.planner,
+        "num_samples": plan.num_samples,
+        "micro_batches": plan.num_micro_batches,
+        "load_s": meta["load_s"],
+        "lower_bound_s": meta["lower_bound_s"],
+        "load_over_lower_bound": meta["load_over_lower_bound"],
+        "step_estimate_s": meta["step_estimate_s"],
         "planning_time_s": meta["planning_time_s"],
         "max_tokens_per_gpu": max(float(t.max()) for t in tokens),
         "mean_tokens_per_gpu": float(sum(t.sum() for t in tokens)) / (len(tokens[0]) * len(tokens)),
         "token_budget": plan.token_budget,
         "samples_per_degree": {str(d): n for d, n in plan.samples_per_degree().items()},
-        "plan_hash": plan.content_hash, "metadata": dict(meta),
+        "plan_hash": plan.content_hash,
+        "metadata": dict(meta),
     }
 
 
 def format_summary(plan: Plan, data: dict[str, Any]) -> str:
     """Human-readable plan summary."""
     levels = "  ".join(f"SP{d}: {n}" for d, n in data["samples_per_degree"].items())
-    extra = {k: v for k, v in plan.metadata.items() if k not in {
-        "load_s", "lower_bound_s", "load_over_lower_bound", "step_estimate_s", "planning_time_s", "planning_cpu_s",
-        "micro_batches"}}
-    return "\n".join([
-        f"plan      {plan.content_hash} by {plan.planner}: {plan.model.name} on {plan.cluster.label}",
-        f"batch     {plan.batch.trace} seed {plan.batch.seed} #{plan.batch.index}: {plan.num_samples} samples, "
-        f"{format_tokens(sum(plan.lengths))} tokens, {plan.num_micro_batches} micro-batch(es)",
-        f"levels    {levels}",
-        f"tokens    per GPU max {data['max_tokens_per_gpu']:.0f}, mean {data['mean_tokens_per_gpu']:.0f} "
-        f"of B_tok={plan.token_budget}",
-        f"load      {data['load_s']:.4f} s proxy Load; lower bound {data['lower_bound_s']:.4f} s "
-        f"(ratio {data['load_over_lower_bound']:.3f}); step estimate {data['step_estimate_s']:.4f} s",
-        f"time      {1e3 * data['planning_time_s']:.1f} ms planning ({1e3 * float(plan.metadata['planning_cpu_s']):.1f} ms CPU)",
-        "details   " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())),
-    ])
+    extra = {
+        k: v
+        for k, v in plan.metadata.items()
+        if k
+        not in {
+            "load_s",
+            "lower_bound_s",
+            "load_over_lower_bound",
+            "step_estimate_s",
+            "planning_time_s",
+            "planning_cpu_s",
+            "micro_batches",
+        }
+    }
+    return "\n".join(
+        [
+            f"plan      {plan.content_hash} by {plan.planner}: {plan.model.name} on {plan.cluster.label}",
+            f"batch     {plan.batch.trace} seed {plan.batch.seed} #{plan.batch.index}: {plan.num_samples} samples, "
+            f"{format_tokens(sum(plan.lengths))} tokens, {plan.num_micro_batches} micro-batch(es)",
+            f"levels    {levels}",
+            f"tokens    per GPU max {data['max_tokens_per_gpu']:.0f}, mean {data['mean_tokens_per_gpu']:.0f} "
+            f"of B_tok={plan.token_budget}",
+            f"load      {data['load_s']:.4f} s proxy Load; lower bound {data['lower_bound_s']:.4f} s "
+            f"(ratio {data['load_over_lower_bound']:.3f}); step estimate {data['step_estimate_s']:.4f} s",
+            f"time      {1e3 * data['planning_time_s']:.1f} ms planning "
+            f"({1e3 * float(plan.metadata['planning_cpu_s']):.1f} ms CPU)",
+            "details   " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())),
+        ]
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Draw the batch, plan it, print (and optionally write) the result."""
-    path = None if args.output is None else output_file(
-        args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",))
+    path = (
+        None
+        if args.output is None
+        else output_file(args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",))
+    )
     options = parse_options(args.option)
     planner = get_planner(args.planner, **options)
     workload = build_workload(workload_config(args))
     batch = workload.sampler.batch(args.batch_index)
     plan = planner.plan(batch, workload)
-    config = {**workload.config.to_dict(), "planner": args.planner, "planner_options": options,
-              "batch_index": args.batch_index}
+    config = {
+        **workload.config.to_dict(),
+        "planner": args.planner,
+        "planner_options": options,
+        "batch_index": args.batch_index,
+    }
     data = {"config": config, **plan_summary(plan)}
     if path is not None:
         plan.save(path)
@@ -82,8 +108,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cmd.add_argument("--planner", default="nsp", choices=PLANNER_NAMES, help="planner name (default nsp)")
     add_workload_args(cmd)
     cmd.add_argument("--batch-index", type=non_negative_int, default=0, help="which batch of the trace (default 0)")
-    cmd.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
-                     help="planner option, repeatable (e.g. beam_width=8, degree=16, time_limit=1)")
+    cmd.add_argument(
+        "--option",
+        "-O",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="planner option, repeatable (e.g. beam_width=8, degree=16, time_limit=1)",
+    )
     cmd.add_argument("-o", "--output", default=None, help="write the plan JSON here (and .config.json beside it)")
     cmd.add_argument("--json", action="store_true", help="print JSON")
     cmd.set_defaults(func=cmd_plan)

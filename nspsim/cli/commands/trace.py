@@ -9,7 +9,6 @@ from nspsim.cli.flags import Parser, emit, positive_int
 from nspsim.trace import builtin_trace_names, load_trace
 from nspsim.trace.stats import format_stats, trace_stats
 
-
 MAX_SAMPLES = 10_000_000  # 3-4.4 s and ~0.6 GB peak here; 10x more ran over 20 s with no output (a seeming hang)
 
 
@@ -43,8 +42,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, parser_class=Parser)
     stats = trace_sub.add_parser("stats", help="length statistics of a trace")
     stats.add_argument("trace", help=f"trace file or built-in name ({', '.join(builtin_trace_names())})")
-    stats.add_argument("--samples", type=sample_count, default=None,
-                       help=f"lengths to draw from a generative trace (default 1,000,000, at most {MAX_SAMPLES:,})")
+    stats.add_argument(
+        "--samples",
+        type=sample_count,
+        default=None,
+        help=f"lengths to draw from a generative trace (default 1,000,000, at most {MAX_SAMPLES:,})",
+    )
     stats.add_argument("--seed", type=int, default=0, help="seed for generative traces")
     stats.add_argument("--json", action="store_true", help="print JSON")
     stats.set_defaults(func=cmd_stats)

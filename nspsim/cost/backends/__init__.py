@@ -33,8 +33,17 @@ from nspsim.cost.backends.ring import RingCost
 from nspsim.cost.backends.ulysses import UlyssesCost
 from nspsim.specs.backend import BACKENDS, SPBackend
 
-__all__ = ["BACKENDS", "COSTS", "LOCAL", "BackendCost", "Coefficients", "NodeCost", "SPBackend",
-           "attention_compute", "backend_cost"]
+__all__ = [
+    "BACKENDS",
+    "COSTS",
+    "LOCAL",
+    "BackendCost",
+    "Coefficients",
+    "NodeCost",
+    "SPBackend",
+    "attention_compute",
+    "backend_cost",
+]
 
 COSTS: Mapping[SPBackend, BackendCost] = {SPBackend.ULYSSES: UlyssesCost(), SPBackend.RING: RingCost()}
 LOCAL: NodeCost = LocalCost()

@@ -52,8 +52,9 @@ class Coefficients(Protocol):
         ...
 
 
-def attention_compute(c: Coefficients, lengths: np.ndarray, degree: int,
-                      block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def attention_compute(
+    c: Coefficients, lengths: np.ndarray, degree: int, block: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample (fwd, bwd) attention compute seconds on one GPU of a degree-``degree`` node (1/k of
     each sample's FLOPs); kernel efficiency from the ``block`` lengths the kernel runs over."""
     flops = c.model.attention_flops(1.0) * lengths.astype(np.float64) ** 2 / degree
