@@ -78,14 +78,19 @@ VOLATILE = {
 }
 
 
+def _volatile(key: str) -> bool:
+    """Wall-clock figures and simulator speed rates: they differ from run to run."""
+    return (
+        key in VOLATILE
+        or key.endswith("_per_s")
+        or any(w in key for w in ("wall", "planning_time", "elapsed", "solve_time"))
+    )
+
+
 def _scrub(value: Any) -> Any:
     """Drop wall-clock fields (they differ run to run) and absolute temp paths."""
     if isinstance(value, dict):
-        return {
-            k: _scrub(v)
-            for k, v in value.items()
-            if k not in VOLATILE and "wall" not in k and "planning_time" not in k and "elapsed" not in k
-        }
+        return {k: _scrub(v) for k, v in value.items() if not _volatile(k)}
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     if isinstance(value, str) and value.startswith(tempfile.gettempdir()):
@@ -248,12 +253,13 @@ def main() -> int:
     ap.add_argument("--diff", type=Path, help="an earlier snapshot to compare against")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--no-runtime", action="store_true", help="skip the torchrun loss-curve cases")
+    ap.add_argument("--reuse", action="store_true", help="diff the existing --output file instead of rerunning")
     args = ap.parse_args()
-    snap = snapshot(args.jobs, not args.no_runtime)
+    snap = _scrub(json.loads(args.output.read_text())) if args.reuse else snapshot(args.jobs, not args.no_runtime)
     args.output.write_text(json.dumps(snap, indent=1, sort_keys=True))
     print(f"{len(snap)} cases -> {args.output}")
     if args.diff:
-        diffs = diff(json.loads(args.diff.read_text()), snap)
+        diffs = diff(_scrub(json.loads(args.diff.read_text())), snap)
         print("\n".join(diffs[:50]) or "identical")
         print(f"{len(diffs)} differences")
         return 1 if diffs else 0

@@ -32,12 +32,16 @@ def workload(gpus: int) -> Workload:
 
 @cache
 def prepared_plan(gpus: int, planner: str) -> Plan:
-    """Batch 0 planned and prepared as ``compare`` executes it (NSP family: marks and the proxy's issue
-    order; compare also re-ranks the order by simulating candidates, which is not what is timed here)."""
+    """Batch 0 planned and prepared as ``compare`` executes it (the planner's declared preparation: marks
+    and the proxy's issue order; compare also re-ranks the order by simulating candidates, which is not
+    what is timed here)."""
     wl = workload(gpus)
-    plan = get_planner(planner, **PLANNERS[planner]).plan(wl.sampler.batch(0), wl)
-    nested = planner in ("nsp", "nsp2l")
-    return prepare_plan(plan, memory=wl.memory, cost=wl.cost, tree_recompute=nested, optimize_order=nested)
+    routing = get_planner(planner, **PLANNERS[planner])
+    plan = routing.plan(wl.sampler.batch(0), wl)
+    prep = routing.preparation
+    return prepare_plan(
+        plan, memory=wl.memory, cost=wl.cost, tree_recompute=prep.tree_recompute, optimize_order=prep.optimize_order
+    )
 
 
 def _run(benchmark: Any, gpus: int, planner: str, rounds: int, **options: Any) -> None:
