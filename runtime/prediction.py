@@ -31,7 +31,7 @@ from enum import StrEnum
 from nspsim.execution.activation import RecomputePolicy, plan_activations
 from nspsim.plan import Plan
 from nspsim.simulator import StepResult
-from nspsim.simulator.step_model import SimMode
+from nspsim.simulator.modes import SimMode
 from nspsim.specs.memory import MemoryModel
 
 

@@ -15,8 +15,7 @@ from nspsim.cost.interface import NonAttentionCost
 from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import Simulator
-from nspsim.simulator.hardware import Collective, Fabric
-from nspsim.simulator.step_model import CollectiveFactory
+from nspsim.simulator.hardware import Collective, CollectiveFactory, Fabric
 from nspsim.sp_tree import Node
 from nspsim.specs.training import TrainingSpec
 from sim_helpers import Setup, StubCost, roomy_memory

@@ -14,8 +14,8 @@ import pytest
 from nspsim.cost.interface import AttentionCost
 from nspsim.execution.activation import POLICIES, ActivationPlan, RecomputePolicy
 from nspsim.simulator import SimOptions, TimelineEvent
+from nspsim.simulator.modes import MODES, SimMode
 from nspsim.simulator.periodic import Repeat
-from nspsim.simulator.step_model import MODES, SimMode
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
 from nspsim.workload import WorkloadConfig

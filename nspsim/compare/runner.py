@@ -33,7 +33,7 @@ from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.simulator import SimOptions, Simulator, StepResult
-from nspsim.simulator.step_model import SimMode
+from nspsim.simulator.modes import SimMode
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload, build_workload
 

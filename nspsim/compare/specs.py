@@ -25,7 +25,7 @@ from typing import Any
 
 from nspsim.options import parse_options
 from nspsim.planners import PLANNER_NAMES, get_planner
-from nspsim.simulator.step_model import MODES, SimMode
+from nspsim.simulator.modes import MODES, SimMode
 from nspsim.workload import WorkloadConfig
 
 DEFAULT_ITERS = 3

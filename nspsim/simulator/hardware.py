@@ -24,7 +24,8 @@ from typing import Any
 
 import simpy
 
-from nspsim.cost.comm import Traffic
+from nspsim.cost.comm import Traffic, alltoall_traffic, ring_collective_traffic
+from nspsim.cost.interface import CostModel
 from nspsim.specs.cluster import ClusterSpec
 
 NVLINK, NIC = 0, 1
@@ -162,3 +163,30 @@ class Fabric:
         coll.rate, coll.stamp = rate, now
         coll.version += 1
         self._after(coll.work / rate, self._finish_transfer, (coll, coll.version))
+
+
+class CollectiveFactory:
+    """Collectives with latency from the cost model and port shares from the cluster topology."""
+
+    def __init__(self, cost: CostModel, cluster: ClusterSpec) -> None:
+        self.cost, self.cluster = cost, cluster
+        self._shares: dict[tuple[str, int], tuple[float, float]] = {}
+
+    def make(
+        self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str, size: int | None = None
+    ) -> Collective:
+        """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
+        unit) taking ``seconds`` uncontended."""
+        size = end - first if size is None else size
+        latency = min(self.cost.latency(size), seconds)
+        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
+
+    def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
+        key = (pattern, size)
+        if key not in self._shares:
+            gpn = self.cluster.gpus_per_node
+            traffic: Traffic = (
+                ring_collective_traffic(1.0, size, gpn) if pattern == "ring" else alltoall_traffic(1.0, size, gpn)
+            )
+            self._shares[key] = port_shares(traffic, self.cluster)
+        return self._shares[key]

@@ -19,7 +19,7 @@ import numpy as np
 
 from nspsim.execution.activation import RecomputePolicy
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.simulator.step_model import SimMode
+from nspsim.simulator.modes import SimMode
 
 _SUM_TOLERANCE = 1e-6
 

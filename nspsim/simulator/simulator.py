@@ -32,10 +32,12 @@ from nspsim.execution.activation import ActivationPlan, plan_activations
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator.engine import Executor
+from nspsim.simulator.hardware import CollectiveFactory
+from nspsim.simulator.modes import MODES, SimMode, prefetch_layers
 from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
-from nspsim.simulator.step_model import MODES, CollectiveFactory, SimMode, StepModel, prefetch_layers
+from nspsim.simulator.step_model import StepModel
 from nspsim.simulator.timeline import build_timeline
 from nspsim.simulator.work import StepWork, reduce_to_units, step_work
 from nspsim.specs.cluster import ClusterSpec

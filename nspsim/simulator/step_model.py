@@ -36,12 +36,11 @@ Each mode's dependencies contain the previous mode's, so (without link sharing) 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from enum import StrEnum
 from typing import NamedTuple
 
-from nspsim.cost.comm import Traffic, alltoall_traffic, ring_collective_traffic
-from nspsim.cost.interface import CostModel, Phases
-from nspsim.simulator.hardware import Collective, port_shares
+from nspsim.cost.interface import Phases
+from nspsim.simulator.hardware import CollectiveFactory
+from nspsim.simulator.modes import MODES, SimMode, prefetch_layers
 from nspsim.simulator.program import (
     AG,
     ATTN_BWD,
@@ -59,20 +58,6 @@ from nspsim.simulator.program import (
     Task,
 )
 from nspsim.simulator.work import MicroBatchWork, StepWork
-from nspsim.specs.cluster import ClusterSpec
-
-
-class SimMode(StrEnum):
-    """How much of a step overlaps (see the module docstring); each mode's dependencies contain the
-    previous mode's."""
-
-    STREAM = "stream"
-    NO_STREAM = "no-stream"
-    SERIAL = "serial"
-
-
-MODES: tuple[str, ...] = tuple(m.value for m in SimMode)
-"""The mode names in order (CLI choices, ``in`` tests and error messages)."""
 
 
 class Pass(NamedTuple):
@@ -103,39 +88,6 @@ class StagedPass(NamedTuple):
 Deps = list[Task | None]
 PerGpu = list[Task | None]
 _NO_TASKS: dict[int, Task] = {}  # shared and never modified: a pass without that collective
-
-
-def prefetch_layers(mode: SimMode, depth: int) -> int:
-    """How many layers ahead FSDP all-gathers run in ``mode``: the configured ``depth``, 0 in serial
-    mode (nothing overlaps)."""
-    return 0 if mode == SimMode.SERIAL else depth
-
-
-class CollectiveFactory:
-    """Collectives with latency from the cost model and port shares from the cluster topology."""
-
-    def __init__(self, cost: CostModel, cluster: ClusterSpec) -> None:
-        self.cost, self.cluster = cost, cluster
-        self._shares: dict[tuple[str, int], tuple[float, float]] = {}
-
-    def make(
-        self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str, size: int | None = None
-    ) -> Collective:
-        """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
-        unit) taking ``seconds`` uncontended."""
-        size = end - first if size is None else size
-        latency = min(self.cost.latency(size), seconds)
-        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
-
-    def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
-        key = (pattern, size)
-        if key not in self._shares:
-            gpn = self.cluster.gpus_per_node
-            traffic: Traffic = (
-                ring_collective_traffic(1.0, size, gpn) if pattern == "ring" else alltoall_traffic(1.0, size, gpn)
-            )
-            self._shares[key] = port_shares(traffic, self.cluster)
-        return self._shares[key]
 
 
 class StepModel:

@@ -19,7 +19,7 @@ from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.simulator import SimOptions, Simulator, StepResult
-from nspsim.simulator.step_model import SimMode
+from nspsim.simulator.modes import SimMode
 from nspsim.workload import Workload
 from runtime.prediction import Prediction, executed_plan, predict, simulated_mode
 from runtime.training.args import TrainArgs

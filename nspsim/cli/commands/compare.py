@@ -37,7 +37,7 @@ from nspsim.compare import (
 )
 from nspsim.options import positive_float
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
-from nspsim.simulator.step_model import MODES, SimMode
+from nspsim.simulator.modes import MODES, SimMode
 
 REPORT_RENDERER = "studies.compare_report"  # the only studies module nspsim loads (module doc)
 

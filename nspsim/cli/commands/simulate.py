@@ -18,7 +18,7 @@ from nspsim.execution.prepare import prepare_plan
 from nspsim.options import non_negative_float
 from nspsim.plan import Plan
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
-from nspsim.simulator.step_model import MODES, SimMode
+from nspsim.simulator.modes import MODES, SimMode
 from nspsim.specs.memory import GIB
 from nspsim.workload import WorkloadConfig, build_workload
 
