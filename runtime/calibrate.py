@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from nspsim.cost.analytic import AnalyticCostModel
-from runtime.attention_kernels import Segments, select_kernel
+from runtime.kernels import Segments, select_kernel
 from runtime.launch import RankEnv, run_ranks
 
 SIZES = [1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22]

@@ -8,11 +8,9 @@ attention call replaced by :class:`NestedAttention`, and a second all-to-all (di
 the final hidden rows to the input layout, where the loss of that micro-batch is computed and
 back-propagated (the loss is normalised by the whole batch's token count, so micro-batches add up).
 
-:class:`NestedAttention` is one autograd Function per layer call. Its forward and backward run the
-phases of this rank's nodes in the global streamed order of :mod:`nspsim.execution.schedule` (prologues of the
-next node in flight while the current node computes), each phase delegated to the node's backend
-(Ulysses, Ring, or the local one for leaves). Tree-level recomputation: samples marked ``recompute``
-keep no attention state after forward and are recomputed (communication and kernel) in backward.
+:class:`~runtime.nested_attention.NestedAttention` (its own module) is one autograd Function per
+layer call that runs the phases of this rank's nodes; the samples it recomputes in backward are
+:func:`nspsim.execution.recompute.recompute_marks` of the plan and ``ExecOptions.recompute``.
 
 Gradients are summed over all ranks: FSDP2 (``fully_shard`` per layer and at the root) reduce-scatters
 them during backward, or, with ``grad_sync="allreduce"``, one all-reduce of all gradients follows the
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,20 +31,19 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from nspsim.execution.activation import plan_activations
-from nspsim.execution.layout import Exchange, MicroBatchLayout, RankLayout, micro_batch_layout
-from nspsim.execution.schedule import rank_steps
+from nspsim.execution.layout import Exchange, MicroBatchLayout, micro_batch_layout
+from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode, recompute_marks
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
 from nspsim.specs.memory import MemoryModel
 from nspsim.specs.model import ModelSpec
-from runtime.attention_kernels import select_kernel
 from runtime.backends import sp_backends
-from runtime.backends.base import ExecContext, LocalBackend, NodeTask, PhaseBackend
+from runtime.backends.base import ExecContext, LocalBackend, PhaseBackend
 from runtime.data import TokenStream
 from runtime.groups import Comm, GroupCache
-from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
+from runtime.kernels import select_kernel
+from runtime.nested_attention import NestedAttention
 from runtime.timing import PhaseClock
 
 GRAD_SYNC_MODES = ("fsdp", "allreduce")
@@ -90,23 +86,6 @@ class ExecOptions:
             raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC_MODES)}, got {self.grad_sync!r}")
 
 
-def recompute_marks(plan: Plan, mode: RecomputeMode, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
-    """Per-sample recompute marks: all or none, or (``plan``) the simulator's decision
-    (:func:`nspsim.execution.activation.plan_activations`): the plan's own marks, else per micro-batch
-    keep all attention if it fits the memory model and recompute that micro-batch's attention otherwise
-    (the paper's baseline). Without a memory model an unmarked plan keeps everything."""
-    n = plan.num_samples
-    if mode == RecomputeMode.ALL:
-        return np.ones(n, dtype=bool)
-    if mode == RecomputeMode.NONE:
-        return np.zeros(n, dtype=bool)
-    if plan.recompute is not None:
-        return np.asarray(plan.recompute, dtype=bool)
-    if memory is None:
-        return np.zeros(n, dtype=bool)
-    return np.asarray(plan_activations(plan, memory).remat, dtype=bool)
-
-
 # ---- layout change --------------------------------------------------------------------------------
 class _RowExchangeFn(torch.autograd.Function):
     """Differentiable all-to-all of rows (forward: A -> B; backward: B -> A)."""
@@ -127,94 +106,6 @@ def exchange_rows(comm: Comm, ex: Exchange, x: Tensor, label: str) -> Tensor:
     recv = x.new_empty(int(ex.recv_counts.sum()), *x.shape[1:])
     comm.all_to_all(None, recv, send, ex.recv_counts.tolist(), ex.send_counts.tolist(), label).wait()
     return recv.index_select(0, torch.as_tensor(ex.recv_perm, device=x.device))
-
-
-# ---- nested attention -----------------------------------------------------------------------------
-class _NestedAttentionFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, runner: NestedAttention) -> Tensor:
-        out, tasks = runner.run_forward(q, k, v)
-        ctx.runner, ctx.tasks = runner, tasks
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
-        dq, dk, dv = ctx.runner.run_backward(ctx.tasks, dout.contiguous())
-        ctx.tasks = None
-        return dq, dk, dv, None
-
-
-class NestedAttention:
-    """The attention call NSP plugs into the model for one micro-batch on one rank."""
-
-    def __init__(
-        self,
-        ctx: ExecContext,
-        layout: RankLayout,
-        backends: Mapping[Node, PhaseBackend],
-        marks: npt.NDArray[np.bool_],
-        order: tuple[Node, ...],
-        lookahead: int | None,
-    ) -> None:
-        self.ctx, self.layout, self.backends, self.marks = ctx, layout, backends, marks
-        self.steps = {
-            "fwd": rank_steps(order, layout.rank, lookahead),
-            "bwd": rank_steps(tuple(reversed(order)), layout.rank, lookahead),
-        }
-        self.serial = lookahead == 0
-        self._empty: tuple[Tensor, Tensor] = (torch.zeros(0), torch.zeros(0))
-        self.slots = {slot.node: slot for slot in layout.slots}
-
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Attention output for this rank's execution rows."""
-        out: Tensor = _NestedAttentionFn.apply(q, k, v, self)  # type: ignore[no-untyped-call]
-        return out
-
-    def _tasks(self, q: Tensor, k: Tensor, v: Tensor) -> dict[Node, NodeTask]:
-        return {
-            node: NodeTask(
-                slot=s,
-                q=q[s.start : s.stop],
-                k=k[s.start : s.stop],
-                v=v[s.start : s.stop],
-                recompute=self.marks[s.shards.samples],
-            )
-            for node, s in self.slots.items()
-        }
-
-    def _drive(self, tasks: dict[Node, NodeTask], prefix: str) -> dict[Node, Any]:
-        results: dict[Node, Any] = {}
-        for step in self.steps[prefix]:
-            backend, task = self.backends[step.node], tasks[step.node]
-            getattr(backend, f"{prefix}_{step.phase}")(task, self.ctx)
-            if self.serial and step.phase == "epilogue":
-                results[step.node] = getattr(backend, f"{prefix}_finish")(task, self.ctx)
-        for node, task in tasks.items():
-            if node not in results:
-                results[node] = getattr(self.backends[node], f"{prefix}_finish")(task, self.ctx)
-        return results
-
-    def run_forward(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, dict[Node, NodeTask]]:
-        """Forward of every node on this rank; returns the output rows and the per-node state."""
-        self._empty = (q.new_zeros((0, *q.shape[1:])), k.new_zeros((0, *k.shape[1:])))
-        tasks = self._tasks(q, k, v)
-        outs = self._drive(tasks, "fwd")
-        for task in tasks.values():
-            task.out = None
-        return _cat([outs[s.node] for s in self.layout.slots], self._empty[0]), tasks
-
-    def run_backward(self, tasks: dict[Node, NodeTask], dout: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Backward of every node (recomputing marked samples); returns dQ, dK, dV rows."""
-        for task in tasks.values():
-            task.dout = dout[task.slot.start : task.slot.stop]
-        grads = self._drive(tasks, "bwd")
-        parts = [grads[s.node] for s in self.layout.slots]
-        q0, k0 = self._empty
-        return _cat([g[0] for g in parts], q0), _cat([g[1] for g in parts], k0), _cat([g[2] for g in parts], k0)
-
-
-def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
-    return torch.cat(parts, dim=0) if parts else empty
 
 
 # ---- the executor ----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nspsim.specs.model import ModelSpec
-from runtime.attention_kernels import AttentionKernel, Segments
+from runtime.kernels import AttentionKernel, Segments
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 INIT_STD = 0.02

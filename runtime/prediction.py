@@ -26,27 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from nspsim.execution.activation import RecomputePolicy, plan_activations
+from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.plan import Plan
 from nspsim.simulator import StepResult
 from nspsim.simulator.modes import SimMode
 from nspsim.specs.memory import MemoryModel
-
-
-class RecomputeMode(StrEnum):
-    """``--recompute``: the marks the executor runs with. ``plan``: the plan's own marks, else the
-    simulator's decision (:class:`~nspsim.execution.activation.RecomputePolicy`); ``all``/``none``:
-    every sample's attention recomputed / kept, whatever the plan says."""
-
-    PLAN = "plan"
-    ALL = "all"
-    NONE = "none"
-
-
-RECOMPUTE_CHOICES: tuple[str, ...] = tuple(m.value for m in RecomputeMode)
-"""The ``--recompute`` choices in order (CLI choices, ``in`` tests and error messages)."""
 
 
 def executed_plan(plan: Plan, recompute: str) -> Plan:

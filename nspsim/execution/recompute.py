@@ -15,19 +15,56 @@ and its saved tensors are sharded over a large group. Marking, per micro-batch:
 If everything fits, nothing is marked (no recomputation). Trade-off: greedy top-down is not an
 optimal knapsack over the whole tree, but it follows the length gradient of routed trees and keeps
 every decision local to one node, so ranks agree without communication.
+
+What a step executes with (:class:`RecomputeMode`, the runtime's ``--recompute``) is decided by
+:func:`recompute_marks`: all, none, or the plan's own marks, else the simulator's per-micro-batch
+decision, so the executor and the simulator always run the same marks.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import StrEnum
 
 import numpy as np
+import numpy.typing as npt
 
 from nspsim.cost.interface import CostModel
-from nspsim.execution.activation import base_bytes_per_gpu
+from nspsim.execution.activation import base_bytes_per_gpu, plan_activations
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
 from nspsim.specs.memory import MemoryModel
+
+
+class RecomputeMode(StrEnum):
+    """``--recompute``: the marks the executor runs with. ``plan``: the plan's own marks, else the
+    simulator's decision (:class:`~nspsim.execution.activation.RecomputePolicy`); ``all``/``none``:
+    every sample's attention recomputed / kept, whatever the plan says."""
+
+    PLAN = "plan"
+    ALL = "all"
+    NONE = "none"
+
+
+RECOMPUTE_CHOICES: tuple[str, ...] = tuple(m.value for m in RecomputeMode)
+"""The ``--recompute`` choices in order (CLI choices, ``in`` tests and error messages)."""
+
+
+def recompute_marks(plan: Plan, mode: RecomputeMode, memory: MemoryModel | None = None) -> npt.NDArray[np.bool_]:
+    """Per-sample recompute marks: all or none, or (``plan``) the simulator's decision
+    (:func:`nspsim.execution.activation.plan_activations`): the plan's own marks, else per micro-batch
+    keep all attention if it fits the memory model and recompute that micro-batch's attention otherwise
+    (the paper's baseline). Without a memory model an unmarked plan keeps everything."""
+    n = plan.num_samples
+    if mode == RecomputeMode.ALL:
+        return np.ones(n, dtype=bool)
+    if mode == RecomputeMode.NONE:
+        return np.zeros(n, dtype=bool)
+    if plan.recompute is not None:
+        return np.asarray(plan.recompute, dtype=bool)
+    if memory is None:
+        return np.zeros(n, dtype=bool)
+    return np.asarray(plan_activations(plan, memory).remat, dtype=bool)
 
 
 def mark_recompute(plan: Plan, memory: MemoryModel, cost: CostModel) -> Plan:

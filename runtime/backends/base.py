@@ -25,8 +25,8 @@ from torch import Tensor
 
 from nspsim.execution.layout import Slot
 from nspsim.execution.shards import NodeShards, sample_rows
-from runtime.attention_kernels import AttentionKernel, Segments
 from runtime.groups import Comm, Pending
+from runtime.kernels import AttentionKernel, Segments
 from runtime.timing import PhaseClock
 
 

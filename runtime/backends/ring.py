@@ -25,9 +25,9 @@ from torch import Tensor
 
 from nspsim.execution.shards import NodeShards, RingBlock, ring_blocks
 from nspsim.specs.backend import SPBackend
-from runtime.attention_kernels import Segments
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
+from runtime.kernels import Segments
 
 KV_TAG, DKV_TAG = 1, 2
 Shift = tuple[Pending, Tensor]

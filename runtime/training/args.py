@@ -20,10 +20,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from nspsim.cli.flags import Parser, add_workload_args, output_file
+from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.options import parse_options, positive_float
 from nspsim.planners import get_planner
 from nspsim.workload import WorkloadConfig
-from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
 
 PROG = "runtime.train"
 

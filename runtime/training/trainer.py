@@ -19,13 +19,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
+from nspsim.execution.recompute import RecomputeMode
 from nspsim.plan import Plan
 from nspsim.workload import Workload, build_workload
 from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, ExecutedStep, NSPExecutor
 from runtime.groups import GroupCache
 from runtime.model import DecoderLM
-from runtime.prediction import RecomputeMode
 from runtime.timing import breakdown
 from runtime.training.args import TrainArgs
 from runtime.training.distributed import Dist, init_distributed

@@ -10,10 +10,10 @@ import torch
 
 from nspsim.plan import Plan
 from nspsim.specs.model import get_model
-from runtime.attention_kernels import select_kernel
 from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, NSPExecutor
 from runtime.groups import GroupCache
+from runtime.kernels import select_kernel
 from runtime.launch import RankEnv
 from runtime.model import DecoderLM, LocalAttention
 

@@ -9,6 +9,7 @@ import torch
 from helpers import make_batch
 from nspsim.execution.activation import plan_activations
 from nspsim.execution.layout import Slot
+from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode, recompute_marks
 from nspsim.execution.shards import NodeShards
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
@@ -17,11 +18,10 @@ from nspsim.specs.cluster import get_cluster
 from nspsim.specs.memory import MemoryModel
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.attention_kernels import Segments, select_kernel
 from runtime.backends import RUNTIME_BACKENDS, sp_backends
 from runtime.backends.base import ExecContext, LocalBackend, NodeTask
-from runtime.executor import ExecOptions, recompute_marks
-from runtime.prediction import RECOMPUTE_CHOICES, RecomputeMode
+from runtime.executor import ExecOptions
+from runtime.kernels import Segments, select_kernel
 from runtime.timing import PhaseClock, breakdown
 
 CPU = torch.device("cpu")

@@ -13,8 +13,8 @@ import rt_workers
 import torch
 from test_runtime_multirank import TOL, hand_plans
 
-from runtime.attention_kernels import kernel_available
 from runtime.executor import ExecOptions
+from runtime.kernels import kernel_available
 from runtime.launch import run_ranks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
