@@ -8,11 +8,18 @@ is :mod:`json`'s ``RecursionError`` on pathologically nested input, which would 
 a traceback. What the document must contain is the caller's to check; this module only turns bytes
 into Python values. The whole text is read at once (``json.loads``): these files are small, and the
 exact line of a syntax error is worth more than streaming.
+
+Every input file's bytes are read by :func:`read_bytes` (pipes and FIFOs included, without hanging on
+a FIFO that has no writer), and every JSON nspsim writes is made by :func:`dumps_json`, which refuses
+NaN and infinity (``json.dumps`` would write ``NaN``, which no JSON parser accepts).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +27,65 @@ from typing import Any
 def read_json(path: str | Path, what: str, *, encoding: str = "utf-8") -> Any:
     """The parsed JSON document in the file ``path``, read as ``encoding`` text; ``what`` names the kind
     of document (``"plan"``, ``"cost profile"``) in the one-line ``ValueError`` of any failure."""
+    return parse_json(read_text(path, what, encoding=encoding), where=str(path), what=what)
+
+
+def read_text(path: str | Path, what: str, *, encoding: str = "utf-8") -> str:
+    """The text of the file ``path`` (the one place user JSON and JSON-lines files are read, so every
+    check of the file itself lives here); a one-line ``ValueError`` naming ``what`` and ``path`` otherwise."""
+    return decode_text(read_bytes(path, what), where=str(path), encoding=encoding)
+
+
+def read_bytes(path: str | Path, what: str) -> bytes:
+    """The whole content of the input file ``path``, read once (every user file nspsim reads comes
+    through here: plans, profiles, traces); a one-line ``ValueError`` naming ``what`` and ``path`` otherwise.
+
+    A regular file or a pipe is read: a process substitution (``<(...)``) or a named FIFO. The file is
+    opened without blocking, so a FIFO that nothing writes to cannot hang the command: it reads as
+    empty at once and is refused ("no writer"). An empty path, a directory and any other kind of file
+    (a character device such as /dev/zero would never end, a socket cannot be opened) are refused.
+    """
+    if not str(path).strip():
+        raise ValueError(f"{what}: empty path; give a file name")
     try:
-        text = Path(path).read_text(encoding=encoding)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without a writer opens at once
     except OSError as exc:
         raise ValueError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ValueError(f"{what} {path} is a directory; give a file")
+        fifo = stat.S_ISFIFO(mode)
+        if not (fifo or stat.S_ISREG(mode)):
+            raise ValueError(f"{what} {path} is not a regular file or a pipe ({_kind(mode)}); give a file")
+        if fifo:
+            os.set_blocking(fd, True)  # with a writer: wait for its data; without one: end of file at once
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if fifo and not data:
+        raise ValueError(
+            f"{what} {path} is a pipe with nothing written to it (no writer); start its writer first, "
+            "or give a regular file"
+        )
+    return data
+
+
+def decode_text(data: bytes, *, where: str, encoding: str = "utf-8") -> str:
+    """``data`` decoded as ``encoding``; a one-line ``ValueError`` prefixed by ``where`` naming the first
+    undecodable byte otherwise."""
+    try:
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not readable as {exc.encoding} text ({exc.reason} at byte {exc.start})") from None
-    return parse_json(text, where=str(path), what=what)
+        raise ValueError(f"{where}: not readable as {exc.encoding} text ({exc.reason} at byte {exc.start})") from None
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def parse_json(text: str, *, where: str, what: str, line: int | None = None) -> Any:
@@ -40,6 +99,39 @@ def parse_json(text: str, *, where: str, what: str, line: int | None = None) -> 
     except RecursionError:
         place = where if line is None else f"{where} line {line}"
         raise ValueError(f"{place}: not {_article(what)} {what} (JSON nested too deeply)") from None
+
+
+def dumps_json(
+    obj: Any,
+    *,
+    what: str,
+    indent: int | None = None,
+    sort_keys: bool = False,
+    separators: tuple[str, str] | None = None,
+) -> str:
+    """``obj`` as JSON text, the one way nspsim writes JSON (plans, ``--json`` output, configs, timelines):
+    a NaN or an infinity, which :mod:`json` would write as the invalid tokens ``NaN`` / ``Infinity``,
+    is a one-line ``ValueError`` naming ``what`` and where in ``obj`` the number is."""
+    try:
+        return json.dumps(obj, indent=indent, sort_keys=sort_keys, separators=separators, allow_nan=False)
+    except ValueError:
+        where = _non_finite(obj)
+        raise ValueError(
+            f"cannot write the {what} as JSON: {where or 'a value'} is not a finite number (NaN or infinity); "
+            "this is a bug in nspsim, or an input (a cost profile, a flag) far outside its plausible range"
+        ) from None
+
+
+def _non_finite(obj: Any, at: str = "") -> str | None:
+    """The dotted key path of the first non-finite float inside ``obj`` (``metadata.load_s``), or None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (at or "the value") + f" = {obj}"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{at}.{key}" if at else str(key))
+        if found:
+            return found
+    return None
 
 
 def _article(noun: str) -> str:

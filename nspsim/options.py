@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Iterable
 
 OptionValue = bool | int | float | str
+_INTEGER = re.compile(r"[+-]?\d[\d_]*")
 
 
 def parse_value(text: str) -> OptionValue:
@@ -36,25 +38,31 @@ def parse_value(text: str) -> OptionValue:
     try:
         return int(value)
     except ValueError:
-        pass
+        if _INTEGER.fullmatch(value):  # an integer literal beyond int()'s 4300-digit limit
+            raise ValueError(f"integer option value with {len(value):,} characters is too large") from None
     try:
         number = float(value)
     except ValueError:
         return value
     if not math.isfinite(number):
-        raise ValueError(f"option value {value!r} is not a finite number")
+        raise ValueError(f"option value {_shown(value)} is not a finite number")
     return number
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut to a readable length (a 5000-digit value stays one short line)."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text):,} characters)"
 
 
 def parse_option(text: str) -> tuple[str, OptionValue]:
     """``KEY=VALUE`` as ``(key, typed value)``; ``ValueError`` with a one-line hint otherwise."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip() or not raw.strip():
-        raise ValueError(f"option {text!r} must look like KEY=VALUE, e.g. beam_width=8")
+        raise ValueError(f"option {_shown(text)} must look like KEY=VALUE, e.g. beam_width=8")
     try:
         return key.strip(), parse_value(raw)
     except ValueError as exc:
-        raise ValueError(f"option {text!r}: {exc}") from None
+        raise ValueError(f"option {_shown(text)}: {exc}") from None
 
 
 def parse_options(items: Iterable[str]) -> dict[str, OptionValue]:

@@ -14,11 +14,13 @@ from typing import Any
 from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.backends import backend_cost
 from nspsim.cost.profile import Profile, load_profile
+from nspsim.plan.refs import ProfileRef
 from nspsim.sp_tree import SPTree
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import ClusterSpec, get_cluster
+from nspsim.specs.hf import resolve_model
 from nspsim.specs.memory import MemoryModel, memory_model
-from nspsim.specs.model import ModelSpec, get_model
+from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import TrainingSpec, paper_training
 from nspsim.trace import load_trace
 from nspsim.trace.batching import BatchSampler
@@ -72,6 +74,12 @@ class Workload:
         """B_tok, the per-GPU sharded-token budget."""
         return self.memory.token_budget
 
+    @property
+    def profile_ref(self) -> ProfileRef | None:
+        """The cost profile's reference that plans record (``None`` with analytic costs)."""
+        source = self.config.profile
+        return ProfileRef.of(self.cost.profile, source) if source else None
+
 
 def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requested: int | None) -> int:
     """Largest admissible SP degree: <= GPUs, and what the backend admits (:meth:`BackendCost.max_degree`:
@@ -89,11 +97,11 @@ def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requeste
 
 def build_workload(config: WorkloadConfig) -> Workload:
     """Resolve presets, profile, memory model and sampler; ``ValueError`` for any bad setting."""
-    model = get_model(config.model)
+    model = resolve_model(config.model)  # a preset, a named transformers config or a config.json path
     cluster = get_cluster(config.cluster, config.gpus)
     base = paper_training(model.name)
     training = TrainingSpec(**{**asdict(base), "backend": config.backend, "token_budget": config.token_budget})
-    profile = load_profile(config.profile) if config.profile else Profile()
+    profile = load_profile(config.profile) if config.profile is not None else Profile()  # '' is an error
     memory = memory_model(model, cluster, training)
     spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
     sampler = BatchSampler(

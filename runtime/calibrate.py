@@ -12,7 +12,9 @@ One process per rank, one thread each (as the runtime runs under torchrun on CPU
   ``latency + bytes / bandwidth`` by least squares over 4 KiB .. 4 MiB per rank.
 
 Prints one JSON object. The figures are what the ``cpu`` preset in ``nspsim.specs.cluster`` records;
-rerun this on another machine and pass the numbers through a profile if they differ.
+rerun this on another machine and pass the numbers through a profile if they differ. It takes no
+options: ``--help`` describes it, anything else ends with one line ``runtime.calibrate: error: ...``
+and status 2 before any measurement (:mod:`runtime.cli`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from nspsim.cli.flags import Parser
 from nspsim.cost.analytic import AnalyticCostModel
+from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from runtime.kernels import Segments, select_kernel
 from runtime.launch import RankEnv, run_ranks
 
+PROG = "runtime.calibrate"
 SIZES = [1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22]
 
 
@@ -104,8 +109,23 @@ def comm_figures(world: int) -> dict[str, float]:
     return fig
 
 
-def main() -> None:
-    """Print the measured figures as JSON."""
+def build_parser() -> Parser:
+    """The command line: no options yet (``--help`` only); errors raise ``ValueError`` (one line)."""
+    return Parser(
+        prog=PROG,
+        description="Measure the figures of the cpu cluster preset on this machine (GEMM and CPU flash-attention "
+        "throughput on one thread, gloo all-to-all and ring-hop latency and bandwidth over 2 and 4 local "
+        "ranks) and print them as one JSON object.",
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the measured figures as JSON (after checking the command line)."""
+    try:
+        build_parser().parse_args(argv)
+    except ValueError as exc:
+        fail(PROG, exc, EXIT_USAGE)
+    exit_on_interrupt(PROG)  # Ctrl-C during the measurements: one line, status 130
     torch.set_num_threads(1)
     fwd, bwd = attention_flops()
     saturation = ATTN_LENGTH / (ATTN_LENGTH + AnalyticCostModel.attn_half_length)  # the default saturation

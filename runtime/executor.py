@@ -60,6 +60,12 @@ class PeerFailure(RuntimeError):
 _TRANSPORT_ERRORS = ("Connection closed", "Connection reset", "Timed out", "timed out", "NCCL", "Broken pipe")
 
 
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective failing because a peer is gone or stalled (gloo's and NCCL's
+    messages), as opposed to a bug or bad input."""
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _TRANSPORT_ERRORS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecOptions:
     """Executor settings: streaming lookahead (``None``: all prologues first, the paper's queues; ``k``:
@@ -161,8 +167,7 @@ class NSPExecutor:
                 groups.setdefault(str(h), []).append(r)
             detail = "; ".join(f"ranks {rs} hold {h}" for h, rs in groups.items())
             raise PlanMismatchError(
-                f"rank {self.rank}: ranks hold different plans for this step ({detail}); "
-                "every rank must execute the same plan"
+                f"ranks hold different plans for this step ({detail}); every rank must execute the same plan"
             )
 
     def layouts(self, plan: Plan) -> list[MicroBatchLayout]:
@@ -203,13 +208,12 @@ class NSPExecutor:
         try:
             return self._run(plan, data)
         except RuntimeError as exc:
-            text = str(exc)
-            if isinstance(exc, PlanMismatchError) or not any(m in text for m in _TRANSPORT_ERRORS):
+            if isinstance(exc, PlanMismatchError) or not is_transport_error(exc):
                 raise
             last = self.comm.log[-1][1] if self.comm.log else "the first collective"
             raise PeerFailure(
-                f"rank {self.rank}: the step failed at or after collective '{last}': a peer rank died "
-                f"or stalled past the process-group timeout ({text.splitlines()[0]})"
+                f"the step failed at or after collective '{last}': a peer rank died "
+                f"or stalled past the process-group timeout ({str(exc).splitlines()[0]})"
             ) from exc
 
     def _run(self, plan: Plan, data: TokenStream) -> ExecutedStep:
@@ -252,7 +256,7 @@ class NSPExecutor:
         inputs = torch.stack([torch.as_tensor(data.ids), torch.as_tensor(data.positions)], dim=1)
         moved = exchange_rows(self.comm, mbl.layout_in, inputs.index_select(0, rows).to(self.device), f"layout-in-{mb}")
         if not torch.equal(moved[:, 1].cpu(), torch.as_tensor(mbl.layout.positions)):
-            raise RuntimeError(f"rank {self.rank}: the layout change delivered tokens the plan did not assign here")
+            raise RuntimeError("the layout change delivered tokens the plan did not assign to this rank")
         attention = self.nested_attention(plan, mb, marks)
         back = mbl.layout_in.reverse()
         targets = torch.as_tensor(data.targets).index_select(0, rows).to(self.device)

@@ -1,6 +1,11 @@
 """Measured step records (JSONL), joinable with the simulator's predictions.
 
-One record per training step, written by rank 0 (schema ``nspsim-measured-step`` v2). The join key
+One record per training step, written by rank 0 (schema ``nspsim-measured-step`` v3; v3 added
+``dropped_samples`` and ``dropped_tokens``, the samples of the step's batch draw dropped for exceeding
+``--max-context`` and their tokens, which ``num_samples`` and ``num_tokens`` do not count; readers of
+v2 records find neither field; ``model_impl``, the model class that ran, e.g.
+``transformers.Qwen3MoeForCausalLM`` or ``runtime.model.DecoderLM``, was added to v3 later and is
+empty in records written before it). The join key
 with simulated results (``nspsim.simulator.StepResult`` / ``nspsim.compare.IterationRecord``) is
 ``(planner_spec, batch_index, plan_hash)``: ``planner_spec`` is the planner as the user gave it, in the
 ``nspsim compare`` label format (``nsp``, ``static:degree=2``); ``planner`` is the plan's own name.
@@ -27,7 +32,7 @@ from typing import Any
 from nspsim.records import BREAKDOWN_CATEGORIES
 
 SCHEMA = "nspsim-measured-step"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +50,8 @@ class MeasuredStep:
     model: str
     num_samples: int
     num_tokens: int
+    dropped_samples: int
+    dropped_tokens: int
     num_micro_batches: int
     samples_per_degree: dict[int, int]
     recompute_policy: str
@@ -63,11 +70,19 @@ class MeasuredStep:
     simulated_step_time_s: float | None = None
     simulated_breakdown_s: dict[str, float] = field(default_factory=dict)
     simulated_note: str = ""
+    model_impl: str = ""
     source: str = "measured"
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        if min(self.dropped_samples, self.dropped_tokens) < 0 or (self.dropped_samples == 0) != (
+            self.dropped_tokens == 0
+        ):
+            raise ValueError(
+                f"dropped samples ({self.dropped_samples}) and tokens ({self.dropped_tokens}) must be >= 0 "
+                "and zero together"
+            )
         if tuple(self.breakdown_s) != BREAKDOWN_CATEGORIES:
             raise ValueError(f"breakdown keys must be {BREAKDOWN_CATEGORIES}, got {tuple(self.breakdown_s)}")
         if abs(sum(self.breakdown_s.values()) - self.step_time_s) > 1e-6 * max(1.0, self.step_time_s):

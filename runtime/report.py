@@ -2,7 +2,10 @@
 
 Prints one row per records file: planner, steps, mean measured step time, mean simulated step time
 (when the run simulated its plans), their ratio and the mean measured breakdown (the shared
-categories), skipping the first ``--skip`` warm-up steps. Text only; figures belong to ``studies/``.
+categories), skipping the first ``--skip`` warm-up steps (default 1, or 0 for a one-step file). A
+``--skip`` that would leave a file with no steps is an error naming its step count (a mean over
+nothing, or silently over every step, would be a wrong answer). Text only; figures belong to
+``studies/``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nspsim.cli.flags import Parser, silence_closed_stdout
+from nspsim.cli.flags import Parser, non_negative_int, silence_closed_stdout
 from nspsim.records import BREAKDOWN_CATEGORIES
 from runtime.cli import fail
 from runtime.records import read_records
@@ -59,9 +62,23 @@ def load_step_records(path: str) -> list[dict[str, Any]]:
     return records
 
 
-def summarise(records: list[dict[str, Any]], skip: int) -> dict[str, Any]:
-    """Means over the records after the first ``skip``."""
-    kept = records[skip:] or records
+DEFAULT_SKIP = 1
+"""Warm-up steps left out when ``--skip`` is not given (none for a one-step file)."""
+
+
+def after_warmup(records: list[dict[str, Any]], skip: int | None, path: str) -> list[dict[str, Any]]:
+    """``records`` without the first ``skip`` (``None``: :data:`DEFAULT_SKIP`, or 0 for a one-step
+    file); ``ValueError`` naming ``path`` and its step count if none would be left."""
+    if skip is None:
+        return records[DEFAULT_SKIP:] if len(records) > DEFAULT_SKIP else records
+    if skip >= len(records):
+        steps = f"{len(records)} step record{'s' if len(records) > 1 else ''}"
+        raise ValueError(f"{path} holds {steps}: --skip {skip} would leave none; use --skip 0..{len(records) - 1}")
+    return records[skip:]
+
+
+def summarise(kept: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means over the (non-empty) records ``kept``."""
     sim = [r["simulated_step_time_s"] for r in kept if r.get("simulated_step_time_s") is not None]
     return {
         "planner": kept[0].get("planner_spec", kept[0]["planner"]),
@@ -97,11 +114,17 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point; bad arguments or unreadable records end with one line and status 2."""
     p = Parser(prog=PROG, description="Summarise measured step records.")
     p.add_argument("records", nargs="+")
-    p.add_argument("--skip", type=int, default=1, help="warm-up steps to leave out (default 1)")
+    p.add_argument(
+        "--skip",
+        type=non_negative_int,
+        default=None,
+        help=f"warm-up steps to leave out of every file (default {DEFAULT_SKIP}, or 0 for a one-step file); "
+        "it must leave at least one step",
+    )
     try:
         args = p.parse_args(argv)
         files = step_files(args.records)
-        rows = [summarise(load_step_records(f), args.skip) for f in files]
+        rows = [summarise(after_warmup(load_step_records(f), args.skip, f)) for f in files]
     except (OSError, ValueError, KeyError, IndexError) as exc:
         fail(PROG, exc, 2)
     try:

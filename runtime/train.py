@@ -20,25 +20,35 @@ plan computes the same function of the same tokens, only the placement differs.
 Bad arguments end with one line ``runtime.train: error: ...`` and exit status 2. A distributed
 failure (a peer died or stalled past ``--comm-timeout``, plans differ) ends every rank with one line
 ``runtime.train: rank R: error: ...`` and exit status 1; a rank stuck outside a collective is ended
-by its watchdog after ``--step-timeout``.
+by its watchdog after ``--step-timeout``, and one whose torchrun agent is gone by the same watchdog.
+Ctrl-C (which torchrun forwards to its ranks) ends every rank with one line
+``runtime.train: rank R: interrupted`` and exit status 130 (143 for SIGTERM, :mod:`runtime.cli`);
+the finished steps stay in the ``.partial`` files (:mod:`runtime.training.outputs`).
 """
 
 from __future__ import annotations
 
 import os
 
-from runtime.cli import fail
-from runtime.training.args import PROG, parse_args
-from runtime.training.trainer import run
+from runtime.cli import exit_on_interrupt, fail
+
+PROG = "runtime.train"
+"""The program name in every line this entry point prints (``runtime.training.args.PROG``)."""
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point (see the module docstring)."""
+    rank = int(os.environ["RANK"]) if "RANK" in os.environ else None
+    exit_on_interrupt(PROG, rank)
+    # Imported only now, deliberately not at the top: importing torch takes seconds (tens on a loaded
+    # machine), and a Ctrl-C meanwhile must end the rank with one line, not a traceback per rank.
+    from runtime.training.args import parse_args
+    from runtime.training.trainer import run
+
     try:
         args = parse_args(argv)
     except ValueError as exc:
         fail(PROG, exc, 2, hard=True)
-    rank = int(os.environ["RANK"]) if "RANK" in os.environ else None
     try:
         run(args)
     except ValueError as exc:

@@ -1,6 +1,8 @@
 """Self-contained plotly HTML report of a :class:`nspsim.compare.CompareResult` (``nspsim compare -o``).
 
-Sections: the resolved configuration and the results table; normalised step time per planner (the
+Sections: a banner when there is no result (every planner ran out of memory on every batch), the
+results table (step times in s, ms or us by magnitude), what ``max_context`` dropped from the batches
+and the resolved configuration; normalised step time per planner (the
 NSP paper's Figure 7 form); the step-time breakdown stacked per planner, normalised to the baseline
 (Figure 8); the routing distribution, share of samples per SP degree in each length bucket
 (Figure 9); and one iteration's timeline per planner on a few GPUs (the critical one first), drawn
@@ -23,6 +25,7 @@ from plotly.subplots import make_subplots
 from nspsim.compare import LENGTH_BUCKETS, CompareResult, PlannerSummary
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import StepResult, TimelineEvent
+from nspsim.units import format_seconds
 
 COLORS = {
     "attn_fwd": "#4c78a8",
@@ -49,9 +52,12 @@ def render(result: CompareResult) -> str:
             "<!DOCTYPE html><html><head><meta charset='utf-8'>",
             f"<title>{html.escape(title)}</title>",
             "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}</style></head><body>",
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}td{white-space:nowrap}"
+            "table.results td:last-child{white-space:normal;text-align:left;min-width:32em}</style></head><body>",
             f"<h1>{html.escape(title)}</h1>",
+            no_result_banner(result),
             results_table(result),
+            drops_line(result),
             config_table(result.config),
             *body,
             "</body></html>",
@@ -59,11 +65,29 @@ def render(result: CompareResult) -> str:
     )
 
 
+def no_result_banner(result: CompareResult) -> str:
+    """A prominent notice when every planner ran out of memory on every batch (else nothing)."""
+    if result.no_result is None:
+        return ""
+    style = "border:2px solid #c00;background:#fee;padding:0.6em 1em;font-weight:bold"
+    return f"<p class='no-result' style='{style}'>No result: {html.escape(result.no_result)}</p>"
+
+
+def drops_line(result: CompareResult) -> str:
+    """What ``max_context`` dropped from the compared batches (a warning colour above the threshold)."""
+    drops = result.drops
+    if drops is None:
+        return ""
+    text = f"Batches: {drops.batches}, {drops.kept_samples} samples kept; {drops.describe()} dropped."
+    colour = " style='color:#c00'" if drops.warning() is not None else ""
+    return f"<p class='drops'{colour}>{html.escape(text)}</p>"
+
+
 def results_table(result: CompareResult) -> str:
     """The summary table as HTML."""
     head = [
         "planner",
-        "mean step (s)",
+        "mean step",
         f"normalised to {result.baseline}",
         "speedup",
         "batches normalised",
@@ -75,15 +99,16 @@ def results_table(result: CompareResult) -> str:
     ]
     rows = [_row(s) for s in result.summaries]
     cells = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in row)}</tr>" for row in rows)
-    return f"<h2>Results</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
+    return f"<h2>Results</h2><table class='results'><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
 
 
 def _row(s: PlannerSummary) -> list[str]:
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-    shares = [f"{100 * s.breakdown_share.get(k, 0.0):.1f}%" for k in BREAKDOWN_CATEGORIES]
+    ran = s.mean_step_time_s is not None  # a step that never ran has no breakdown
+    shares = [f"{100 * s.breakdown_share.get(k, 0.0):.1f}%" if ran else "-" for k in BREAKDOWN_CATEGORIES]
     return [
         s.planner,
-        fmt(s.mean_step_time_s, ".4f"),
+        "OOM" if s.mean_step_time_s is None else format_seconds(s.mean_step_time_s),
         fmt(s.normalized_to_static, ".3f"),
         fmt(s.speedup_vs_static, ".2f"),
         f"{s.normalized_iterations}/{s.iterations}",
@@ -218,7 +243,8 @@ def timeline_figure(label: str, step: StepResult) -> go.Figure:
         barmode="overlay",
         bargap=0.2,
         height=150 + 40 * len(gpus),
-        title=f"Timeline of one iteration: {label} (step {step.step_time_s:.3f} s, critical GPU {step.critical_gpu})",
+        title=f"Timeline of one iteration: {label} (step {format_seconds(step.step_time_s or 0.0)}, "
+        f"critical GPU {step.critical_gpu})",
         xaxis_title="time (s)",
         yaxis={"categoryorder": "array", "categoryarray": [f"GPU {g}" for g in reversed(gpus)]},
     )

@@ -91,7 +91,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["info", "--profile", "{deep_json}"], "not a cost profile (JSON nested too deeply)"),
         (["inspect", "{deep_json}"], "deep.json: not a plan (JSON nested too deeply)"),
         (["simulate", "{deep_json}"], "deep.json: not a plan (JSON nested too deeply)"),
-        (["inspect", "{infinite}"], "a number is out of range"),
+        (["inspect", "{infinite}"], "samples.length[0] must be an integer, got inf"),
         (["inspect", "{huge}"], "above the batch's max context"),
         (["inspect", "{gpus_inf}"], "cluster num_gpus must be an integer >= 1, got inf"),
         (["inspect", "{batch_index}"], "batch index must be an integer >= 0, got -1"),

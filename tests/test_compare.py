@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import nspsim.cli.commands.compare as command
+from nspsim.cli.commands.compare import format_table
 from nspsim.cli.main import main
 from nspsim.compare import (
     ABLATIONS,
@@ -26,6 +27,7 @@ from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.base import Preparation
 from nspsim.simulator import Simulator, StepResult
+from nspsim.units import format_seconds
 from nspsim.workload import WorkloadConfig
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
@@ -280,3 +282,32 @@ def test_progress_bar_prints_every_tenth_off_a_terminal_and_one_updating_line_on
     out = tty.getvalue()
     assert out.count("\r") == 20 and out.count("\n") == 1 and out.endswith("s\n")
     assert "[#####.....] 10/20" in out
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (0.0003, "300 us"),
+        (0.00031234, "312 us"),
+        (0.0452, "45.2 ms"),
+        (0.99996, "1.00 s"),
+        (12.345, "12.3 s"),
+        (1234.5, "1230 s"),
+        (2.5e-7, "250 ns"),
+        (0.0, "0 s"),
+    ],
+)
+def test_format_seconds_keeps_three_significant_digits(seconds: float, text: str) -> None:
+    assert format_seconds(seconds) == text
+
+
+def test_step_times_are_formatted_by_magnitude_in_the_table_and_report() -> None:
+    """A tiny model's 0.3 ms step printed as 0.0003 in the step(s) column (issue 15, item 25)."""
+    from studies.compare_report import results_table
+    from test_compare_oom import result
+
+    res = result({"static": [0.0003, 0.0003, 0.0003], "nsp": [0.00025, 0.00025, 0.00025]}, "static")
+    rows = format_table(res).splitlines()
+    assert rows[0].split()[1] == "step" and "300 us" in rows[1] and "250 us" in rows[2]
+    assert "0.0003" not in format_table(res)
+    assert "<td>300 us</td>" in results_table(res) and "<td>250 us</td>" in results_table(res)

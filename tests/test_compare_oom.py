@@ -5,10 +5,15 @@ option is validated before anything runs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import make_batch
+from nspsim.cli.commands.compare import EXIT_ALL_OUT_OF_MEMORY, format_table
+from nspsim.cli.main import main
 from nspsim.compare import (
     CompareConfig,
     CompareResult,
@@ -20,6 +25,7 @@ from nspsim.compare import (
 from nspsim.compare.runner import _Runner
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions
+from nspsim.trace.batching import Batch
 from nspsim.workload import WorkloadConfig, build_workload
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)
@@ -65,7 +71,6 @@ def test_normalisation_uses_only_batches_both_runs_completed() -> None:
 
 
 def test_table_and_report_render_an_out_of_memory_baseline() -> None:
-    from nspsim.cli.commands.compare import format_table
     from studies.compare_report import render
 
     res = result({"static": [None, None, None], "nsp": [0.8, 0.9, 1.0], "flexsp": [1.0, None, 1.1]}, "static")
@@ -88,21 +93,40 @@ class _FakeRunner(_Runner):
         return [record(spec.label, i, step) for i, step in enumerate(steps)], None
 
 
-def _static_best(canned: dict[int, list[float | None]]) -> tuple[list[IterationRecord], str, int | None]:
+def _static_best(
+    canned: dict[int, list[float | None]], batches: list[Batch] | None = None
+) -> tuple[list[IterationRecord], str, int | None, dict[int, str]]:
     workload = build_workload(SMALL)
-    runner = _FakeRunner(workload, [], CompareConfig(workload=SMALL, planners=("static-best",), iters=3), None)
+    config = CompareConfig(workload=SMALL, planners=("static-best",), iters=3)
+    runner = _FakeRunner(workload, batches or [], config, None)
     runner.canned = {d: canned.get(d, [9.0, 9.0, 9.0]) for d in workload.tree.degrees}
     records, note = runner.run(parse_planner_spec("static-best"))
-    return records, note, runner.best_degree
+    return records, note, runner.best_degree, runner.ineligible
 
 
 def test_static_best_never_picks_a_degree_that_ran_out_of_memory() -> None:
     # SP2 is fastest on the batches it fits but runs out of memory on one: it cannot be the fixed degree.
-    records, note, best = _static_best({2: [1.0, None, 1.0], 4: [2.0, 2.0, 2.0]})
+    records, note, best, ineligible = _static_best({2: [1.0, None, 1.0], 4: [2.0, 2.0, 2.0]})
     assert best == 4 and [r.step_time_s for r in records] == [2.0, 2.0, 2.0]
-    assert "SP2 out of memory" in note
-    with pytest.raises(ValueError, match="no fixed SP degree runs every batch.*SP2: 1 of 3 batches out of memory"):
+    assert ineligible == {2: "out of memory on 1 of 3 batches (batch 1)"}
+    assert "not eligible: SP2 out of memory on 1 of 3 batches (batch 1)" in note
+    with pytest.raises(ValueError, match=r"no fixed SP degree runs every batch.*SP2 out of memory on 1 of 3 batches"):
         _static_best({d: [1.0, None, 1.0] for d in (1, 2, 4, 8, 16)})
+
+
+def test_static_best_says_which_degrees_cannot_hold_a_sample() -> None:
+    """A degree that cannot hold the longest sample of some batch is not planned, and the note (and
+    the result's ``static_best_ineligible``, which --json prints) says so, naming the batch and length:
+    it used to vanish from the note."""
+    budget = build_workload(SMALL).token_budget
+    long = make_batch([budget + 1, 100])  # SP1 cannot hold it; SP2 and up can
+    batches = [make_batch([100, 100]), replace(long, index=1), make_batch([100])]
+    _, note, best, ineligible = _static_best({2: [2.0, 2.0, 2.0], 4: [1.0, 1.0, 1.0]}, batches)
+    assert best == 4 and set(ineligible) == {1}
+    assert ineligible[1].startswith(f"cannot hold a sample of length {budget + 1:,}") and "in batch 1" in ineligible[1]
+    assert f"not eligible: SP1 cannot hold a sample of length {budget + 1:,}" in note
+    res = replace(result({"static-best": [1.0, 1.0, 1.0]}, "static-best"), static_best_ineligible=ineligible)
+    assert res.to_dict()["static_best_ineligible"] == {"1": ineligible[1]}
 
 
 @pytest.mark.parametrize(
@@ -143,3 +167,49 @@ def test_planner_spec_and_sim_options_are_validated_when_built() -> None:
     ):
         with pytest.raises(ValueError):
             SimOptions(**bad)  # type: ignore[arg-type]
+
+
+def test_a_token_budget_above_memory_warns_and_a_run_with_no_result_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: --token-budget 2G on Qwen3-235B/H200 exited 0 with "OOM 1/1" and 0.0% shares
+    everywhere and a report that did not say so. Now: a warning, "-" shares, a NO RESULT line, a
+    banner in the report, and exit status 1."""
+    report = tmp_path / "r.html"
+    argv = ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--tokens-per-batch", "4M", "--token-budget", "2G"]
+    code = main(["compare", *argv, "--iters", "1", "--planners", "static,nsp", "--quiet", "-o", str(report)])
+    out, err = capsys.readouterr()
+    assert code == EXIT_ALL_OUT_OF_MEMORY == 1
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(
+        "nspsim: warning: --token-budget 2,147,483,648 is above the memory model's B_tok=53,870 tokens per GPU"
+    )
+    assert lines[1].startswith("nspsim: every planner ran out of memory on every batch")
+    assert "lower --token-budget 2,147,483,648 to at most the memory model's B_tok=53,870" in lines[1]
+    assert "NO RESULT: every planner ran out of memory" in out and "0.0%" not in out
+    assert "No result: every planner ran out of memory on every batch" in report.read_text()
+
+
+def test_a_result_says_when_no_planner_ran() -> None:
+    from studies.compare_report import render
+
+    none_ran = result({"static": [None, None, None], "nsp": [None, None, None]}, "static")
+    assert none_ran.all_out_of_memory and none_ran.no_result is not None
+    data = none_ran.to_dict()
+    assert data["all_out_of_memory"] is True and data["no_result"] == none_ran.no_result
+    table = format_table(none_ran)
+    assert "NO RESULT" in table and "%" not in table.splitlines()[1]  # no breakdown share of a step that never ran
+    some_ran = result({"static": [None, None, None], "nsp": [None, 1.0, None]}, "static")
+    assert not some_ran.all_out_of_memory and some_ran.no_result is None and "NO RESULT" not in format_table(some_ran)
+    assert "No result" not in render(some_ran) and "No result" in render(none_ran)
+
+
+def test_plan_warns_when_the_token_budget_is_above_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = ["plan", "--planner", "static", "--model", "tiny", "--cluster", "cpu", "--gpus", "2"]
+    fits = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2)).memory.derived_token_budget
+    assert main([*tiny, "--token-budget", str(fits)]) == 0
+    assert capsys.readouterr().err == ""
+    assert main([*tiny, "--token-budget", str(fits + 1)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"nspsim: warning: --token-budget {fits + 1:,} is above the memory model's B_tok={fits:,}")
+    assert err.count("\n") == 1

@@ -1,26 +1,31 @@
-"""The ``nspsim`` command line: a thin layer that parses flags into configs and prints results.
+"""Shared command-line pieces: flag types, the workload flags, output-path checks, the one-line
+error parser and ``--json`` printing.
 
-Each subcommand lives in ``nspsim/commands/<name>.py`` and exposes ``register(subparsers)``; this
-module holds the shared flag helpers and the error policy. Every result command takes ``--json``.
-User errors (bad flags, unknown presets, malformed files, impossible budgets) end with one line
-``nspsim: error: ...`` on stderr and exit status 2; a traceback means a bug in nspsim.
+A leaf module: it imports specs and the workload config, never a command, so every subcommand
+(``nspsim/cli/commands/``) and the runtime's entry points (``runtime.train``, ``runtime.report``)
+build their flags from it without an import circle; :mod:`nspsim.cli.main` registers the commands.
+User errors end with one line ``nspsim: error: ...`` and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import errno
 import os
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nspsim.jsonfile import dumps_json
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
+from nspsim.specs.hf import HF_CONFIGS
 from nspsim.specs.model import MODEL_PRESETS
-from nspsim.units import parse_tokens
-from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, WorkloadConfig
+from nspsim.trace.base import MAX_SEED
+from nspsim.units import format_tokens, parse_tokens
+from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, Workload, WorkloadConfig
 
 EXIT_USAGE = 2
 
@@ -30,8 +35,29 @@ class CliError(ValueError):
     ``ValueError`` as a one-line error, such as the runtime's entry points, need nothing more)."""
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with every option's default, except where there is nothing to say (``None``, a
+    switch that takes no value, an empty list) or the help text already states it ("default"); token counts are
+    shown as they are typed (``2M``, ``192K``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text, default = action.help or "", action.default
+        switch = action.nargs == 0  # --json, --no-simulate: a default of the stored value says nothing
+        quiet = switch or default is None or default is argparse.SUPPRESS or default == []
+        if quiet or "default" in text:
+            return text
+        if action.type is tokens_arg and isinstance(default, int):
+            return f"{text} (default: {format_tokens(default)})"
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line instead of usage + message."""
+    """argparse that reports errors as one line instead of usage + message, and shows defaults in
+    ``--help`` (:class:`HelpFormatter`, on every subparser built with ``parser_class=Parser``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise CliError(message)
@@ -55,14 +81,28 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "must be >= 0")
 
 
+def seed_arg(text: str) -> int:
+    """argparse type for a seed: an integer in [0, 2**63 - 1] (:data:`nspsim.trace.base.MAX_SEED`; every
+    seed flag of nspsim and ``runtime.train`` uses it, so torch never sees one it cannot take)."""
+    value = _int_at_least(text, 0, "must be >= 0")
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most 2**63 - 1 = {MAX_SEED:,}, got {_shown_arg(text)}")
+    return value
+
+
 def _int_at_least(text: str, minimum: int, rule: str) -> int:
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    except ValueError:  # not a number, or too many digits for int() (over 4300)
+        raise argparse.ArgumentTypeError(f"{_shown_arg(text)} is not an integer") from None
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"{rule}, got {value}")
+        raise argparse.ArgumentTypeError(f"{rule}, got {_shown_arg(text)}")
     return value
+
+
+def _shown_arg(text: str) -> str:
+    """A flag's value quoted for a message, cut to a readable length (a 400-digit value stays short)."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
 
 
 def output_file(
@@ -70,15 +110,37 @@ def output_file(
 ) -> Path:
     """Check an output path before any work is done, so a long run cannot fail at its very end.
 
-    Refuses an empty path, a directory, a missing (or, with ``make_parent``, uncreatable) or
-    unwritable parent directory, and a path that is one of the command's ``inputs`` (the output, or
-    a file written beside it with one of the ``siblings`` suffixes, would overwrite it).
+    Refuses an empty path, ``-`` (standard output carries the command's summary), a directory or a
+    path ending in ``/``, an existing target that is neither a regular file nor a character device
+    (a FIFO would block), a missing (or, with ``make_parent``, uncreatable) or unwritable parent
+    directory, a target or sibling that cannot be opened for writing (probed, so a read-only or
+    pseudo filesystem such as /proc fails here, not after the work), and a path that is one of the
+    command's ``inputs`` (the output, or a file written beside it with one of the ``siblings``
+    suffixes, would overwrite it). A character device such as /dev/null is accepted as a target;
+    :func:`write_output` writes no siblings beside it.
     """
     if not text.strip():
         raise ValueError(f"{flag}: the output path is empty")
-    path = Path(text)
+    if text == "-":
+        raise ValueError(
+            f"{flag} -: writing to standard output is not supported (it carries the summary); give a file name"
+        )
+    try:
+        return _check_output(Path(text), text, flag=flag, inputs=inputs, siblings=siblings, make_parent=make_parent)
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        raise ValueError(f"{flag} {text}: {exc.strerror}") from None
+
+
+def _check_output(
+    path: Path, text: str, *, flag: str, inputs: Iterable[str | None], siblings: Iterable[str], make_parent: bool
+) -> Path:
+    """The checks of :func:`output_file` that ask the file system."""
     if path.is_dir():
         raise ValueError(f"{flag} {text} is a directory; give a file name")
+    if text.endswith(("/", os.sep)):
+        raise ValueError(f"{flag} {text} names a directory (it ends with '/'); give a file name")
+    if path.exists() and not (path.is_file() or path.is_char_device()):
+        raise ValueError(f"{flag} {text} is not a regular file (a FIFO, socket or block device); give a file name")
     parent = path.parent
     if make_parent and not parent.exists():
         try:
@@ -91,12 +153,74 @@ def output_file(
         raise ValueError(f"{flag} {text}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {text}: the directory {parent} is not writable")
-    outputs = [path, *(path.with_suffix(suffix) for suffix in siblings)]
+    outputs = [path, *(path.with_suffix(suffix) for suffix in siblings if _regular_target(path))]
     for source in (Path(i) for i in inputs if i):
         for out in outputs:
             if out.exists() and source.exists() and out.samefile(source):
                 raise ValueError(f"{flag} {text} would overwrite the input file {source}; write elsewhere")
+    for out in outputs:
+        _probe_writable(out, flag, text)
     return path
+
+
+def _regular_target(path: Path) -> bool:
+    """Whether ``path`` is (or will be created as) a regular file, beside which siblings may be written."""
+    return not path.exists() or path.is_file()
+
+
+def _probe_writable(path: Path, flag: str, text: str) -> None:
+    """Check that ``path`` can be written without changing anything: an existing file is opened for
+    appending; for a new one a uniquely named file is created and removed in its directory (safe when
+    several ranks check the same path at once) and the name's length is checked. A read-only or
+    pseudo filesystem (/proc, /sys) is thus refused before the work."""
+    if path.exists() and not (path.is_file() or path.is_char_device()):  # a FIFO sibling would block the open
+        raise ValueError(f"{flag} {text}: {path} is not a regular file (a FIFO, socket or block device); remove it")
+    try:
+        if path.exists():
+            path.open("a").close()
+            return
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".nspsim-probe-")
+        os.close(fd)
+        os.unlink(probe)
+        if len(os.fsencode(path.name)) > os.pathconf(path.parent, "PC_NAME_MAX"):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+    except OSError as exc:
+        raise ValueError(f"{flag} {text}: cannot write {path} ({exc.strerror})") from None
+
+
+def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str] | None = None) -> None:
+    """Write ``text`` to ``path`` (checked by :func:`output_file`) and each of ``siblings`` (suffix ->
+    text) beside it as ``path.with_suffix(suffix)``; none beside a character device such as /dev/null.
+    A failure this late (a full disk) is one line that names ``flag``."""
+    targets = [(path, text)]
+    if _regular_target(path):
+        targets += [(path.with_suffix(suffix), body) for suffix, body in (siblings or {}).items()]
+    for target, body in targets:
+        try:
+            target.write_text(body)
+        except OSError as exc:
+            raise ValueError(f"{flag} {path}: cannot write {target} ({exc.strerror})") from None
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: every character that is not printable (ESC and the other
+    control characters, newlines, bidi overrides) becomes its Python escape (``\\x1b``, ``\\u202e``),
+    so a string read from a file can neither colour the terminal nor forge an output line. Every
+    printer of a string that comes from a file (a plan's planner, model, cluster or trace name) uses
+    it; ``--json`` output needs nothing (``json.dumps`` escapes control characters)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def warn(message: str) -> None:
+    """One line ``nspsim: warning: ...`` on stderr (the command goes on)."""
+    print(f"nspsim: warning: {' '.join(message.split())}", file=sys.stderr)
 
 
 def add_workload_args(
@@ -117,7 +241,11 @@ def add_workload_args(
     and ``seed_help`` says what else the seed seeds."""
     if trace:
         parser.add_argument("--trace", default="wikipedia", help="built-in trace name or length file")
-    parser.add_argument("--model", default=model, help=f"model preset ({', '.join(MODEL_PRESETS)})")
+    parser.add_argument(
+        "--model",
+        default=model,
+        help=f"model preset ({', '.join([*MODEL_PRESETS, *HF_CONFIGS])}) or a transformers config.json path",
+    )
     parser.add_argument(
         "--cluster", default=cluster, help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})"
     )
@@ -127,12 +255,22 @@ def add_workload_args(
         "--tokens-per-batch", type=tokens_arg, default=tokens_per_batch, help="global token budget per batch, e.g. 2M"
     )
     parser.add_argument(
-        "--max-context", type=tokens_arg, default=max_context, help="drop samples longer than this, e.g. 192k"
+        "--max-context",
+        type=tokens_arg,
+        default=max_context,
+        help="drop samples longer than this, e.g. 192k (dropped samples are reported, with a warning when "
+        "they hold over 10%% of the drawn tokens)",
     )
-    parser.add_argument("--seed", type=non_negative_int, default=0, help=seed_help)
+    parser.add_argument("--seed", type=seed_arg, default=0, help=seed_help)
     parser.add_argument("--backend", choices=BACKENDS, default=SPBackend.ULYSSES, help="SP backend")
     parser.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
-    parser.add_argument("--token-budget", type=tokens_arg, default=None, help="override the per-GPU token budget")
+    parser.add_argument(
+        "--token-budget",
+        type=tokens_arg,
+        default=None,
+        help="override the per-GPU token budget B_tok (default: the memory model's, see nspsim info; "
+        "a warning when the override is above it)",
+    )
     parser.add_argument("--spmax", type=positive_int, default=None, help="largest SP degree (default: admissible max)")
 
 
@@ -153,9 +291,21 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
     )
 
 
+def warn_token_budget(workload: Workload) -> None:
+    """Warn when ``--token-budget`` exceeds the B_tok the memory model derives: plans may then put
+    more tokens on a GPU than fit, and the simulator reports those steps out of memory."""
+    override, fits = workload.config.token_budget, workload.memory.derived_token_budget
+    if override is not None and override > fits:
+        warn(
+            f"--token-budget {override:,} is above the memory model's B_tok={fits:,} tokens per GPU for "
+            f"{workload.model.name} on {workload.cluster.label}: plans that use it run out of memory when "
+            f"simulated; lower it to at most {fits:,} or leave it out"
+        )
+
+
 def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
     """Print ``data`` as JSON with ``--json``, else the human-readable ``text``."""
-    print(json.dumps(data, indent=2) if args.json else text)
+    print(dumps_json(data, what="--json output", indent=2) if args.json else text)
 
 
 def silence_closed_stdout() -> int:

@@ -10,9 +10,14 @@ timeline, since a timeline holds tens of thousands of events.
 
 ``static-best`` is the fastest *fixed* degree over the whole run: every admissible degree is planned
 on the same K batches and the one with the least mean simulated step time is kept. A degree that
-cannot hold some sample, or runs out of memory on any batch, is not eligible (a fixed degree must run
-the whole run); if none is, the comparison stops with a one-line error. It runs first, so a failing
-sweep wastes nothing else.
+cannot hold some sample (not planned at all), or runs out of memory on any batch, is not eligible (a
+fixed degree must run the whole run); the note and ``CompareResult.static_best_ineligible`` say which
+degrees were passed over and why. If none is eligible, the comparison stops with a one-line error. It
+runs first, so a failing sweep wastes nothing else.
+
+Before anything runs, every spec's planner checks its options against the workload
+(:meth:`nspsim.planners.base.Planner.check`: e.g. a fixed degree or FlexSP's ``min_group`` above
+spmax), so a bad option fails at once rather than after the static-best sweep.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import replace
 
 from nspsim.compare.specs import CompareConfig, PlannerSpec, parse_planner_spec
 from nspsim.compare.summary import (
+    BatchDrops,
     CompareResult,
     IterationRecord,
     baseline_of,
@@ -35,6 +41,7 @@ from nspsim.planners import get_planner
 from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.simulator.modes import SimMode
 from nspsim.trace.batching import Batch
+from nspsim.units import format_seconds, format_tokens
 from nspsim.workload import Workload, build_workload
 
 Progress = Callable[[int, int, str], None]
@@ -44,11 +51,15 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     """Plan and simulate every planner on the same batches; see the module docstring.
     ``progress(done, total, label)`` is called after every planned-and-simulated batch."""
     workload = build_workload(config.workload)
+    specs = {label: parse_planner_spec(label, config.mode, config.planner_options) for label in config.planners}
+    for spec in specs.values():  # options that cannot apply to this workload fail before anything runs
+        if spec.label != "static-best":
+            get_planner(spec.planner, **spec.options).check(workload)
     batches = [workload.sampler.batch(config.first_batch + i) for i in range(config.iters)]
     runner = _Runner(workload, batches, config, progress)
     runs: dict[str, tuple[list[IterationRecord], str]] = {}
     for label in sorted(config.planners, key=lambda p: p != "static-best"):  # a failing sweep fails first
-        runs[label] = runner.run(parse_planner_spec(label, config.mode, config.planner_options))
+        runs[label] = runner.run(specs[label])
     records = [r for label in config.planners for r in runs[label][0]]
     baseline = baseline_of(config.planners)
     summaries = summarise(config.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
@@ -58,6 +69,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         "baseline": baseline,
         "static_best_degree": runner.best_degree,
         "token_budget": workload.token_budget,
+        "memory_token_budget": workload.memory.derived_token_budget,
         "spmax": workload.tree.spmax,
     }
     return CompareResult(
@@ -66,6 +78,8 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         summaries=summaries,
         records=tuple(records),
         timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines},
+        drops=BatchDrops.of_batches(batches),
+        static_best_ineligible=dict(runner.ineligible),
     )
 
 
@@ -85,6 +99,7 @@ class _Runner:
         self.done = 0
         self.timelines: dict[str, StepResult] = {}
         self.best_degree: int | None = None
+        self.ineligible: dict[int, str] = {}  # static-best: degree -> why it was passed over
         self.simulators: dict[tuple[str, bool], Simulator] = {}
         self.results: dict[tuple[str, str], tuple[StepResult, bool]] = {}
 
@@ -145,32 +160,52 @@ class _Runner:
 
     def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None, str]:
         """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
-        degree cannot be the fixed degree of the run); ``ValueError`` when no degree does."""
+        degree cannot be the fixed degree of the run); ``ValueError`` when no degree does. Every degree
+        passed over is in ``self.ineligible`` with the reason, and in the note."""
         runs: dict[int, tuple[list[IterationRecord], StepResult | None]] = {}
-        skipped = []
         for degree in self.workload.tree.degrees:
             ticks = self.done
-            try:
-                runs[degree] = self._run_fixed(replace(spec, options={"degree": degree}))
-            except ValueError as exc:
-                skipped.append(f"SP{degree}: {exc}")
+            reason = self._cannot_hold(degree)
+            if reason is None:
+                try:
+                    runs[degree] = self._run_fixed(replace(spec, options={"degree": degree}))
+                except ValueError as exc:
+                    reason = " ".join(str(exc).split())
+            if reason is not None:
+                self.ineligible[degree] = reason
                 while self.done < ticks + len(self.batches):
                     self._tick(spec.label)
-        oom = {d for d, (recs, _) in runs.items() if any(r.oom for r in recs)}
-        means = {d: m for d, (recs, _) in runs.items() if d not in oom and (m := mean_step_time(recs)) is not None}
-        skipped += [
-            f"SP{d}: {sum(r.oom for r in recs)} of {len(recs)} batches out of memory"
+        for d, (recs, _) in runs.items():
+            failed = [r.batch_index for r in recs if r.oom]
+            if failed:
+                listed = ", ".join(map(str, failed[:5])) + (", ..." if len(failed) > 5 else "")
+                self.ineligible[d] = f"out of memory on {len(failed)} of {len(recs)} batches (batch {listed})"
+        means = {
+            d: m
             for d, (recs, _) in runs.items()
-            if d in oom
-        ]
+            if d not in self.ineligible and (m := mean_step_time(recs)) is not None
+        }
+        passed_over = "; ".join(f"SP{d} {why}" for d, why in sorted(self.ineligible.items()))
         if not means:
-            raise ValueError("static-best: no fixed SP degree runs every batch; " + "; ".join(skipped))
+            raise ValueError(f"static-best: no fixed SP degree runs every batch: {passed_over}")
         best = self.best_degree = min(means, key=lambda d: means[d])
-        tried = ", ".join(f"SP{d} {m:.4f}s" for d, m in sorted(means.items()))
-        dropped = "".join(f"; SP{d} out of memory" for d in sorted(oom))
+        tried = ", ".join(f"SP{d} {format_seconds(m)}" for d, m in sorted(means.items()))
         records, kept = runs[best]
-        note = f"fastest fixed degree SP{best} ({tried}{dropped})"
+        note = f"fastest fixed degree SP{best} ({tried})" + (f"; not eligible: {passed_over}" if passed_over else "")
         return [replace(r, planner=spec.label) for r in records], kept, note
+
+    def _cannot_hold(self, degree: int) -> str | None:
+        """Why a fixed ``degree`` cannot run some batch of the run at all (a sample longer than
+        ``degree * B_tok``), naming the first such batch and sample length; ``None`` if it can."""
+        budget = self.workload.token_budget
+        for batch in self.batches:
+            longest = max(batch.lengths)
+            if longest > degree * budget:
+                return (
+                    f"cannot hold a sample of length {longest:,} ({format_tokens(longest)}) in batch {batch.index}: "
+                    f"at most {degree * budget:,} tokens fit {degree} GPU(s) of B_tok={budget:,}"
+                )
+        return None
 
     def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
         planning = float(plan.metadata.get("planning_time_s", 0.0))
@@ -203,5 +238,7 @@ class _Runner:
             recompute_policy=result.recompute_policy,
             routing=routing_counts(plan),
             load_over_lower_bound=None if ratio is None else float(ratio),
+            dropped_samples=batch.dropped_samples,
+            dropped_tokens=batch.dropped_tokens,
         )
         return record, result

@@ -8,12 +8,16 @@ batches; ``normalized_iterations`` says how many), ``speedup_vs_static`` its inv
 than a mean of per-batch ratios: the batches are the same, so this is the ratio of mean step times,
 and a long batch weighs what it costs. ``mean_step_time_s`` averages the iterations that fit;
 out-of-memory iterations are counted (``oom_count``), never averaged.
+
+:class:`BatchDrops` says what ``max_context`` dropped from the compared batches (the same batches for
+every planner); a share of the drawn tokens above :data:`DROPPED_WARN_SHARE` deserves a warning, since
+the comparison then describes a different length distribution than the trace's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +25,11 @@ import numpy as np
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import StepResult
+from nspsim.trace.batching import Batch
+from nspsim.units import format_tokens
+
+DROPPED_WARN_SHARE = 0.10
+"""Share of the drawn tokens that ``max_context`` may drop before the CLI warns (README, "Concepts")."""
 
 LENGTH_BUCKETS = (("0-8K", 8 * 1024), ("8-32K", 32 * 1024), ("32-128K", 128 * 1024), ("128K+", None))
 
@@ -44,6 +53,108 @@ class IterationRecord:
     recompute_policy: str
     routing: dict[str, dict[int, int]]
     load_over_lower_bound: float | None = None  # the routed plan's proxy Load / the batch's lower bound
+    dropped_samples: int = 0  # samples of the batch dropped for exceeding max_context
+    dropped_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchDrops:
+    """What ``max_context`` dropped from ``batches`` batches: samples and tokens kept and dropped.
+
+    Built from the batches themselves (:meth:`of_batches`) or from a plan's metadata
+    (:meth:`of_plan`, which planners fill from the batch)."""
+
+    batches: int
+    max_context: int
+    kept_samples: int
+    kept_tokens: int
+    dropped_samples: int
+    dropped_tokens: int
+
+    def __post_init__(self) -> None:
+        for key in ("batches", "max_context", "kept_samples", "kept_tokens"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"batch drops: {key} must be a positive integer, got {value!r}")
+        for key in ("dropped_samples", "dropped_tokens"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"batch drops: {key} must be an integer >= 0, got {value!r}")
+
+    @staticmethod
+    def of_batches(batches: Sequence[Batch]) -> BatchDrops:
+        """The drops of ``batches`` (at least one; they share one ``max_context``)."""
+        if not batches:
+            raise ValueError("batch drops of no batches")
+        return BatchDrops(
+            batches=len(batches),
+            max_context=batches[0].max_context,
+            kept_samples=sum(b.num_samples for b in batches),
+            kept_tokens=sum(b.total_tokens for b in batches),
+            dropped_samples=sum(b.dropped_samples for b in batches),
+            dropped_tokens=sum(b.dropped_tokens for b in batches),
+        )
+
+    @staticmethod
+    def combine(parts: Sequence[BatchDrops]) -> BatchDrops:
+        """The drops of several runs together (at least one; the largest ``max_context`` is named)."""
+        if not parts:
+            raise ValueError("batch drops of no batches")
+        return BatchDrops(
+            batches=sum(p.batches for p in parts),
+            max_context=max(p.max_context for p in parts),
+            kept_samples=sum(p.kept_samples for p in parts),
+            kept_tokens=sum(p.kept_tokens for p in parts),
+            dropped_samples=sum(p.dropped_samples for p in parts),
+            dropped_tokens=sum(p.dropped_tokens for p in parts),
+        )
+
+    @staticmethod
+    def of_plan(plan: Plan) -> BatchDrops | None:
+        """The drops recorded in ``plan``'s metadata (``None`` for a plan written before they were)."""
+        samples, tokens = plan.metadata.get("dropped_samples"), plan.metadata.get("dropped_tokens")
+        if not isinstance(samples, int) or not isinstance(tokens, int):
+            return None
+        return BatchDrops(
+            batches=1,
+            max_context=plan.batch.max_context,
+            kept_samples=plan.num_samples,
+            kept_tokens=int(sum(plan.lengths)),
+            dropped_samples=samples,
+            dropped_tokens=tokens,
+        )
+
+    @property
+    def dropped_token_share(self) -> float:
+        """Dropped tokens over all drawn tokens (kept plus dropped)."""
+        return self.dropped_tokens / (self.kept_tokens + self.dropped_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the share."""
+        return {**asdict(self), "dropped_token_share": self.dropped_token_share}
+
+    def fields(self) -> dict[str, Any]:
+        """``dropped_samples``, ``dropped_tokens`` and ``dropped_token_share``: what JSON outputs add."""
+        return {k: v for k, v in self.to_dict().items() if k.startswith("dropped_")}
+
+    def describe(self) -> str:
+        """One phrase: how many samples and tokens were dropped, over which limit."""
+        limit = format_tokens(self.max_context)
+        if not self.dropped_samples:
+            return f"no sample longer than max_context {limit}"
+        return (
+            f"{self.dropped_samples} sample(s) longer than max_context {limit} "
+            f"({format_tokens(self.dropped_tokens)} tokens, {self.dropped_token_share:.1%} of the drawn tokens)"
+        )
+
+    def warning(self, threshold: float = DROPPED_WARN_SHARE) -> str | None:
+        """A warning when the dropped share of the drawn tokens exceeds ``threshold``, else ``None``."""
+        if self.dropped_token_share <= threshold:
+            return None
+        return (
+            f"--max-context dropped {self.describe()}, over the {threshold:.0%} warning threshold: the batches "
+            "no longer follow the trace's length distribution; raise --max-context or use a trace of shorter samples"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,15 +191,48 @@ class CompareResult:
     summaries: tuple[PlannerSummary, ...]
     records: tuple[IterationRecord, ...]
     timelines: dict[str, StepResult]
+    drops: BatchDrops | None = None
+    static_best_ineligible: dict[int, str] = field(default_factory=dict)  # degree -> why it could not be chosen
+
+    @property
+    def all_out_of_memory(self) -> bool:
+        """Whether every planner ran out of memory on every batch (there is no step time to compare)."""
+        return all(s.oom_count == s.iterations for s in self.summaries)
+
+    @property
+    def no_result(self) -> str | None:
+        """Why there is nothing to compare, with what to change (every planner ran out of memory on
+        every batch); ``None`` when some step ran."""
+        if not self.all_out_of_memory:
+            return None
+        override = self.config.get("workload", {}).get("token_budget")
+        fits = self.config.get("memory_token_budget")
+        if override is not None and fits is not None and override > fits:
+            fix = f"lower --token-budget {override:,} to at most the memory model's B_tok={fits:,}, or leave it out"
+        else:
+            fix = "lower --tokens-per-batch, or use more GPUs or a cluster preset with more memory per GPU"
+        return f"every planner ran out of memory on every batch, so there is no step time to compare; {fix}"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``config`` and ``results`` (one object per planner), plus every iteration."""
+        """JSON-ready: ``config`` and ``results`` (one object per planner), every iteration, what
+        ``max_context`` dropped from the batches, why static-best passed over degrees, and whether
+        every planner ran out of memory everywhere."""
         return {
             "config": self.config,
             "baseline": self.baseline,
             "results": [asdict(s) for s in self.summaries],
             "iterations": [asdict(r) for r in self.records],
+            "batches": None if self.drops is None else self.drops.to_dict(),
+            "static_best_ineligible": {str(d): why for d, why in sorted(self.static_best_ineligible.items())},
+            "all_out_of_memory": self.all_out_of_memory,
+            "no_result": self.no_result,
         }
+
+
+def plan_drop_fields(plan: Plan) -> dict[str, Any]:
+    """:meth:`BatchDrops.fields` of a plan's batch (empty for a plan written before planners recorded them)."""
+    drops = BatchDrops.of_plan(plan)
+    return {} if drops is None else drops.fields()
 
 
 def routing_counts(plan: Plan) -> dict[str, dict[int, int]]:

@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -26,8 +26,19 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from nspsim.cost.load import tokens_per_gpu
-from nspsim.jsonfile import parse_json, read_json
-from nspsim.plan.refs import BatchRef, ClusterRef, ModelRef
+from nspsim.jsonfile import dumps_json, parse_json, read_text
+from nspsim.plan import fields
+from nspsim.plan.order import default_issue_order, roots_first
+from nspsim.plan.refs import (
+    BatchRef,
+    ClusterRef,
+    ModelRef,
+    ProfileRef,
+    model_fingerprint,
+    ref_identity,
+    ref_record,
+    spec_differences,
+)
 from nspsim.sp_tree import Node, SPTree
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import ClusterSpec
@@ -53,6 +64,7 @@ class Plan:
     gpus_per_node: int
     token_budget: int
     backend: SPBackend = SPBackend.ULYSSES
+    profile: ProfileRef | None = None  # the cost profile it was made with; None: analytic costs
     lengths: tuple[int, ...]
     nodes: tuple[Node, ...]
     micro_batches: tuple[int, ...]
@@ -163,7 +175,7 @@ class Plan:
         """Distinct nodes used in ``micro_batch``, sorted (roots first, then by rank)."""
         _, degrees, firsts, _ = self.arrays
         mask = self.sample_mask(micro_batch)
-        return _roots_first(degrees[mask], firsts[mask], self.cluster.num_gpus)
+        return roots_first(degrees[mask], firsts[mask], self.cluster.num_gpus)
 
     def tokens_per_gpu(self, micro_batch: int = 0) -> np.ndarray:
         """Tok_p of every GPU in ``micro_batch``."""
@@ -197,19 +209,28 @@ class Plan:
         return digest.hexdigest()[:16]
 
     def check_compatible(self, cluster: ClusterSpec, model: ModelSpec | None = None) -> None:
-        """Raise ``ValueError`` if this plan was made for another cluster (or model)."""
+        """Raise ``ValueError`` if this plan was made for another cluster (or model), saying what differs."""
         here = ClusterRef.of(cluster)
+        if here.label != self.cluster.label:
+            raise ValueError(f"plan was made for cluster {self.cluster.label}, not {here.label}")
         if here != self.cluster:
             raise ValueError(
-                f"plan was made for cluster {self.cluster.label} (fingerprint {self.cluster.fingerprint}), "
-                f"not {here.label} (fingerprint {here.fingerprint})"
+                f"plan was made for another spec of cluster {here.label} (fingerprint {self.cluster.fingerprint}, "
+                f"now {here.fingerprint}): {spec_differences(self.cluster.spec, asdict(cluster))}; re-plan it"
             )
         if self.gpus_per_node != cluster.gpus_per_node:
             raise ValueError(
                 f"plan assumes {self.gpus_per_node} GPUs per node but {here.label} has {cluster.gpus_per_node}"
             )
-        if model is not None and ModelRef.of(model) != self.model:
-            raise ValueError(f"plan was made for model {self.model.name}, not {model.name} (or its spec changed)")
+        if model is None:
+            return
+        if model.name != self.model.name:
+            raise ValueError(f"plan was made for model {self.model.name}, not {model.name}")
+        if model_fingerprint(model) != self.model.fingerprint:
+            raise ValueError(
+                f"plan was made for another spec of model {model.name} (fingerprint {self.model.fingerprint}, "
+                f"now {model_fingerprint(model)}): {spec_differences(self.model.spec, asdict(model))}; re-plan it"
+            )
 
     # ---- JSON ------------------------------------------------------------------------------------
     def _header(self) -> dict[str, Any]:
@@ -218,16 +239,16 @@ class Plan:
             "schema": SCHEMA,
             "schema_version": self.schema_version,
             "planner": self.planner,
-            "cluster": vars(self.cluster).copy(),
-            "model": vars(self.model).copy(),
-            "batch": vars(self.batch).copy(),
+            "cluster": ref_identity(self.cluster),
+            "model": ref_identity(self.model),
+            "batch": ref_identity(self.batch),
             "spmax": self.spmax,
             "gpus_per_node": self.gpus_per_node,
             "token_budget": self.token_budget,
             "backend": self.backend,
             "marked": self.recompute is not None,
             "issue_order": [[n.to_str() for n in order] for order in self.issue_order],
-        }
+        } | ({} if self.profile is None else {"profile": ref_record(self.profile)})  # older plans hash as before
 
     def _columns(self) -> dict[str, np.ndarray]:
         """Per-sample columns as integer arrays (recompute marks as 0/1, empty when unmarked)."""
@@ -244,6 +265,7 @@ class Plan:
     def _body(self) -> dict[str, Any]:
         body = self._header()
         del body["marked"]
+        body.update(cluster=ref_record(self.cluster), model=ref_record(self.model), batch=ref_record(self.batch))
         columns = {k: v.tolist() for k, v in self._columns().items()}
         if self.recompute is None:
             columns["recompute"] = None
@@ -253,12 +275,17 @@ class Plan:
         """Canonical JSON text including the content hash."""
         body = self._body()
         body["content_hash"] = self.content_hash
-        return json.dumps(body, indent=indent, sort_keys=True)
+        return dumps_json(body, what="plan", indent=indent, sort_keys=True)
 
     @staticmethod
     def from_json(text: str, origin: str = "plan") -> Plan:
         """Parse and validate; a corrupt or foreign document raises a one-line ``ValueError``."""
-        return _plan_from_data(parse_json(text, where=origin, what="plan"), origin)
+        return plan_from_data(parse_json(text, where=origin, what="plan"), origin)
+
+    def check_batch(self) -> None:
+        """Raise ``ValueError`` unless the lengths are the batch the batch reference fingerprints (plans
+        built by :func:`make_plan` are; the JSON reader checks every file, see :meth:`BatchRef.check_lengths`)."""
+        self.batch.check_lengths(self.lengths)
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON (callers decide where; library code never writes on its own)."""
@@ -267,10 +294,13 @@ class Plan:
     @staticmethod
     def load(path: str | Path, cluster: ClusterSpec | None = None, model: ModelSpec | None = None) -> Plan:
         """Read a plan file, optionally checking that it matches ``cluster`` and ``model``."""
-        plan = _plan_from_data(read_json(path, "plan"), str(path))
+        plan = plan_from_data(parse_json(read_text(path, "plan"), where=str(path), what="plan"), str(path))
         if cluster is not None:
             plan.check_compatible(cluster, model)
         return plan
+
+
+"""A plan file with this suffix is a plan log: one plan per line (``runtime.train``'s ``<records>.plans.jsonl``)."""
 
 
 def _valid_nodes(degrees: np.ndarray, firsts: np.ndarray, spmax: int, num_gpus: int) -> np.ndarray:
@@ -278,23 +308,6 @@ def _valid_nodes(degrees: np.ndarray, firsts: np.ndarray, spmax: int, num_gpus: 
     pow2 = (degrees > 0) & ((degrees & (degrees - 1)) == 0)
     valid: np.ndarray = pow2 & (degrees <= spmax) & (firsts >= 0) & (firsts + degrees <= num_gpus)
     return valid
-
-
-def _roots_first(degrees: np.ndarray, firsts: np.ndarray, num_gpus: int) -> tuple[Node, ...]:
-    """Distinct nodes, largest degree first, then by rank (one integer key per node, one np.unique)."""
-    keys = np.unique((num_gpus - degrees) * (num_gpus + 1) + firsts)
-    deg = num_gpus - keys // (num_gpus + 1)
-    first = keys % (num_gpus + 1)
-    return tuple(Node(int(d), int(f // d)) for d, f in zip(deg.tolist(), first.tolist()))
-
-
-def default_issue_order(nodes: Sequence[Node], micro_batches: Sequence[int]) -> tuple[tuple[Node, ...], ...]:
-    """Roots first (largest degree), then by rank: long samples start earliest."""
-    degrees = np.fromiter((n.degree for n in nodes), dtype=np.int64, count=len(nodes))
-    firsts = degrees * np.fromiter((n.index for n in nodes), dtype=np.int64, count=len(nodes))
-    mbs = np.asarray(micro_batches, dtype=np.int64)
-    span = int((firsts + degrees).max(initial=1))
-    return tuple(_roots_first(degrees[mbs == mb], firsts[mbs == mb], span) for mb in np.unique(mbs).tolist())
 
 
 def make_plan(
@@ -311,6 +324,7 @@ def make_plan(
     issue_order: Sequence[Sequence[Node]] | None = None,
     recompute: Sequence[bool] | None = None,
     metadata: Mapping[str, float | int | str] | None = None,
+    profile: ProfileRef | None = None,
 ) -> Plan:
     """Build and validate a plan from specs and a batch (the usual way planners create plans)."""
     mbs = tuple(micro_batches) if micro_batches is not None else (0,) * len(nodes)
@@ -324,6 +338,7 @@ def make_plan(
         gpus_per_node=cluster.gpus_per_node,
         token_budget=token_budget,
         backend=backend,
+        profile=profile,
         lengths=tuple(batch.lengths),
         nodes=tuple(nodes),
         micro_batches=mbs,
@@ -333,7 +348,7 @@ def make_plan(
     )
 
 
-def _plan_from_data(data: Any, origin: str) -> Plan:
+def plan_from_data(data: Any, origin: str) -> Plan:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f'{origin} is not an nspsim plan (missing "schema": "{SCHEMA}")')
     if data.get("schema_version") != SCHEMA_VERSION:
@@ -342,9 +357,10 @@ def _plan_from_data(data: Any, origin: str) -> Plan:
         )
     try:
         plan = _build_from_dict(data)
+        plan.check_batch()
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{origin} is corrupt: missing or malformed field {exc}") from None
-    except OverflowError as exc:  # int() of an infinite or out-of-range number (1e400, 2**70)
+    except OverflowError as exc:  # a number out of the int64 range (2**70)
         raise ValueError(f"{origin} is invalid: a number is out of range ({exc})") from None
     except ValueError as exc:
         raise ValueError(f"{origin} is invalid: {exc}") from None
@@ -354,22 +370,33 @@ def _plan_from_data(data: Any, origin: str) -> Plan:
 
 
 def _build_from_dict(data: dict[str, Any]) -> Plan:
-    s = data["samples"]
-    nodes = tuple(Node(int(d), int(i)) for d, i in zip(s["degree"], s["index"], strict=True))
-    recompute = s["recompute"]
+    """The plan a decoded file describes. Every value must have its exact JSON type: an integer field
+    holds a JSON integer (not ``223.7``, ``223.0``, ``"223"`` or ``true``), a mark is ``true``/``false``
+    or ``0``/``1``, a node name is canonical (``sp8#3``), so nothing is coerced into a plan whose
+    content hash then matches a file that says something else."""
+    s = fields.dict_field(data["samples"], "samples")
+    degrees = fields.ints(s["degree"], "samples.degree")
+    indices = fields.ints(s["index"], "samples.index")
+    if len(degrees) != len(indices):
+        raise ValueError(f"samples.degree has {len(degrees)} entries but samples.index {len(indices)}")
+    profile = data.get("profile")
     return Plan(
-        planner=str(data["planner"]),
-        cluster=ClusterRef(**data["cluster"]),
-        model=ModelRef(**data["model"]),
-        batch=BatchRef(**data["batch"]),
-        spmax=int(data["spmax"]),
-        gpus_per_node=int(data["gpus_per_node"]),
-        token_budget=int(data["token_budget"]),
-        backend=cast(SPBackend, str(data["backend"])),  # checked by Plan
-        lengths=tuple(int(x) for x in s["length"]),
-        nodes=nodes,
-        micro_batches=tuple(int(x) for x in s["micro_batch"]),
-        issue_order=tuple(tuple(Node.parse(t) for t in order) for order in data["issue_order"]),
-        recompute=None if recompute is None else tuple(bool(r) for r in recompute),
-        metadata=dict(data.get("metadata", {})),
+        planner=fields.str_field(data["planner"], "planner"),
+        cluster=ClusterRef(**fields.dict_field(data["cluster"], "cluster")),
+        model=ModelRef(**fields.dict_field(data["model"], "model")),
+        batch=BatchRef(**fields.dict_field(data["batch"], "batch")),
+        spmax=fields.int_field(data["spmax"], "spmax"),
+        gpus_per_node=fields.int_field(data["gpus_per_node"], "gpus_per_node"),
+        token_budget=fields.int_field(data["token_budget"], "token_budget"),
+        backend=cast(SPBackend, fields.str_field(data["backend"], "backend")),  # checked by Plan
+        profile=None if profile is None else ProfileRef(**fields.dict_field(profile, "profile")),
+        lengths=fields.ints(s["length"], "samples.length"),
+        nodes=tuple(Node(d, i) for d, i in zip(degrees, indices)),
+        micro_batches=fields.ints(s["micro_batch"], "samples.micro_batch"),
+        issue_order=tuple(
+            fields.nodes(order, f"issue_order[{k}]")
+            for k, order in enumerate(fields.list_field(data["issue_order"], "issue_order"))
+        ),
+        recompute=fields.marks(s["recompute"]),
+        metadata=fields.metadata(data.get("metadata", {})),
     )

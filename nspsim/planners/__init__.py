@@ -9,7 +9,8 @@ One registry chooses planners by name::
 option for an unknown or invalid option. Every plan's metadata holds ``planning_time_s`` (wall) and
 ``planning_cpu_s``, ``load_s``
 (proxy Load, micro-batch Loads summed), ``lower_bound_s``, ``load_over_lower_bound``,
-``step_estimate_s`` and ``micro_batches``, plus planner-specific entries.
+``step_estimate_s``, ``micro_batches``, ``dropped_samples`` and ``dropped_tokens`` (what the batch's
+``max_context`` dropped), plus planner-specific entries.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ an optimised issue order). Plans routed for nesting (NSP, NSP-2L, greedy) are de
 recomputation when memory forces it, and the planner's own issue order). A declaration, not a name
 list, so a new planner states what it needs where it is defined; it is a ``ClassVar``, so it is not
 a planner option and never enters a plan.
+
+Options: each planner validates its options when it is built (type, range and a documented maximum
+where a larger value only costs time, e.g. NSP's ``beam_width``) and, in ``check(workload)``, those
+that depend on the workload (a degree or group size against spmax): nothing is clamped silently.
 """
 
 from __future__ import annotations
@@ -79,6 +83,11 @@ class Planner(Protocol):
     @property
     def preparation(self) -> Preparation:
         """How the executor prepares this planner's plans (module doc)."""
+        ...
+
+    def check(self, workload: Workload) -> None:
+        """``ValueError`` if an option cannot apply to ``workload`` (e.g. a degree above its spmax);
+        ``plan`` checks too, and ``compare`` calls it for every spec before anything runs."""
         ...
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
@@ -148,12 +157,21 @@ class Context:
         return self.workload.tree.degrees
 
 
+def check_count_option(key: str, value: object, maximum: int, why: str) -> None:
+    """``ValueError`` unless option ``key`` is an integer in [1, ``maximum``]; ``why`` says what a
+    larger value would cost (the message tells the user)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"option {key} must be a positive integer, got {value!r}")
+    if value > maximum:
+        raise ValueError(f"option {key} must be at most {maximum:,} ({why}), got {value:,}")
+
+
 def make_context(batch: Batch, workload: Workload, token_budget: int | None = None) -> Context:
     """Cost table of ``batch`` (full proxy) routed under ``token_budget`` (default B_tok; a tighter
     budget must still hold the longest sample at spmax); ``ValueError`` if a sample fits no group."""
     budget = workload.token_budget if token_budget is None else min(int(token_budget), workload.token_budget)
     table = CostTable(workload.cost, workload.tree, batch.lengths, budget)
-    check_feasible(table, batch, workload.tree.spmax)
+    check_feasible(table, batch, workload)
     return Context(batch=batch, workload=workload, table=table)
 
 
@@ -209,7 +227,9 @@ def _nodes_and_orders(degrees: IntArray, firsts: IntArray, mbs: IntArray) -> tup
 
 
 def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, extra: Metadata | None = None) -> Plan:
-    """Validated Plan (batch order) with metadata: timing, proxy Load, lower bound, step estimate."""
+    """Validated Plan (batch order) with metadata: timing, proxy Load, lower bound, step estimate, and
+    what ``max_context`` dropped from the batch (``dropped_samples``, ``dropped_tokens``; metadata is
+    outside the content hash, so plans hash as before)."""
     elapsed, cpu = started.elapsed()
     table = ctx.table
     load = proxy_load(ctx, placement)
@@ -222,6 +242,8 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
         "load_over_lower_bound": load / bound if bound > 0 else float("inf"),
         "step_estimate_s": step_estimate(ctx, placement),
         "micro_batches": placement.num_micro_batches,
+        "dropped_samples": ctx.batch.dropped_samples,
+        "dropped_tokens": ctx.batch.dropped_tokens,
     }
     if ctx.budget != ctx.workload.token_budget:
         metadata["effective_token_budget"] = ctx.budget
@@ -243,4 +265,5 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
         backend=ctx.workload.config.backend,
         issue_order=orders,
         metadata=metadata,
+        profile=ctx.workload.profile_ref,
     )

@@ -42,6 +42,7 @@ from nspsim.planners.base import (
     Placement,
     Preparation,
     Stopwatch,
+    check_count_option,
     estimate_of,
     finish,
     make_context,
@@ -49,7 +50,7 @@ from nspsim.planners.base import (
     static_floor,
     step_estimate,
 )
-from nspsim.planners.microbatch import blaster_split, min_micro_batches
+from nspsim.planners.microbatch import MAX_MICRO_BATCHES, blaster_split, min_micro_batches
 from nspsim.planners.static_planner import best, pack_degree, sweep
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
@@ -120,12 +121,15 @@ class BASPPlanner:
     preparation: ClassVar[Preparation] = AS_PLANNED
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.max_micro_batches, bool)
-            or not isinstance(self.max_micro_batches, int)
-            or self.max_micro_batches < 1
-        ):
-            raise ValueError(f"option max_micro_batches must be a positive integer, got {self.max_micro_batches!r}")
+        check_count_option(
+            "max_micro_batches",
+            self.max_micro_batches,
+            MAX_MICRO_BATCHES,
+            "every count up to it is planned; the time grows with its square",
+        )
+
+    def check(self, workload: Workload) -> None:
+        """No option depends on the workload."""
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Try each micro-batch count and Static SP's plan, keep the smallest step estimate."""

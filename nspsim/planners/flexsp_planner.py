@@ -4,8 +4,16 @@ For each micro-batch count m from the memory minimum up to +4 (at most ``max_mic
 default, the NSP paper's sweep), the sorted batch is cut into m contiguous chunks of even token count
 (:func:`~nspsim.planners.microbatch.blaster_split`). Each chunk is bucketed
 (:mod:`~nspsim.planners.bucketing`) and routed by the MILP of :mod:`~nspsim.planners.flexsp_milp`
-onto disjoint power-of-two groups of at least ``min_group`` GPUs (2, as in the artifact). The count
-with the smallest step estimate (per-micro-batch FSDP included, :mod:`nspsim.planners.base`) wins.
+onto disjoint power-of-two groups of at least ``min_group`` GPUs (``"auto"``: 2, as in the artifact,
+or 1 when spmax is 1; an explicit value above spmax is refused by :meth:`FlexSPPlanner.check`, never
+clamped). The count with the smallest step estimate (per-micro-batch FSDP included,
+:mod:`nspsim.planners.base`) wins.
+
+Option bounds (a larger value only costs time, never a better plan within reach): ``time_limit`` at
+most :data:`MAX_TIME_LIMIT_S` seconds per solve, ``work_limit`` at most :data:`MAX_WORK_LIMIT` (100,000
+times the default), ``max_micro_batches`` at most :data:`~nspsim.planners.microbatch.MAX_MICRO_BATCHES`
+and ``buckets`` at most :data:`~nspsim.planners.bucketing.MAX_BUCKETS` (the most bucketing ever grows
+to).
 
 Incumbent: HiGHS rarely closes this MILP's gap (the LP relaxation is weak and slots of one size are
 interchangeable), and within a short limit it may find nothing on its own. Each MILP therefore gets
@@ -41,19 +49,25 @@ from nspsim.planners.base import (
     Placement,
     Preparation,
     Stopwatch,
+    check_count_option,
     finish,
     make_context,
     step_estimate,
 )
-from nspsim.planners.bucketing import Buckets, bucketize
+from nspsim.planners.bucketing import MAX_BUCKETS, Buckets, bucketize
 from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
-from nspsim.planners.microbatch import blaster_split, min_micro_batches
+from nspsim.planners.microbatch import MAX_MICRO_BATCHES, blaster_split, min_micro_batches
 from nspsim.planners.packing import pack_balanced
 from nspsim.planners.proxy import CostTable
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
 DEFAULT_TIME_LIMIT_S = 10.0
+MAX_TIME_LIMIT_S = 3600.0
+"""Longest ``time_limit`` per MILP solve: an hour; a sweep makes up to a few dozen solves."""
+MAX_WORK_LIMIT = 10**6
+"""Largest ``work_limit``: 100,000 times the default (whose solves take ~1 s at 64 GPUs); the time
+limit stops a solve long before."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,7 @@ class FlexSPPlanner:
     work_limit: int = DEFAULT_WORK_LIMIT
     max_micro_batches: int = 5
     buckets: int = 16
-    min_group: int = 2
+    min_group: int | str = "auto"
     solver: str = "highs"
     mip_gap: float = 1e-4
     name: ClassVar[str] = "flexsp"
@@ -85,19 +99,37 @@ class FlexSPPlanner:
     def __post_init__(self) -> None:
         if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) or self.time_limit <= 0:
             raise ValueError(f"option time_limit must be a positive number of seconds, got {self.time_limit!r}")
-        for opt in ("work_limit", "max_micro_batches", "buckets", "min_group"):
-            value = getattr(self, opt)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"option {opt} must be a positive integer, got {value!r}")
-        if self.min_group & (self.min_group - 1):
-            raise ValueError(f"option min_group must be a power of two, got {self.min_group}")
+        if self.time_limit > MAX_TIME_LIMIT_S:
+            raise ValueError(
+                f"option time_limit must be at most {MAX_TIME_LIMIT_S:.0f} seconds per MILP solve, "
+                f"got {self.time_limit!r}"
+            )
+        check_count_option("work_limit", self.work_limit, MAX_WORK_LIMIT, "100,000 times the default")
+        check_count_option(
+            "max_micro_batches", self.max_micro_batches, MAX_MICRO_BATCHES, "the sweep covers at most 5 counts anyway"
+        )
+        check_count_option("buckets", self.buckets, MAX_BUCKETS, "bucketing never grows past it")
+        if self.min_group != "auto":
+            value = self.min_group
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+                raise ValueError(f"option min_group must be 'auto' or a power of two, got {value!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"option solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         if not isinstance(self.mip_gap, (int, float)) or not 0 <= self.mip_gap < 1:
             raise ValueError(f"option mip_gap must be in [0, 1), got {self.mip_gap!r}")
 
+    def check(self, workload: Workload) -> None:
+        """An explicit ``min_group`` must be <= spmax (a larger group does not exist there)."""
+        spmax = workload.tree.spmax
+        if isinstance(self.min_group, int) and self.min_group > spmax:
+            raise ValueError(
+                f"flexsp option min_group={self.min_group} is above spmax={spmax}, the largest SP group of this "
+                f"workload: use min_group <= {spmax} (or 'auto')"
+            )
+
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Sweep micro-batch counts, solve a MILP per micro-batch, keep the best step estimate."""
+        self.check(workload)
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
@@ -133,9 +165,8 @@ class FlexSPPlanner:
         return Limits(time_limit=float(self.time_limit), work_limit=self.work_limit, mip_gap=float(self.mip_gap))
 
     def sizes(self, ctx: Context) -> tuple[int, ...]:
-        """Allowed group sizes: powers of two from min_group (clamped to spmax) to spmax."""
-        spmax = ctx.workload.tree.spmax
-        low = min(self.min_group, spmax)
+        """Allowed group sizes: powers of two from min_group (``"auto"``: 2, or 1 when spmax is 1) to spmax."""
+        low = self.min_group if isinstance(self.min_group, int) else min(2, ctx.workload.tree.spmax)
         return tuple(d for d in ctx.levels if d >= low)
 
     def _try_count(self, ctx: Context, m: int, solves: list[MilpSolution]) -> Placement | None:

@@ -129,6 +129,9 @@ class GreedyPlanner:
     def __post_init__(self) -> None:
         check_ratio(self.token_balance_ratio)
 
+    def check(self, workload: Workload) -> None:
+        """No option depends on the workload."""
+
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route every sample greedily (fewest micro-batches that fit when one pass cannot)."""
         started = Stopwatch.start()

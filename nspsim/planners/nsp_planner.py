@@ -28,7 +28,10 @@ Defaults, each chosen by measurement (docs/planners.md):
   (3 batches each, an A/B run) with 33% / 21% less routing time (105 -> 71 ms, 81 -> 64 ms); at 64
   GPUs it cost 0.4-0.6% Load on code, so small clusters keep 1/4 (docs/planners.md).
 * ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.02-0.5% better than 1 on the
-  code trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion).
+  code trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion). An
+  explicit width is at most :data:`MAX_BEAM_WIDTH` (64, 8x the widest that ever changed a Load):
+  routing time grows linearly with the width (width 4096 took 13 s on one 2M-token batch at 64 GPUs,
+  100,000 ran past 120 s), and ``prefix_k`` larger than the batch searches every sample.
 
 Token balance: ``token_balance_ratio`` (default ``"auto"``) tightens the routing budget to r times the
 mean tokens per GPU when the batch is memory-bound (:mod:`nspsim.planners.token_balance`). The static
@@ -63,6 +66,7 @@ from nspsim.planners.base import (
     Placement,
     Preparation,
     Stopwatch,
+    check_count_option,
     finish,
     make_context,
     static_floor,
@@ -81,6 +85,9 @@ from nspsim.workload import Workload
 AUTO_PREFIX_SHARE = 0.25
 AUTO_PREFIX_SHARE_LARGE = 0.35  # above AUTO_WIDE_BEAM_MAX_GPUS
 AUTO_WIDE_BEAM_MAX_GPUS = 256
+MAX_BEAM_WIDTH = 64
+"""Widest explicit ``beam_width`` (module doc): under a second for a 2M-token batch on 64 GPUs, about
+4 s for a 32M-token batch on 1024 (whole ``nspsim plan`` runs)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,9 @@ class NSPPlanner:
         if self.prefix_k != "auto":
             _check_positive(self.prefix_k, "prefix_k")
         if self.beam_width != "auto":
-            _check_positive(self.beam_width, "beam_width")
+            check_count_option(
+                "beam_width", self.beam_width, MAX_BEAM_WIDTH, "routing time grows with the width, the Load does not"
+            )
         for flag in ("monotone", "lookahead", "seed_static", "remat_aware"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"option {flag} must be true or false, got {getattr(self, flag)!r}")
@@ -129,6 +138,9 @@ class NSPPlanner:
     def levels(self, workload: Workload) -> tuple[int, ...]:
         """Tree levels the planner may use (all admissible degrees)."""
         return workload.tree.degrees
+
+    def check(self, workload: Workload) -> None:
+        """No option depends on the workload."""
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route the batch (see the module docstring)."""

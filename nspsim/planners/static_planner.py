@@ -56,11 +56,16 @@ class StaticCandidate:
     step: float
 
 
-def check_degree(ctx: Context, degree: int, first: int = 0) -> None:
-    """``ValueError`` unless ``degree`` is admissible and holds sorted sample ``first`` (the longest)."""
-    spmax = ctx.workload.tree.spmax
+def check_admissible(workload: Workload, degree: int) -> None:
+    """``ValueError`` unless ``degree`` is a power of two <= the workload's spmax."""
+    spmax = workload.tree.spmax
     if not is_power_of_two(degree) or degree > spmax:
         raise ValueError(f"static SP degree {degree} is not admissible: use a power of two <= spmax={spmax}")
+
+
+def check_degree(ctx: Context, degree: int, first: int = 0) -> None:
+    """``ValueError`` unless ``degree`` is admissible and holds sorted sample ``first`` (the longest)."""
+    check_admissible(ctx.workload, degree)
     longest = int(ctx.table.lengths[first])
     if longest > degree * ctx.budget:
         need = next(d for d in reversed(ctx.levels) if longest <= d * ctx.budget)
@@ -143,8 +148,14 @@ class StaticPlanner:
         ):
             raise ValueError(f"static option degree must be 'auto' or a power of two, got {self.degree!r}")
 
+    def check(self, workload: Workload) -> None:
+        """A fixed degree must be admissible on ``workload`` (a power of two <= spmax)."""
+        if isinstance(self.degree, int):
+            check_admissible(workload, self.degree)
+
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Pack the batch at the fixed degree, or at the best degree for ``"auto"``."""
+        self.check(workload)
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
         placement = pack_degree(ctx, self.degree) if isinstance(self.degree, int) else best(sweep(ctx)).placement

@@ -28,14 +28,21 @@ from nspsim.workload import Workload
 
 AUTO_RATIO = 1.05
 RATIO_WORDS = ("auto", "off")
+MAX_RATIO = 2**20
+"""The largest ratio accepted. No GPU can hold more than a whole batch, which is P times the mean
+(P GPUs), so a ratio of P or more never binds: 2**20 is above any cluster's GPU count, and keeps
+``ratio * tokens`` far from float overflow (1e308 used to overflow there). Use "off" for no limit."""
 
 
 def check_ratio(value: object) -> None:
-    """``ValueError`` unless ``value`` is "auto", "off" or a number >= 1."""
+    """``ValueError`` unless ``value`` is "auto", "off" or a number in [1, :data:`MAX_RATIO`]."""
     if value in RATIO_WORDS:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
-        raise ValueError(f"option token_balance_ratio must be 'auto', 'off' or a number >= 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= MAX_RATIO:
+        raise ValueError(
+            f"option token_balance_ratio must be 'auto', 'off' or a number in [1, {MAX_RATIO:,}] "
+            f"(a ratio of the GPU count or more never binds; 'off' means no limit), got {value!r}"
+        )
 
 
 def kept_attention_capacity(memory: MemoryModel) -> float:

@@ -12,12 +12,12 @@ in microseconds; ``ui.perfetto.dev`` and ``chrome://tracing`` open the file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from nspsim.jsonfile import dumps_json
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator.periodic import Repeat, shifts
 from nspsim.simulator.program import COMPUTE, QUEUE_NAMES, Program, SharedTask, Task
@@ -128,4 +128,4 @@ def chrome_trace(events: Iterable[TimelineEvent], *, metadata: dict[str, Any] | 
 
 def chrome_trace_json(events: Iterable[TimelineEvent], *, metadata: dict[str, Any] | None = None) -> str:
     """:func:`chrome_trace` as compact JSON text (the caller decides where to write it)."""
-    return json.dumps(chrome_trace(events, metadata=metadata), separators=(",", ":"))
+    return dumps_json(chrome_trace(events, metadata=metadata), what="timeline", separators=(",", ":"))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import TrainingSpec
 
@@ -47,6 +47,12 @@ class MemoryModel:
     def activation_capacity(self) -> float:
         """Bytes left for activations after states and buffers."""
         return self.usable_bytes - self.state_bytes - self.buffer_bytes
+
+    @property
+    def derived_token_budget(self) -> int:
+        """The B_tok these coefficients give (``token_budget`` unless a ``--token-budget`` override
+        replaced it): the activation capacity over the bytes of one token with attention recomputed."""
+        return int(self.activation_capacity // (self.keep_bytes_per_token + self.working_bytes_per_token))
 
     def attention_bytes_per_token(self, degree: int) -> float:
         """Attention bytes kept per sharded token over all layers for a node of ``degree``.
@@ -99,6 +105,22 @@ def _working_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> float:
     return 2 * widths * training.act_bytes
 
 
+def _more_memory(cluster: ClusterSpec, buffers: float, usable: float) -> str:
+    """What can make room, naming only what helps: more GPUs shard the model states further, but not
+    the per-layer buffers every GPU holds whole; a cluster preset whose GPUs have more memory helps
+    either way; a smaller model preset always does."""
+    larger = [
+        name
+        for name, preset in CLUSTER_PRESETS.items()
+        if preset(cluster.gpus_per_node).gpu.hbm_bytes > cluster.gpu.hbm_bytes
+    ]
+    options = [] if buffers >= usable else ["more GPUs (--gpus, or more ranks under torchrun)"]
+    if larger:
+        options.append(f"a cluster preset with more memory per GPU (--cluster {' or '.join(larger)})")
+    options.append("a smaller model preset (--model)")
+    return "use " + ", ".join(options[:-1]) + (" or " if len(options) > 1 else "") + options[-1]
+
+
 def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> MemoryModel:
     """Derive the memory coefficients and B_tok; ``ValueError`` when nothing fits."""
     usable = cluster.gpu.hbm_bytes * training.hbm_usable_fraction - training.reserved_bytes
@@ -111,8 +133,8 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
     if capacity <= 0:
         raise ValueError(
             f"impossible memory budget: {model.name} needs {(states + buffers) / GIB:.1f} GiB per GPU for model "
-            f"states and buffers but {cluster.label} has {usable / GIB:.1f} GiB usable; use more GPUs, "
-            "optimizer offload or a larger GPU"
+            f"states and buffers but {cluster.label} has {usable / GIB:.1f} GiB usable; "
+            + _more_memory(cluster, buffers, usable)
         )
     budget = training.token_budget or int(capacity // (keep + working))
     if budget <= 0:

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nspsim.trace import LengthTrace
+from nspsim.trace.base import check_seed
 
 DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
 DEFAULT_MAX_CONTEXT = 192 * 1024
@@ -54,8 +55,9 @@ def _check_pos_int(value: object, what: str) -> None:
 class Batch:
     """One batch: ``lengths`` in draw order, plus what was dropped for exceeding ``max_context``.
 
-    ``trace``, ``seed`` and ``index`` identify how the batch was drawn. ``fingerprint()`` hashes the
-    full content, so two ranks can check they hold the same batch.
+    ``trace``, ``seed`` and ``index`` identify how the batch was drawn; ``trace`` is the trace's
+    ``identity`` (its name for a built-in trace, ``x.txt@<content hash>`` for a file). ``fingerprint()``
+    hashes the full content, so two ranks can check they hold the same batch.
     """
 
     lengths: tuple[int, ...]
@@ -108,6 +110,17 @@ class Batch:
         """Sum of the lengths."""
         return sum(self.lengths)
 
+    @property
+    def dropped_samples(self) -> int:
+        """Samples drawn for this batch and dropped for exceeding ``max_context`` (``dropped_count``,
+        under the name the CLI, the compare records and the runtime records report)."""
+        return self.dropped_count
+
+    @property
+    def dropped_token_share(self) -> float:
+        """Dropped tokens over every token drawn for the batch (kept plus dropped), in [0, 1)."""
+        return self.dropped_tokens / (self.total_tokens + self.dropped_tokens)
+
     def lengths_array(self) -> npt.NDArray[np.int64]:
         """The lengths as a new int64 array (draw order)."""
         return np.asarray(self.lengths, dtype=np.int64)
@@ -144,7 +157,7 @@ class BatchSampler:
     def __post_init__(self) -> None:
         _check_pos_int(self.tokens_per_batch, "tokens_per_batch")
         _check_pos_int(self.max_context, "max_context")
-        _check_nonneg_int(self.seed, "seed")
+        check_seed(self.seed)
         if self.tokens_per_batch > MAX_TOKENS_PER_BATCH:
             raise ValueError(
                 f"tokens_per_batch={self.tokens_per_batch} is over the limit of 1G "
@@ -199,7 +212,7 @@ class BatchSampler:
     def _make(self, index: int, lengths: npt.NDArray[np.int64], dropped: int, dropped_tokens: int) -> Batch:
         return Batch(
             lengths=tuple(lengths.tolist()),
-            trace=self.trace.name,
+            trace=self.trace.identity,
             seed=self.seed,
             index=int(index),
             tokens_per_batch=self.tokens_per_batch,

@@ -19,12 +19,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.jsonfile import read_json
+from nspsim.jsonfile import decode_text, parse_json, read_bytes
 from nspsim.trace.base import (
     DEFAULT_MATERIALIZE,
+    MAX_LENGTH,
+    MAX_TOTAL,
     FloatArray,
     IntArray,
     LengthTrace,
+    TraceFile,
     _check_count,
     _chunked,
     _positive_ints,
@@ -32,7 +35,7 @@ from nspsim.trace.base import (
     _stratified,
     allocate_largest_remainder,
 )
-from nspsim.trace.encoding import _encoding
+from nspsim.trace.encoding import encoding_of
 
 ALPHA_LIMIT = 40.0  # |alpha| bound of a within-bin power law (a bin spans at most 2x in the built-ins)
 HISTOGRAM_FORMAT = "nspsim-length-histogram/1"
@@ -64,13 +67,34 @@ def powerlaw_quantile(lo: npt.ArrayLike, hi: npt.ArrayLike, alpha: npt.ArrayLike
 
 
 def _int_tuple(values: Sequence[Any], what: str) -> tuple[int, ...]:
-    """``values`` as Python ints; raises on anything that is not a whole number (bools included)."""
+    """``values`` as Python ints; raises on anything that is not a whole number (bools included).
+    Integers are taken as they are (never through float, which overflows past 1e308)."""
     out = []
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not float(v).is_integer():
-            raise ValueError(f"{what}[{i}] = {v!r} is not an integer")
-        out.append(int(v))
+        whole = isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+        if whole or (isinstance(v, (float, np.floating)) and float(v).is_integer()):
+            out.append(int(v))
+        else:
+            raise ValueError(f"{what}[{i}] = {_cut(repr(v))} is not an integer")
     return tuple(out)
+
+
+def _float_tuple(values: Sequence[Any], what: str) -> tuple[float, ...]:
+    """``values`` as floats; an integer too large for a float (10**400) is a ``ValueError``."""
+    try:
+        return tuple(float(v) for v in values)
+    except OverflowError:
+        raise ValueError(f"{what}: a value is too large for a number") from None
+
+
+def _big(value: int) -> str:
+    """``1,234,567`` or, for an integer too long to read, ``a 31-digit number``."""
+    digits = len(str(value))
+    return f"{value:,}" if digits <= 20 else f"a {digits}-digit number"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _alias_table(counts: Sequence[int]) -> tuple[FloatArray, npt.NDArray[np.intp]]:
@@ -107,7 +131,8 @@ class HistogramTrace(LengthTrace):
         super().__post_init__()
         object.__setattr__(self, "edges", _int_tuple(self.edges, f"histogram {self.name!r}: edges"))
         object.__setattr__(self, "counts", _int_tuple(self.counts, f"histogram {self.name!r}: counts"))
-        object.__setattr__(self, "alpha", tuple(float(a) for a in self.alpha) or (0.0,) * len(self.counts))
+        alpha = _float_tuple(self.alpha, f"histogram {self.name!r}: alpha")
+        object.__setattr__(self, "alpha", alpha or (0.0,) * len(self.counts))
         self._validate()
         prob, alias = _alias_table(self.counts)
         object.__setattr__(self, "_prob", prob)
@@ -123,10 +148,17 @@ class HistogramTrace(LengthTrace):
             raise ValueError(
                 f"{who}: edges must increase strictly (edges[{bad}]={e[bad]} <= edges[{bad - 1}]={e[bad - 1]})"
             )
+        if e[-1] - 1 > MAX_LENGTH:
+            raise ValueError(
+                f"{who}: lengths too large: the last edge {_big(e[-1])} lets a sample have more than "
+                f"{MAX_LENGTH:,} = 2**36 tokens"
+            )
         if len(c) != len(e) - 1 or len(a) != len(c):
             raise ValueError(f"{who}: {len(e)} edges need {len(e) - 1} counts and alphas, got {len(c)} and {len(a)}")
         if min(c) < 0 or sum(c) == 0:
             raise ValueError(f"{who}: counts must be >= 0 and not all zero")
+        if sum(c) > MAX_TOTAL:
+            raise ValueError(f"{who}: counts sum to more than {MAX_TOTAL:,} (int64) samples")
         wild = next((i for i, x in enumerate(a) if not abs(x) <= ALPHA_LIMIT), None)
         if wild is not None:
             raise ValueError(f"{who}: alpha[{wild}]={a[wild]} is outside [-{ALPHA_LIMIT:g}, {ALPHA_LIMIT:g}]")
@@ -198,13 +230,22 @@ class HistogramTrace(LengthTrace):
 
     @classmethod
     def from_json(cls, path: str | Path) -> HistogramTrace:
-        """Read a histogram JSON file (keys ``name``, ``source``, ``edges``, ``counts``, ``alpha``)."""
-        data = read_json(path, "length histogram", encoding=_encoding(Path(path)))
-        return cls.from_json_dict(data, where=str(path))
+        """Read a histogram JSON file (keys ``name``, ``source``, ``edges``, ``counts``, ``alpha``); the
+        trace records the file (:class:`TraceFile`: its path and content hash)."""
+        data = read_bytes(path, "length histogram")
+        return cls.from_json_bytes(data, where=str(path), file=TraceFile.of(str(path), data))
 
     @classmethod
-    def from_json_dict(cls, data: Any, *, where: str = "histogram") -> HistogramTrace:
-        """Build from a parsed JSON object. ``where`` (usually the file name) prefixes error messages."""
+    def from_json_bytes(cls, data: bytes, *, where: str, file: TraceFile | None = None) -> HistogramTrace:
+        """Build from the bytes of a histogram JSON file named ``where`` (UTF-8, or UTF-16/32 with a
+        byte-order mark); ``file`` is recorded in the trace."""
+        text = decode_text(data, where=where, encoding=encoding_of(data))
+        return cls.from_json_dict(parse_json(text, where=where, what="length histogram"), where=where, file=file)
+
+    @classmethod
+    def from_json_dict(cls, data: Any, *, where: str = "histogram", file: TraceFile | None = None) -> HistogramTrace:
+        """Build from a parsed JSON object. ``where`` (usually the file name) prefixes error messages;
+        ``file`` is the file it was read from, if any."""
         if not isinstance(data, dict) or data.get("format") != HISTOGRAM_FORMAT:
             raise ValueError(f'{where}: not a length histogram (needs "format": "{HISTOGRAM_FORMAT}")')
         missing = [k for k in ("name", "source", "edges", "counts") if k not in data]
@@ -217,6 +258,7 @@ class HistogramTrace(LengthTrace):
                 edges=tuple(data["edges"]),
                 counts=tuple(data["counts"]),
                 alpha=tuple(data.get("alpha", ())),
+                file=file,
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None

@@ -17,6 +17,7 @@ import numpy as np
 
 from nspsim.trace.base import (
     DEFAULT_MATERIALIZE,
+    MAX_LENGTH,
     FloatArray,
     IntArray,
     LengthTrace,
@@ -114,6 +115,11 @@ class ParametricTrace(LengthTrace):
         who = f"parametric trace {self.name!r}"
         if isinstance(self.truncate_at, bool) or not isinstance(self.truncate_at, int) or self.truncate_at < 1:
             raise ValueError(f"{who}: truncate_at must be an integer >= 1, got {self.truncate_at!r}")
+        if self.truncate_at > MAX_LENGTH:
+            raise ValueError(
+                f"{who}: lengths too large: truncate_at={self.truncate_at:,} is above the limit of "
+                f"{MAX_LENGTH:,} = 2**36 tokens a sample may have"
+            )
         if not self.components:
             raise ValueError(f"{who}: needs at least one (weight, distribution) component")
         for i, (w, dist) in enumerate(self.components):

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.trace.base import MAX_LENGTH, exact_total
+
 BUCKET_EDGES = (0, 8192, 32768, 131072)
 BUCKET_NAMES = ("0-8K", "8-32K", "32-128K", "128K+")
 _SHARE_KEYS = ("share_lt_8k", "share_gt_128k")
@@ -88,13 +90,16 @@ def _as_lengths(lengths: npt.ArrayLike) -> npt.NDArray[np.int64]:
     if float(arr.min()) < 1:
         bad = int(np.argmin(arr))
         raise ValueError(f"trace_stats: lengths[{bad}] = {arr[bad]} is not a positive integer")
+    if float(arr.max()) > MAX_LENGTH:
+        bad = int(np.argmax(arr))
+        raise ValueError(f"trace_stats: lengths[{bad}] = {arr[bad]}: lengths too large (at most 2**36 tokens)")
     return arr.astype(np.int64, copy=False)
 
 
 def trace_stats(lengths: npt.ArrayLike) -> TraceStats:
     """Statistics of ``lengths`` (positive integers). See the module docstring for the definitions."""
     arr = _as_lengths(lengths)
-    n, total = arr.size, int(arr.sum())
+    n, total = arr.size, exact_total(arr, "trace_stats")  # int64 sums of many long lengths would wrap
     median, p90, p99, p999 = (float(p) for p in np.percentile(arr, [50.0, 90.0, 99.0, 99.9]))
     bucket = np.searchsorted(np.asarray(BUCKET_EDGES), arr, side="right") - 1
     samples = np.bincount(bucket, minlength=len(BUCKET_NAMES)) / n

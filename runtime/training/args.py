@@ -161,11 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
         max_context=RUNTIME_WORKLOAD.max_context,
         seed_help="seed of batches, tokens and initial weights",
     )
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=10, help="training steps to run, one planned batch each")
     p.add_argument("--start-batch", type=int, default=0, help="index of the first batch")
-    p.add_argument("--lr", type=positive_float, default=1e-3)
-    p.add_argument("--grad-sync", choices=("fsdp", "allreduce"), default="fsdp")
-    p.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=RecomputeMode.PLAN)
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
+    p.add_argument(
+        "--grad-sync",
+        choices=("fsdp", "allreduce"),
+        default="fsdp",
+        help="gradient synchronisation: fsdp (FSDP2 per layer, as simulated) or allreduce (one flat "
+        "all-reduce after the last micro-batch; no step prediction)",
+    )
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_CHOICES,
+        default=RecomputeMode.PLAN,
+        help="attention save/recompute marks: plan (the plan's marks, else the memory model's decision), "
+        "all (recompute every sample's attention) or none (keep all)",
+    )
     p.add_argument(
         "--lookahead",
         type=_lookahead,
@@ -173,7 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="phase streaming: all (default: every prologue first), or at most N prologues ahead (0 = serial)",
     )
     p.add_argument("--kernel", default="auto", help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where ranks run: cpu (gloo), cuda (NCCL) or auto (CUDA when available)",
+    )
     p.add_argument(
         "--dtype",
         choices=("auto", "fp32", "bf16"),

@@ -30,6 +30,15 @@ class Dist:
     control_group: dist.ProcessGroup | None
 
 
+TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
+"""Set by torchrun (torch.distributed.elastic) in every worker's environment, and by nothing else."""
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun started this process (so its agent, the parent, supervises it)."""
+    return TORCHRUN_ENV in os.environ
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
     with socket.socket() as s:

@@ -6,13 +6,20 @@ others waited for (every rank's is kept too). Rank 0 prints one line per step an
 ``--records``, writes the JSONL records, the resolved configuration beside them
 (``<records>.config.json``: the workload as planned, every other runtime option, world, device,
 torch version) and the executed plans (``<records>.plans.jsonl``, replayable with ``nspsim
-simulate``). Trade-off: files are flushed after every step, so a run that dies keeps its finished
-steps at the cost of one flush per step.
+simulate``).
+
+A run never touches an earlier run's files until it has finished: it writes the three files as
+``<file>.partial`` beside their targets and renames each over its target (``os.replace``, atomic)
+only when every step has run. A run that fails or is interrupted leaves the earlier files as they
+were and its finished steps in the ``.partial`` files (removed when it failed before its first step;
+a later run overwrites them). Trade-off: the partial files are flushed after every step, so a run
+that dies keeps its finished steps at the cost of one flush per step.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -56,6 +63,7 @@ def measured_record(
     ranks: list[RankTimes],
     spec: str,
     memory: MemoryModel,
+    model_impl: str = "",
 ) -> MeasuredStep:
     """The :class:`runtime.records.MeasuredStep` of one step from every rank's times."""
     plan, pred = planned.plan, planned.prediction
@@ -71,8 +79,11 @@ def measured_record(
         num_gpus=len(ranks),
         cluster=plan.cluster.label,
         model=plan.model.name,
+        model_impl=model_impl,
         num_samples=plan.num_samples,
         num_tokens=int(sum(plan.lengths)),
+        dropped_samples=planned.dropped_samples,
+        dropped_tokens=planned.dropped_tokens,
         num_micro_batches=plan.num_micro_batches,
         samples_per_degree=plan.samples_per_degree(),
         recompute_policy=policy,
@@ -101,6 +112,15 @@ def output_paths(records: str) -> tuple[Path, Path, Path]:
     return path, stem.with_name(stem.name + ".config.json"), stem.with_name(stem.name + ".plans.jsonl")
 
 
+PARTIAL_SUFFIX = ".partial"
+"""Appended to each output's name while the run that writes it has not finished."""
+
+
+def partial_path(target: Path) -> Path:
+    """Where a run writes ``target`` until it has finished (then renamed over ``target``)."""
+    return target.with_name(target.name + PARTIAL_SUFFIX)
+
+
 def resolved_config(args: TrainArgs, d: Dist, workload: Workload) -> dict[str, Any]:
     """The ``<records>.config.json`` content: ``workload`` is the configuration planned against
     (``args.workload`` with this machine's cluster and GPUs), ``runtime`` every other option."""
@@ -116,20 +136,32 @@ def resolved_config(args: TrainArgs, d: Dist, workload: Workload) -> dict[str, A
 
 
 class Outputs:
-    """Rank 0's step lines on stdout and, with ``--records``, its three files (nothing elsewhere)."""
+    """Rank 0's step lines on stdout and, with ``--records``, its three files (nothing elsewhere),
+    written as ``.partial`` files until :meth:`close` with ``complete=True`` renames them over their
+    targets. A ``--records`` character device (``/dev/null``) gets the records in place and nothing
+    beside it (no ``.partial`` file could be renamed over a device, nor should one be)."""
 
-    def __init__(self, files: tuple[TextIO, TextIO] | None = None) -> None:
-        self._files = files
+    def __init__(
+        self, records: TextIO | None = None, plans: TextIO | None = None, targets: tuple[Path, ...] = ()
+    ) -> None:
+        self._records, self._plans = records, plans
+        self._targets = targets
+        self._steps = 0
 
     @classmethod
     def open(cls, args: TrainArgs, d: Dist, workload: Workload) -> Outputs:
-        """Write the resolved config and open the records and plans files (rank 0 with ``--records``)."""
+        """Write the resolved config and open the records and plans files, all as ``.partial`` files
+        beside their targets (rank 0 with ``--records``)."""
         if d.rank != 0 or args.records is None:
             return cls()
-        records, config, plans = output_paths(args.records)
+        # a symlinked output is replaced where it points (the link stays), as writing through it would
+        targets = tuple(t.resolve() if t.is_symlink() else t for t in output_paths(args.records))
+        if targets[0].exists() and not targets[0].is_file():
+            return cls(targets[0].open("w"))
+        records, config, plans = (partial_path(t) for t in targets)
         records.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(resolved_config(args, d, workload), indent=1, sort_keys=True))
-        return cls((records.open("w"), plans.open("w")))
+        return cls(records.open("w"), plans.open("w"), targets)
 
     def emit(self, line: str, plan: Plan) -> None:
         """Print the step's summary line and append its record and executed plan."""
@@ -142,14 +174,21 @@ class Outputs:
             + f" plan {rec['plan_hash']}",
             flush=True,
         )
-        if self._files is not None:
-            records, plans = self._files
-            records.write(line + "\n")
-            records.flush()
-            plans.write(plan.to_json() + "\n")
-            plans.flush()
+        for f, text in ((self._records, line), (self._plans, plan.to_json())):
+            if f is not None:
+                f.write(text + "\n")
+                f.flush()
+        self._steps += 1
 
-    def close(self) -> None:
-        """Close the files (if any)."""
-        for f in self._files or ():
-            f.close()
+    def close(self, *, complete: bool) -> None:
+        """Close the files (if any). ``complete``: every step ran, so each ``.partial`` file replaces
+        its target (the records last); otherwise the targets stay untouched and the partial files
+        keep the finished steps (or are removed if there are none)."""
+        for f in (self._records, self._plans):
+            if f is not None:
+                f.close()
+        for target in reversed(self._targets):  # plans, config, records
+            if complete:
+                os.replace(partial_path(target), target)
+            elif self._steps == 0:
+                partial_path(target).unlink(missing_ok=True)

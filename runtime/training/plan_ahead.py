@@ -27,11 +27,15 @@ from runtime.training.args import TrainArgs
 
 @dataclass(frozen=True, kw_only=True)
 class Planned:
-    """An executable plan, what it cost to make and prepare, and the simulator's prediction of it."""
+    """An executable plan, what it cost to make and prepare, the simulator's prediction of it, and
+    the samples (and their tokens) the batch draw dropped for exceeding ``--max-context``
+    (:attr:`nspsim.trace.batching.Batch.dropped_samples` / ``dropped_tokens``)."""
 
     plan: Plan
     planning_time_s: float
     prediction: Prediction
+    dropped_samples: int
+    dropped_tokens: int
 
 
 class PlanAhead:
@@ -53,7 +57,8 @@ class PlanAhead:
     def _make(self, index: int) -> Planned:
         args = self.args
         start = time.perf_counter()
-        plan = self.planner.plan(self.workload.sampler.batch(index), self.workload)
+        batch = self.workload.sampler.batch(index)
+        plan = self.planner.plan(batch, self.workload)
         mode, note = simulated_mode(
             plan, lookahead=args.lookahead, grad_sync=args.grad_sync, world=self.workload.cluster.num_gpus
         )
@@ -61,7 +66,13 @@ class PlanAhead:
             mode, note = None, "not simulated: --no-simulate"
         plan = self._prepare(plan, mode or SimMode.STREAM)
         elapsed = time.perf_counter() - start
-        return Planned(plan=plan, planning_time_s=elapsed, prediction=predict(plan, mode, note, self.simulate))
+        return Planned(
+            plan=plan,
+            planning_time_s=elapsed,
+            prediction=predict(plan, mode, note, self.simulate),
+            dropped_samples=batch.dropped_samples,
+            dropped_tokens=batch.dropped_tokens,
+        )
 
     def _prepare(self, plan: Plan, rank_mode: str) -> Plan:
         """The executable plan: the marks ``--recompute all|none`` forces, then the preparation

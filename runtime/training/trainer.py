@@ -6,12 +6,21 @@ the same model from the seed and the same batches. Rank 0 plans (``--plan-on ran
 each plan over the control group; with ``--plan-on all`` every rank plans and the executor's hash
 check proves they agree. Trade-off: planning on rank 0 alone costs one object broadcast per step but
 keeps the planner's CPU time off the other ranks. A rank stuck outside a collective is ended by its
-watchdog after ``--step-timeout``; one stuck in a collective on a dead peer by ``--comm-timeout``.
+watchdog after ``--step-timeout``; one stuck in a collective on a dead peer by ``--comm-timeout``;
+one whose torchrun agent is gone by its watchdog. A peer that is gone when the plan is broadcast or
+the times gathered (rank 0 failed while planning, say) ends the others with one line saying so
+(:class:`runtime.executor.PeerFailure`), not gloo's transport error.
+
+Before any set-up every rank checks that the planner's options apply to the workload of this world
+(a fixed SP degree above the world size is refused, naming the ``torchrun --nproc-per-node`` that
+would run it), and rank 0 warns when the cluster preset does not describe the device that runs.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -21,14 +30,16 @@ from torch.distributed.fsdp import fully_shard
 
 from nspsim.execution.recompute import RecomputeMode
 from nspsim.plan import Plan
+from nspsim.planners import get_planner
+from nspsim.specs.cluster import CPU_GLOO, ClusterSpec
 from nspsim.workload import Workload, build_workload
 from runtime.data import rank_input, synthetic_stream
-from runtime.executor import ExecOptions, ExecutedStep, NSPExecutor
+from runtime.executor import ExecOptions, ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
 from runtime.groups import GroupCache
-from runtime.model import DecoderLM
+from runtime.hf.models import model_impl, training_model
 from runtime.timing import breakdown
-from runtime.training.args import TrainArgs
-from runtime.training.distributed import Dist, init_distributed
+from runtime.training.args import CUDA_CLUSTER, PROG, TrainArgs
+from runtime.training.distributed import Dist, init_distributed, under_torchrun
 from runtime.training.outputs import Outputs, RankTimes, measured_record
 from runtime.training.plan_ahead import PlanAhead, Planned
 from runtime.watchdog import Watchdog
@@ -39,7 +50,8 @@ class Trainer:
 
     def __init__(self, args: TrainArgs, d: Dist, workload: Workload) -> None:
         self.args, self.d, self.workload = args, d, workload
-        self.model = DecoderLM(workload.model, seed=args.workload.seed).to(d.device)
+        self.model = training_model(args.workload.model, workload.model, seed=args.workload.seed).to(d.device)
+        self.model_impl = model_impl(self.model)  # before FSDP2 renames the class
         if args.grad_sync == "fsdp" and d.world > 1:
             for layer in self.model.layers:
                 fully_shard(layer)
@@ -71,24 +83,49 @@ class Trainer:
             memory=workload.memory,
         )
         self.planner = PlanAhead(args, workload) if d.rank == 0 or args.plan_on == "all" else None
-        self.watchdog = Watchdog(rank=d.rank)
+        self.watchdog = Watchdog(rank=d.rank, prog=PROG, watch_parent=under_torchrun())
 
-    def _plan(self, index: int) -> tuple[Planned, float]:
+    def _plan(self, step: int, index: int) -> tuple[Planned, float]:
         start = time.perf_counter()
         planned = self.planner.get(index) if self.planner is not None else None
         if self.args.plan_on == "rank0" and self.d.world > 1:
             box: list[Any] = [planned]
-            dist.broadcast_object_list(box, src=0, group=self.d.control_group)
+            self._control(
+                lambda: dist.broadcast_object_list(box, src=0, group=self.d.control_group),
+                f"the plan of step {step}",
+                source=0,
+            )
             planned = box[0]
         assert planned is not None
         return planned, time.perf_counter() - start
+
+    def _control(self, collective: Callable[[], object], what: str, *, source: int | None = None) -> None:
+        """Run a control-group ``collective`` exchanging ``what`` (sent by rank ``source``, or by every
+        rank); a peer gone or stalled becomes a one-line :class:`PeerFailure` that says which and
+        what never arrived, instead of gloo's transport error."""
+        try:
+            collective()
+        except RuntimeError as exc:
+            if not is_transport_error(exc):
+                raise
+            sender = source is not None and self.d.rank != source
+            peer = f"rank {source}" if sender else "a peer rank"
+            cause = "failed while planning or was stopped" if sender and source == 0 else "failed or was stopped"
+            if "imed out" in str(exc):
+                raise PeerFailure(
+                    f"{peer} did not complete the exchange of {what} within --comm-timeout "
+                    f"{self.args.comm_timeout_s:g} s (it is stuck or slower than that); ending this rank"
+                ) from None
+            raise PeerFailure(
+                f"{peer} ended during the exchange of {what} (it {cause}; its own line says why); ending this rank"
+            ) from None
 
     def step(self, step: int) -> tuple[str, Plan] | None:
         """One training step; returns rank 0's JSONL record and the executed plan."""
         index = self.args.start_batch + step
         self.watchdog.arm(f"step {step}", self.args.step_timeout_s)
         start = time.perf_counter()
-        planned, plan_wait = self._plan(index)
+        planned, plan_wait = self._plan(step, index)
         if self.planner is not None and step + 1 < self.args.steps:
             self.planner.prefetch(index + 1)
         plan = planned.plan
@@ -113,7 +150,10 @@ class Trainer:
             sp_comm_s=result.seconds["sp_comm"],
         )
         gathered: list[Any] = [None] * self.d.world
-        dist.all_gather_object(gathered, mine, group=self.d.control_group)
+        self._control(
+            lambda: dist.all_gather_object(gathered, mine, group=self.d.control_group),
+            f"every rank's times of step {step}",
+        )
         if self.d.rank != 0:
             return None
         return measured_record(
@@ -125,6 +165,7 @@ class Trainer:
             ranks=gathered,
             spec=self.args.planner_spec,
             memory=self.workload.memory,
+            model_impl=self.model_impl,
         ).to_json()
 
     def close(self) -> None:
@@ -134,20 +175,82 @@ class Trainer:
             self.planner.close()
 
 
+def device_mismatch(cluster: ClusterSpec, device_type: str) -> str | None:
+    """Why the cluster preset does not describe the device that runs (a GPU preset on the CPU, the
+    ``cpu`` preset on CUDA), or ``None``: plans and simulated times would describe other hardware."""
+    cpu_preset = cluster.gpu.name == CPU_GLOO.name
+    if device_type == "cpu" and not cpu_preset:
+        return (
+            f"the cluster preset {cluster.name!r} describes {cluster.gpu.name} GPUs, but this run executes on "
+            f"the CPU: plans and simulated step times are for {cluster.name}, not for this machine "
+            "(omit --cluster to plan against the cpu preset)"
+        )
+    if device_type == "cuda" and cpu_preset:
+        return (
+            f"the cluster preset {cluster.name!r} describes CPU ranks under gloo, but this run executes on "
+            f"CUDA: plans and simulated step times are for CPU ranks, not for these GPUs "
+            f"(omit --cluster to plan against {CUDA_CLUSTER}, or name the preset of these GPUs)"
+        )
+    return None
+
+
+MAX_HINT_WORLD = 1024
+"""Largest world size :func:`ranks_needed` tries."""
+
+
+def ranks_needed(args: TrainArgs, device_type: str, world: int) -> int | None:
+    """The smallest world (a power of two times ``world``, up to :data:`MAX_HINT_WORLD`) on which the
+    planner's options apply, or ``None`` if more ranks would not help (a limit of the model, the
+    backend or ``--spmax``, or an option that no world admits)."""
+    planner = get_planner(args.planner, **args.planner_options)
+    more = 2 * world
+    while more <= MAX_HINT_WORLD:
+        try:
+            planner.check(build_workload(args.workload_on(world=more, device_type=device_type)))
+            return more
+        except ValueError:
+            more *= 2
+    return None
+
+
+def check_planner(args: TrainArgs, workload: Workload, device_type: str) -> None:
+    """``ValueError`` unless the planner's options apply to ``workload`` (every rank checks before
+    any set-up, so all end alike); when only more ranks would make them apply, the message says how
+    many and how to start them (one process is one rank: the world size bounds every SP degree)."""
+    try:
+        get_planner(args.planner, **args.planner_options).check(workload)
+    except ValueError as exc:
+        world = workload.cluster.num_gpus
+        needed = ranks_needed(args, device_type, world)
+        if needed is None:
+            raise
+        raise ValueError(
+            f"{exc}; the SP degree is bounded by the world size, and this run has {world} "
+            f"rank{'s' if world > 1 else ''} (one per process): start {needed} with "
+            f"torchrun --standalone --nproc-per-node {needed} -m runtime.train ..."
+        ) from None
+
+
 def run(args: TrainArgs) -> list[str]:
     """Set up, train ``args.steps`` steps, write outputs; returns rank 0's records (others: [])."""
     d = init_distributed(device=args.device, comm_timeout_s=args.comm_timeout_s)
     workload = build_workload(args.workload_on(world=d.world, device_type=d.device.type))
+    check_planner(args, workload, d.device.type)
+    mismatch = device_mismatch(workload.cluster, d.device.type)
+    if mismatch is not None and d.rank == 0:
+        print(f"{PROG}: warning: {mismatch}", file=sys.stderr, flush=True)
     trainer = Trainer(args, d, workload)
     outputs = Outputs.open(args, d, workload)
     lines = []
+    complete = False
     try:
         for step in range(args.steps):
             out = trainer.step(step)
             if out is not None:
                 outputs.emit(*out)
                 lines.append(out[0])
+        complete = True
     finally:
         trainer.close()
-        outputs.close()
+        outputs.close(complete=complete)
     return lines

@@ -6,6 +6,9 @@ record assembly are plain functions of the options and every rank's times.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from helpers import make_batch
@@ -140,7 +143,13 @@ def test_the_record_reports_the_critical_ranks_breakdown_and_every_ranks() -> No
     ranks = [_times(2.0, 0.5), _times(2.1, 0.0), _times(1.9, 0.3)]  # rank 1 arrived last at the barrier
     assert critical_rank(ranks) == 1
     plan = _plan([Node(2, 0), Node(1, 2), Node(1, 3)])
-    planned = Planned(plan=plan, planning_time_s=0.1, prediction=Prediction(mode=None, note="not simulated: test"))
+    planned = Planned(
+        plan=plan,
+        planning_time_s=0.1,
+        prediction=Prediction(mode=None, note="not simulated: test"),
+        dropped_samples=2,
+        dropped_tokens=1500,
+    )
     memory = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=4)).memory
     rec = measured_record(
         step=3,
@@ -158,6 +167,33 @@ def test_the_record_reports_the_critical_ranks_breakdown_and_every_ranks() -> No
     assert rec.per_gpu_sp_comm_s == [0.5, 0.0, 0.3, 0.5] and rec.sp_comm_s == 0.0
     assert rec.planner_spec == "static:degree=2" and rec.planner == "hand"
     assert rec.simulated_step_time_s is None and rec.simulated_note == "not simulated: test"
+    assert (rec.dropped_samples, rec.dropped_tokens) == (2, 1500)
+
+
+def test_records_count_the_samples_the_batch_draw_dropped(workload) -> None:  # type: ignore[no-untyped-def]
+    """``--max-context`` drops samples from the draw; the record says how many and their tokens."""
+    ahead = PlanAhead(parse_args(["--planner", "nsp", *BASE]), workload)
+    try:
+        planned = ahead.get(3)
+    finally:
+        ahead.close()
+    batch = workload.sampler.batch(3)
+    assert batch.dropped_count > 0  # the case is real
+    rec = measured_record(
+        step=0,
+        index=3,
+        planned=planned,
+        plan_wait_s=0.0,
+        loss=1.0,
+        spec="nsp",
+        ranks=[_times(1.0, 0.0), _times(1.0, 0.1)],
+        memory=workload.memory,
+    )
+    body = json.loads(rec.to_json())
+    assert (body["dropped_samples"], body["dropped_tokens"]) == (batch.dropped_count, batch.dropped_tokens)
+    assert body["num_samples"] == batch.num_samples and body["schema_version"] == 3
+    with pytest.raises(ValueError, match="zero together"):
+        replace(rec, dropped_tokens=0)
 
 
 def test_planner_specs_use_the_compare_label_format() -> None:

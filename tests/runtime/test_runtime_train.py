@@ -17,10 +17,15 @@ import rt_workers
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES
 from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.specs.cluster import get_cluster
+from nspsim.specs.model import get_model
+from nspsim.workload import build_workload
 from runtime.launch import run_ranks
 from runtime.records import read_records
-from runtime.training.args import RUNTIME_WORKLOAD, parse_args
+from runtime.train import PROG as train_prog
+from runtime.training.args import PROG, RUNTIME_WORKLOAD, parse_args
 from runtime.training.outputs import output_paths
+from runtime.training.trainer import check_planner, device_mismatch
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = [
@@ -83,7 +88,8 @@ def test_records_carry_the_join_key_and_a_breakdown_that_sums_to_the_step_time(r
     for name in PLANNER_NAMES:
         for step, rec in enumerate(runs[name]):
             assert rec["step"] == step and rec["batch_index"] == step and rec["planner"] == name
-            assert rec["planner_spec"] == name and rec["schema_version"] == 2
+            assert rec["planner_spec"] == name and rec["schema_version"] == 3
+            assert rec["dropped_samples"] >= 0 and rec["dropped_tokens"] > 512 * rec["dropped_samples"] - 1
             assert tuple(rec["breakdown_s"]) == BREAKDOWN_CATEGORIES
             assert sum(rec["breakdown_s"].values()) == pytest.approx(rec["step_time_s"], rel=1e-6)
             assert set(rec["per_gpu_breakdown_s"]) == set(BREAKDOWN_CATEGORIES)
@@ -135,6 +141,22 @@ def test_outputs_sit_next_to_the_resolved_config_and_replay(runs: dict) -> None:
     assert all(p.cluster.label == "cpux2" for p in executed)
 
 
+def test_the_plan_log_replays_with_nspsim_simulate(runs: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    """``nspsim simulate <records>.plans.jsonl`` simulates every executed plan against what the run planned
+    for (cluster ``cpu`` x 2, model ``tiny``) and gives the records' predictions, step by step; with
+    ``--mode no-stream`` for a ``--lookahead 0`` run (here with ``--recompute all`` marks)."""
+    from nspsim.cli.main import main
+
+    cases = [("nsp.jsonl", "nsp", []), ("extra0.jsonl", "static:degree=2", ["--mode", "no-stream"])]
+    for name, key, mode in cases:
+        plans = output_paths(str(runs["dir"] / name))[2]
+        assert main(["simulate", str(plans), "--json", *mode]) == 0
+        replayed = json.loads(capsys.readouterr().out)
+        assert [d["plan_hash"] for d in replayed] == [r["plan_hash"] for r in runs[key]]
+        assert [d["step_time_s"] for d in replayed] == pytest.approx([r["simulated_step_time_s"] for r in runs[key]])
+        assert {d["config"]["cluster"] for d in replayed} == {"cpu"} and {d["config"]["gpus"] for d in replayed} == {2}
+
+
 BAD_ARGUMENTS = (
     (["--planner", "nope"], "unknown planner 'nope'"),
     (["--planner", "nsp", "--steps", "0"], "--steps must be positive"),
@@ -151,6 +173,7 @@ BAD_ARGUMENTS = (
     (["--planner", "nsp", "--records", "."], "--records . is a directory"),
     (["--planner", "nsp", "--records", "/proc/no/such/r.jsonl"], "cannot create the directory /proc/no"),
     (["--planner", "nsp", "--seed", "-1"], "argument --seed: must be >= 0"),
+    (["--planner", "nsp", "--seed", str(2**64)], "argument --seed: must be at most 2**63 - 1"),  # torch overflowed
     (["--planner", "nsp", "--gpus", "4"], "unrecognized arguments: --gpus"),  # the world size decides it
     (["--planner", "nsp", "--bogus"], "unrecognized arguments: --bogus"),
     (["--steps", "2"], "the following arguments are required: --planner"),
@@ -164,15 +187,86 @@ def test_bad_arguments_raise_a_one_line_value_error(argv: list[str], message: st
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("argv, message", [BAD_ARGUMENTS[1], BAD_ARGUMENTS[-2]], ids=["validation", "argparse"])
+# docs/runtime.md's one-process example asked for degree 2 of a world of one
+ONE_RANK = (["--planner", "static:degree=2", "--steps", "2"], "start 2 with torchrun --standalone --nproc-per-node 2")
+
+
+@pytest.mark.parametrize(
+    "argv, message", [BAD_ARGUMENTS[1], BAD_ARGUMENTS[-2], ONE_RANK], ids=["validation", "argparse", "one-rank"]
+)
 def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], message: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "runtime.train", *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
-    )
+    proc = _train(argv, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("runtime.train: error:") and message in lines[0], proc.stderr
+
+
+def _train(argv: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``python -m runtime.train ARGV`` as one process (a world of one), outside any torchrun."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.train", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**env, "OMP_NUM_THREADS": "1"},
+        timeout=timeout,
+    )
+
+
+SMALL = [*BASE[:4], "--tokens-per-batch", "1k", "--max-context", "512", "--seed", "1"]
+
+
+def test_a_failed_run_leaves_the_earlier_runs_files_as_they_were(tmp_path: Path) -> None:
+    records = tmp_path / "v.jsonl"
+    first = _train(["--planner", "nsp", *SMALL, "--steps", "1", "--records", str(records)])
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(before) == ["v.config.json", "v.jsonl", "v.plans.jsonl"] and all(before.values())
+    # Fails while planning step 0, after its outputs were opened: batch 0 holds samples over 100 tokens.
+    failed = _train(["--planner", "static:degree=1", *SMALL, "--token-budget", "100", "--records", str(records)])
+    assert failed.returncode == 2 and "fits no admissible SP group" in failed.stderr, failed.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # untouched, no partial files left
+    again = _train(["--planner", "static", *SMALL, "--steps", "2", "--records", str(records)])
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before)  # a finished run replaces them
+    assert [r["planner_spec"] for r in read_records(records.read_text())] == ["static", "static"]
+    assert len(output_paths(str(records))[2].read_text().splitlines()) == 2
+
+
+def test_a_gpu_cluster_preset_on_the_cpu_is_warned_about_once(tmp_path: Path) -> None:
+    proc = _train(["--planner", "nsp", *SMALL, "--steps", "1", "--cluster", "h100"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("runtime.train: warning: the cluster preset 'h100'"), lines
+    assert "executes on the CPU" in lines[0] and "omit --cluster" in lines[0]
+
+
+def test_the_cluster_preset_must_describe_the_device() -> None:
+    assert device_mismatch(get_cluster("cpu", 2), "cpu") is None
+    assert device_mismatch(get_cluster("h100", 8), "cuda") is None
+    on_cpu = device_mismatch(get_cluster("h200", 2), "cpu")
+    assert on_cpu is not None and "'h200' describes" in on_cpu and "on the CPU" in on_cpu
+    on_cuda = device_mismatch(get_cluster("cpu", 2), "cuda")
+    assert on_cuda is not None and "on CUDA" in on_cuda and "h100" in on_cuda
+
+
+def test_a_degree_above_the_world_size_says_how_many_ranks_to_start() -> None:
+    def check(argv: list[str], world: int) -> str:
+        args = parse_args(["--planner", *argv])
+        with pytest.raises(ValueError) as info:
+            check_planner(args, build_workload(args.workload_on(world=world, device_type="cpu")), "cpu")
+        return str(info.value)
+
+    assert "start 4 with torchrun --standalone --nproc-per-node 4" in check(["static:degree=4"], 1)
+    assert "this run has 2 ranks (one per process): start 8 with" in check(["static:degree=8"], 2)
+    assert "flexsp option min_group=4" in check(["flexsp:min_group=4"], 2)
+    # No world helps: the model's heads or --spmax bound the degree, so the message is the planner's.
+    assert "torchrun" not in check(["static:degree=2", "--spmax", "1"], 2)
+    assert "torchrun" not in check([f"static:degree={2 * get_model('tiny').num_heads}"], 1)
+    args = parse_args(["--planner", "static:degree=2"])
+    check_planner(args, build_workload(args.workload_on(world=2, device_type="cpu")), "cpu")  # fits: no error
+    assert train_prog == PROG
 
 
 def test_a_single_process_bf16_run_on_cpu(tmp_path: Path) -> None:
@@ -203,6 +297,58 @@ def test_a_single_process_bf16_run_on_cpu(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "step 0 batch 0 planner nsp loss" in proc.stdout
+
+
+def _record(step: int, version: int = 3) -> dict:
+    """A minimal step record as ``runtime.report`` reads it (v2: without the dropped counts)."""
+    rec = {
+        "step": step,
+        "planner_spec": "nsp",
+        "planner": "nsp",
+        "backend": "ulysses",
+        "loss": 1.0,
+        "step_time_s": 1.0 + step,
+        "simulated_step_time_s": 0.5,
+        "breakdown_s": dict.fromkeys(BREAKDOWN_CATEGORIES, (1.0 + step) / len(BREAKDOWN_CATEGORIES)),
+        "schema_version": version,
+    }
+    return rec if version < 3 else {**rec, "dropped_samples": 1, "dropped_tokens": 600}
+
+
+def test_report_skip_must_leave_a_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.report import main as report
+
+    two, one = tmp_path / "two.jsonl", tmp_path / "one.jsonl"
+    two.write_text("".join(json.dumps(_record(s)) + "\n" for s in range(2)))
+    one.write_text(json.dumps(_record(0, version=2)) + "\n")  # an old (v2) record still reads
+    for argv, message in (
+        (["--skip", "2", str(two)], f"{two} holds 2 step records: --skip 2 would leave none; use --skip 0..1"),
+        (["--skip", "5", str(one)], f"{one} holds 1 step record: --skip 5 would leave none; use --skip 0..0"),
+        (["--skip", "-1", str(two)], "argument --skip: must be >= 0"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            report(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith(f"runtime.report: error: {message}")
+    report([str(two), str(one)])  # default: the warm-up step left out, none of a one-step file
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("two", "1", "2.000"), ("one", "1", "1.000")]
+    report(["--skip", "0", str(two)])
+    assert capsys.readouterr().out.splitlines()[1].split()[2:4] == ["2", "1.500"]
+
+
+def test_calibrate_has_a_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` and bad flags end at once (they used to run the whole calibration)."""
+    from runtime.calibrate import main as calibrate
+
+    with pytest.raises(SystemExit) as exit_info:
+        calibrate(["--help"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("usage: runtime.calibrate")
+    for argv in (["--bogus"], ["extra"]):
+        with pytest.raises(SystemExit) as exit_info:
+            calibrate(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert exit_info.value.code == 2 and err == [f"runtime.calibrate: error: unrecognized arguments: {argv[0]}"]
 
 
 def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,11 @@ and ``-o report.html`` writes a self-contained plotly report plus ``report.confi
 With no arguments it runs the built-in default: Qwen3-30B-A3B on 64 H100s, 2M tokens per batch, 192K
 max context, the ``wikipedia`` trace, ``DEFAULT_ITERS`` batches.
 
+Warnings (one line each on stderr, the run goes on): ``--token-budget`` above the memory model's B_tok,
+and ``--max-context`` dropping more than ``DROPPED_WARN_SHARE`` (10%) of the drawn tokens. Exit
+status (:data:`EXIT_HELP`): 0 with a result; 1 when every planner ran out of memory on every batch
+(the table, JSON and report are still written, and say so); 2 for a usage error.
+
 The report crosses the one boundary from nspsim into ``studies`` (where plotly lives): the module named
 by ``REPORT_RENDERER`` is imported by that name, lazily, only when ``-o`` is given, and must provide
 ``render(CompareResult) -> str``. One named lazy import, rather than a separate ``python -m`` renderer
@@ -18,13 +23,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from nspsim.cli.flags import add_workload_args, emit, output_file, positive_int, workload_config
+from nspsim.cli.flags import (
+    add_workload_args,
+    emit,
+    output_file,
+    positive_int,
+    warn,
+    warn_token_budget,
+    workload_config,
+    write_output,
+)
 from nspsim.compare import (
     ABLATIONS,
     DEFAULT_FLEXSP_TIME_LIMIT_S,
@@ -35,11 +48,20 @@ from nspsim.compare import (
     default_planners,
     run_compare,
 )
+from nspsim.jsonfile import dumps_json
 from nspsim.options import positive_float
+from nspsim.planners.flexsp_planner import MAX_TIME_LIMIT_S
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator.modes import MODES, SimMode
+from nspsim.units import format_seconds
+from nspsim.workload import build_workload
 
 REPORT_RENDERER = "studies.compare_report"  # the only studies module nspsim loads (module doc)
+EXIT_ALL_OUT_OF_MEMORY = 1
+EXIT_HELP = (
+    "exit status: 0 with a result; 1 when every planner ran out of memory on every batch (the table, "
+    "JSON and report are still written and say so); 2 for a usage error"
+)
 
 
 class ProgressBar:
@@ -85,11 +107,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
             args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",), make_parent=True
         )
     report = _report_module() if path is not None else None
+    warn_token_budget(build_workload(config.workload))
     result = run_compare(config, progress=None if args.quiet else ProgressBar(sys.stderr))
+    if result.drops is not None and (dropped := result.drops.warning()) is not None:
+        warn(f"{result.drops.batches} batch(es): {dropped}")
     if path is not None:
         _write_report(path, result, report)
     emit(args, result.to_dict(), format_table(result))
+    if result.no_result is not None:
+        print(f"nspsim: {result.no_result} (exit status {EXIT_ALL_OUT_OF_MEMORY})", file=sys.stderr)
+        return EXIT_ALL_OUT_OF_MEMORY
     return 0
+
+
+def _time_limit(text: str) -> float:
+    """argparse type for ``--flexsp-time-limit``: positive, finite, at most FlexSP's maximum."""
+    value = positive_float(text)
+    if value > MAX_TIME_LIMIT_S:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TIME_LIMIT_S:.0f} seconds per MILP solve, got {text!r}")
+    return value
 
 
 def _report_module() -> Any:
@@ -101,8 +137,12 @@ def _report_module() -> Any:
 
 
 def _write_report(path: Path, result: CompareResult, report: Any) -> None:
-    path.write_text(report.render(result))
-    path.with_suffix(".config.json").write_text(json.dumps(result.config, indent=2))
+    write_output(
+        path,
+        report.render(result),
+        flag="-o",
+        siblings={".config.json": dumps_json(result.config, what="config", indent=2)},
+    )
 
 
 def format_table(result: CompareResult) -> str:
@@ -110,16 +150,19 @@ def format_table(result: CompareResult) -> str:
     over fewer batches than the run (those where this planner or the baseline ran out of memory)."""
     cats = " ".join(f"{BREAKDOWN_SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
     lines = [
-        f"{'planner':<18s} {'step(s)':>8s} {'norm':>7s} {'speedup':>7s}  {cats}  "
+        f"{'planner':<18s} {'step':>9s} {'norm':>7s} {'speedup':>7s}  {cats}  "
         f"{'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"
     ]
     for s in result.summaries:
-        step = f"{s.mean_step_time_s:8.4f}" if s.mean_step_time_s is not None else f"{'OOM':>8s}"
+        step = f"{format_seconds(s.mean_step_time_s):>9s}" if s.mean_step_time_s is not None else f"{'OOM':>9s}"
         partial = "*" if 0 < s.normalized_iterations < s.iterations else " "
         norm = f"{s.normalized_to_static:6.3f}{partial}" if s.normalized_to_static is not None else f"{'-':>7s}"
         speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
         bound = f"{s.mean_load_over_lower_bound:7.3f}" if s.mean_load_over_lower_bound is not None else f"{'-':>7s}"
-        shares = " ".join(f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" for k in BREAKDOWN_CATEGORIES)
+        shares = " ".join(
+            f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" if s.mean_step_time_s is not None else f"{'-':>5s}"
+            for k in BREAKDOWN_CATEGORIES
+        )  # no share of a step that never ran
         lines.append(
             f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
             f"{bound} {s.oom_count:>2d}/{s.iterations}"
@@ -132,13 +175,19 @@ def format_table(result: CompareResult) -> str:
     )
     if any(0 < s.normalized_iterations < s.iterations for s in result.summaries):
         lines.append("* normalised over the batches on which both this planner and the baseline fit in memory")
+    if result.drops is not None:
+        lines.append(f"batches: {result.drops.kept_samples} samples kept; {result.drops.describe()} dropped")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
+    if result.no_result is not None:
+        lines.append(f"NO RESULT: {result.no_result}")
     return "\n".join(lines)
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``compare``."""
-    p = sub.add_parser("compare", help="plan and simulate strategies on the same batches (the main job)")
+    p = sub.add_parser(
+        "compare", help="plan and simulate strategies on the same batches (the main job)", epilog=EXIT_HELP
+    )
     add_workload_args(p)
     p.add_argument(
         "--iters", type=positive_int, default=DEFAULT_ITERS, help=f"batches to compare on (at most {MAX_ITERS:,})"
@@ -152,10 +201,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--flexsp-time-limit",
-        type=positive_float,
+        type=_time_limit,
         default=DEFAULT_FLEXSP_TIME_LIMIT_S,
-        help="seconds per FlexSP MILP solve, a safety net (default: the artifact's 10); its deterministic "
-        "work limit (flexsp:work_limit=N) stops the solves first and bounds planning time",
+        help=f"seconds per FlexSP MILP solve, a safety net (default: the artifact's 10, at most "
+        f"{MAX_TIME_LIMIT_S:.0f}); its deterministic work limit (flexsp:work_limit=N) stops the solves first "
+        "and bounds planning time",
     )
     p.add_argument("--mode", choices=MODES, default=SimMode.STREAM, help="executor overlap mode for every planner")
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")

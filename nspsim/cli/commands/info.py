@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nspsim.cli.flags import add_workload_args, emit, workload_config
+from nspsim.cli.flags import add_workload_args, emit, warn_token_budget, workload_config
 from nspsim.units import format_bytes, format_tokens
 from nspsim.workload import build_workload
 
@@ -13,6 +13,7 @@ from nspsim.workload import build_workload
 def cmd_info(args: argparse.Namespace) -> int:
     """Print parameter counts, spmax, memory split and the token budget B_tok."""
     wl = build_workload(workload_config(args))
+    warn_token_budget(wl)
     mem, model = wl.memory, wl.model
     data = {
         "config": wl.config.to_dict(),
@@ -20,6 +21,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "active_params": model.active_params,
         "spmax": wl.tree.spmax,
         "token_budget": wl.token_budget,
+        "memory_token_budget": mem.derived_token_budget,
         "state_bytes_per_gpu": mem.state_bytes,
         "buffer_bytes_per_gpu": mem.buffer_bytes,
         "activation_capacity_bytes": mem.activation_capacity,
@@ -32,7 +34,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"spmax    {wl.tree.spmax}",
             f"memory   states {format_bytes(mem.state_bytes)}, buffers {format_bytes(mem.buffer_bytes)}, "
             f"activations {format_bytes(mem.activation_capacity)} per GPU",
-            f"budget   B_tok = {wl.token_budget} sharded tokens per GPU ({format_tokens(wl.token_budget)})",
+            f"budget   B_tok = {wl.token_budget} sharded tokens per GPU ({format_tokens(wl.token_budget)})"
+            + ("" if wl.config.token_budget is None else f"; the memory model fits {mem.derived_token_budget}"),
         ]
     )
     emit(args, data, text)

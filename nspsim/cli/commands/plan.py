@@ -9,10 +9,21 @@ by :mod:`nspsim.options`: true/false, int, finite float, else text), e.g. ``--op
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from nspsim.cli.flags import add_workload_args, emit, non_negative_int, output_file, workload_config
+from nspsim.cli.flags import (
+    add_workload_args,
+    emit,
+    non_negative_int,
+    output_file,
+    shown,
+    warn,
+    warn_token_budget,
+    workload_config,
+    write_output,
+)
+from nspsim.compare.summary import BatchDrops, plan_drop_fields
+from nspsim.jsonfile import dumps_json
 from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
@@ -38,6 +49,7 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "token_budget": plan.token_budget,
         "samples_per_degree": {str(d): n for d, n in plan.samples_per_degree().items()},
         "plan_hash": plan.content_hash,
+        **plan_drop_fields(plan),
         "metadata": dict(meta),
     }
 
@@ -57,13 +69,18 @@ def format_summary(plan: Plan, data: dict[str, Any]) -> str:
             "planning_time_s",
             "planning_cpu_s",
             "micro_batches",
+            "dropped_samples",
+            "dropped_tokens",
         }
     }
+    drops = BatchDrops.of_plan(plan)
     return "\n".join(
         [
             f"plan      {plan.content_hash} by {plan.planner}: {plan.model.name} on {plan.cluster.label}",
-            f"batch     {plan.batch.trace} seed {plan.batch.seed} #{plan.batch.index}: {plan.num_samples} samples, "
+            f"batch     {shown(plan.batch.trace)} seed {plan.batch.seed} #{plan.batch.index}: "
+            f"{plan.num_samples} samples, "
             f"{format_tokens(sum(plan.lengths))} tokens, {plan.num_micro_batches} micro-batch(es)",
+            *([] if drops is None else [f"dropped   {drops.describe()}"]),
             f"levels    {levels}",
             f"tokens    per GPU max {data['max_tokens_per_gpu']:.0f}, mean {data['mean_tokens_per_gpu']:.0f} "
             f"of B_tok={plan.token_budget}",
@@ -86,7 +103,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
     planner = get_planner(args.planner, **options)
     workload = build_workload(workload_config(args))
+    warn_token_budget(workload)
     batch = workload.sampler.batch(args.batch_index)
+    drops = BatchDrops.of_batches([batch]).warning()
+    if drops is not None:
+        warn(f"batch {batch.index}: {drops}")
     plan = planner.plan(batch, workload)
     config = {
         **workload.config.to_dict(),
@@ -96,8 +117,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     }
     data = {"config": config, **plan_summary(plan)}
     if path is not None:
-        plan.save(path)
-        path.with_suffix(".config.json").write_text(json.dumps(config, indent=2))
+        write_output(
+            path,
+            plan.to_json(indent=1),
+            flag="-o",
+            siblings={".config.json": dumps_json(config, what="config", indent=2)},
+        )
     emit(args, data, format_summary(plan, data))
     return 0
 
@@ -105,9 +130,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``plan``."""
     cmd = sub.add_parser("plan", help="route one batch with a planner and summarise the plan")
-    cmd.add_argument("--planner", default="nsp", choices=PLANNER_NAMES, help="planner name (default nsp)")
+    cmd.add_argument("--planner", default="nsp", choices=PLANNER_NAMES, help="planner name")
     add_workload_args(cmd)
-    cmd.add_argument("--batch-index", type=non_negative_int, default=0, help="which batch of the trace (default 0)")
+    cmd.add_argument("--batch-index", type=non_negative_int, default=0, help="which batch of the trace")
     cmd.add_argument(
         "--option",
         "-O",

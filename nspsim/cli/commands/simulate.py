@@ -1,26 +1,45 @@
 """``nspsim simulate PLAN``: predict one training step of a plan file and explain where the time goes.
 
-The model, cluster, GPU count and SP backend come from the plan itself (it refuses a plan whose
-recorded cluster or model fingerprint differs from the preset). ``--timeline out.json`` writes a
-Chrome trace (open it in ui.perfetto.dev) and ``out.config.json`` beside it.
+The model, cluster, GPU count, SP backend and cost profile come from the plan itself (it refuses a
+plan whose recorded cluster or model fingerprint differs from the preset, and a recorded profile that
+cannot be read or has changed; ``--profile`` overrides the recorded one, with a warning when it
+differs). ``--timeline out.json`` writes a Chrome trace (open it in ui.perfetto.dev) and
+``out.config.json`` beside it. A plan log (``*.jsonl``, one plan per line: ``runtime.train``'s
+``<records>.plans.jsonl``) simulates every plan as a table of steps (``--json``: a list); ``--index
+N`` picks one, which is then reported like a plan file.
+
+Exit status (:data:`EXIT_OOM_HELP`): 0 when every simulated step fits in memory, 1 when one does
+not (the result, printed as usual, is a real answer: "out of memory"; ``--timeline`` then writes
+nothing), 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli.flags import emit, non_negative_int, output_file, positive_int
+from nspsim.cli.flags import emit, non_negative_int, output_file, positive_int, seed_arg, shown, warn, write_output
+from nspsim.compare.summary import BatchDrops, plan_drop_fields
+from nspsim.cost.profile import load_profile
 from nspsim.execution.prepare import prepare_plan
+from nspsim.jsonfile import dumps_json
 from nspsim.options import non_negative_float
 from nspsim.plan import Plan
+from nspsim.plan.log import PLAN_LOG_SUFFIX, load_plans
+from nspsim.plan.refs import ProfileRef
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.specs.memory import GIB
-from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.workload import Workload, WorkloadConfig, build_workload
+
+EXIT_OOM = 1
+EXIT_OOM_HELP = (
+    "exit status: 0 when every simulated step fits in memory; 1 when one runs out of memory (the result "
+    "is printed as usual and says so; --timeline then writes nothing); 2 for a usage error"
+)
 
 
 def plan_workload_config(plan: Plan, profile: str | None) -> WorkloadConfig:
@@ -35,8 +54,54 @@ def plan_workload_config(plan: Plan, profile: str | None) -> WorkloadConfig:
     )
 
 
+def profile_source(plan: Plan, given: str | None, warnings: set[str]) -> str | None:
+    """The cost profile to simulate ``plan`` with: ``--profile`` when given (adding a warning to
+    ``warnings`` when it is not the profile the plan records), else the one the plan records, which
+    must still load with the recorded fingerprint (``ValueError`` otherwise: never a silent fallback
+    to analytic costs)."""
+    recorded = plan.profile
+    if given is not None:
+        now = ProfileRef.of(load_profile(given), given)
+        if recorded is None or now.fingerprint != recorded.fingerprint:
+            made = "analytic costs" if recorded is None else f"cost profile {_profile_label(recorded)}"
+            warnings.add(
+                f"--profile {given} (fingerprint {now.fingerprint}) overrides the {made} the plan was made with"
+            )
+        return given
+    if recorded is None:
+        return None
+    try:
+        now = ProfileRef.of(load_profile(recorded.source), recorded.source)
+    except ValueError as exc:
+        raise ValueError(
+            f"the plan was made with cost profile {_profile_label(recorded)}, which cannot be loaded ({exc}); "
+            "pass --profile PATH to simulate it with that profile (or another)"
+        ) from None
+    if now.fingerprint != recorded.fingerprint:
+        raise ValueError(
+            f"the plan was made with cost profile {_profile_label(recorded)}, but {shown(recorded.source)} has "
+            f"changed since (fingerprint now {now.fingerprint}); pass --profile {shown(recorded.source)} to "
+            "simulate with it as it is now"
+        )
+    return recorded.source
+
+
+def _profile_label(ref: ProfileRef) -> str:
+    return f"{shown(ref.label)} (fingerprint {ref.fingerprint})"
+
+
+def pick_plans(plans: tuple[Plan, ...], index: int | None, origin: str) -> list[tuple[int, Plan]]:
+    """``(position, plan)`` of every plan, or of the one ``--index`` names."""
+    if index is None:
+        return list(enumerate(plans))
+    if index >= len(plans):
+        raise ValueError(f"--index {index}: {origin} holds {len(plans)} plan(s), numbered 0..{len(plans) - 1}")
+    return [(index, plans[index])]
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """Load, optionally prepare (tree recompute marks, issue order), simulate and report a plan."""
+    """Load, optionally prepare (tree recompute marks, issue order), simulate and report a plan, or
+    every plan of a plan log."""
     timeline = (
         None
         if args.timeline is None
@@ -47,60 +112,136 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             inputs=(args.plan, str(Path(args.plan).with_suffix(".config.json")), args.profile),
         )
     )  # the plan's sidecar too
-    plan = Plan.load(args.plan)
-    workload = build_workload(plan_workload_config(plan, args.profile))
-    options = SimOptions(
-        mode=args.mode,
-        extrapolate=not args.no_extrapolate,
-        jitter=args.jitter,
-        timeline=args.timeline is not None,
-        sim_layers=args.sim_layers,
-    )
-    simulator = Simulator.for_workload(workload, options, seed=args.seed)
-    ranker = Simulator.for_workload(workload, replace(options, timeline=False), seed=args.seed)
-    scored: dict[str, StepResult] = {}
-
-    def step_time(candidate: Plan) -> float:
-        scored[candidate.content_hash] = ranker.simulate(candidate)
-        return scored[candidate.content_hash].step_time_or_inf
-
-    plan = prepare_plan(
-        plan,
-        memory=workload.memory,
-        cost=workload.cost,
-        tree_recompute=args.tree_recompute,
-        optimize_order=args.optimize_order,
-        evaluate=step_time,
-    )
-    result = scored.get(plan.content_hash) if not options.timeline else None
-    result = result or simulator.simulate(plan)
-    config = {
-        **workload.config.to_dict(),
-        "plan": str(args.plan),
-        "plan_hash": plan.content_hash,
-        "simulation": asdict(options) | {"seed": args.seed},
-        "tree_recompute": args.tree_recompute,
-        "optimize_order": args.optimize_order,
-    }
-    if timeline is not None:
-        _write_timeline(timeline, result, config)
-    emit(args, {"config": config, **result.to_dict()}, format_result(plan, result))
+    is_log = str(args.plan).endswith(PLAN_LOG_SUFFIX)
+    plans = load_plans(args.plan)
+    picked = pick_plans(plans, args.index, args.plan)
+    table = is_log and args.index is None
+    if timeline is not None and table:
+        raise ValueError(
+            f"--timeline writes the trace of one plan, but {args.plan} is a plan log of {len(plans)} plan(s): "
+            f"pick one with --index N (0..{len(plans) - 1})"
+        )
+    warnings: set[str] = set()
+    sources = [profile_source(plan, args.profile, warnings) for _, plan in picked]  # refuse before simulating
+    for message in sorted(warnings):
+        warn(message)
+    drops = [d for _, plan in picked if (d := BatchDrops.of_plan(plan)) is not None]
+    dropped = BatchDrops.combine(drops).warning() if drops else None
+    if dropped is not None:
+        warn(dropped)
+    runner = _Runner(args)
+    runs = [(i, *runner.run(plan, source, i if is_log else None)) for (i, plan), source in zip(picked, sources)]
+    oom = [i for i, _, result, _ in runs if result.oom]
+    if table:
+        data = [
+            {"index": i, "config": config, **plan_drop_fields(plan), **result.to_dict()}
+            for i, plan, result, config in runs
+        ]
+        print(dumps_json(data, what="--json output", indent=2) if args.json else format_table(args.plan, runs))
+    else:
+        _, plan, result, config = runs[0]
+        if timeline is not None and not result.oom:
+            write_output(
+                timeline,
+                chrome_trace_json(result.timeline, metadata={"config": config}),
+                flag="--timeline",
+                siblings={".config.json": dumps_json(config, what="config", indent=2)},
+            )
+        emit(args, {"config": config, **plan_drop_fields(plan), **result.to_dict()}, format_result(plan, result))
+    if oom:
+        steps = "the simulated step" if not table else f"{len(oom)} of {len(runs)} simulated steps"
+        written = "; no timeline written" if timeline is not None else ""
+        print(f"nspsim: {steps} ran out of memory{written} (exit status {EXIT_OOM})", file=sys.stderr)
+        return EXIT_OOM
     return 0
 
 
-def _write_timeline(path: Path, result: StepResult, config: dict[str, Any]) -> None:
-    if result.oom:
-        raise ValueError(f"no timeline: the step does not run ({result.oom_detail})")
-    path.write_text(chrome_trace_json(result.timeline, metadata={"config": config}))
-    path.with_suffix(".config.json").write_text(json.dumps(config, indent=2))
+class _Runner:
+    """Simulates plans with the command's options, one workload and pair of simulators per distinct
+    workload (every plan of a runtime log shares one)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.options = SimOptions(
+            mode=args.mode,
+            extrapolate=not args.no_extrapolate,
+            jitter=args.jitter,
+            timeline=args.timeline is not None,
+            sim_layers=args.sim_layers,
+        )
+        self._cache: dict[WorkloadConfig, tuple[Workload, Simulator, Simulator]] = {}
+
+    def _simulators(self, config: WorkloadConfig) -> tuple[Workload, Simulator, Simulator]:
+        if config not in self._cache:
+            workload = build_workload(config)
+            seed = self.args.seed
+            self._cache[config] = (
+                workload,
+                Simulator.for_workload(workload, self.options, seed=seed),
+                Simulator.for_workload(workload, replace(self.options, timeline=False), seed=seed),
+            )
+        return self._cache[config]
+
+    def run(self, plan: Plan, profile: str | None, index: int | None) -> tuple[Plan, StepResult, dict[str, Any]]:
+        """(prepared plan, result, resolved config) of one plan."""
+        args = self.args
+        workload, simulator, ranker = self._simulators(plan_workload_config(plan, profile))
+        scored: dict[str, StepResult] = {}
+
+        def step_time(candidate: Plan) -> float:
+            scored[candidate.content_hash] = ranker.simulate(candidate)
+            return scored[candidate.content_hash].step_time_or_inf
+
+        plan = prepare_plan(
+            plan,
+            memory=workload.memory,
+            cost=workload.cost,
+            tree_recompute=args.tree_recompute,
+            optimize_order=args.optimize_order,
+            evaluate=step_time,
+        )
+        result = scored.get(plan.content_hash) if not self.options.timeline else None
+        result = result or simulator.simulate(plan)
+        config = {
+            **workload.config.to_dict(),
+            "plan": str(args.plan),
+            **({} if index is None else {"plan_index": index}),
+            "plan_hash": plan.content_hash,
+            "simulation": asdict(self.options) | {"seed": args.seed},
+            "tree_recompute": args.tree_recompute,
+            "optimize_order": args.optimize_order,
+        }
+        return plan, result, config
+
+
+def format_table(origin: str, runs: list[tuple[int, Plan, StepResult, dict[str, Any]]]) -> str:
+    """One line per plan of a plan log: position, batch, planner, plan hash, step time, out of memory."""
+    first = runs[0][1]
+    lines = [
+        f"{len(runs)} plan(s) of {shown(origin)}: {shown(first.model.name)} on {shown(first.cluster.label)}, "
+        f"mode {runs[0][2].mode}",
+        f"{'index':>5s} {'batch':>6s}  {'planner':<16s} {'plan hash':<16s} {'step time':>11s}  OOM",
+    ]
+    for i, plan, result, _ in runs:
+        step = f"{result.step_time_s:9.4f} s" if result.step_time_s is not None else f"{'-':>11s}"
+        lines.append(
+            f"{i:>5d} {plan.batch.index:>6d}  {shown(plan.planner):<16s} {plan.content_hash:<16s} {step}  "
+            f"{'yes' if result.oom else 'no'}"
+        )
+    fits = [r.step_time_s for _, _, r, _ in runs if r.step_time_s is not None]
+    if fits:
+        lines.append(f"mean step time {sum(fits) / len(fits):.4f} s over the {len(fits)} plan(s) that fit in memory")
+    return "\n".join(lines)
 
 
 def format_result(plan: Plan, result: StepResult) -> str:
     """Human-readable summary of one simulated step."""
     head = (
-        f"plan {plan.content_hash} by {plan.planner}: {plan.model.name} on {plan.cluster.label}, "
+        f"plan {plan.content_hash} by {shown(plan.planner)}: {shown(plan.model.name)} on {shown(plan.cluster.label)}, "
         f"{plan.num_samples} samples, {plan.num_micro_batches} micro-batch(es), mode {result.mode}"
     )
+    drops = BatchDrops.of_plan(plan)
+    head += "" if drops is None else f"\ndropped    {drops.describe()}"
     peak = max(result.peak_memory_bytes)
     memory = (
         f"memory     peak {peak / GIB:.2f} GiB/GPU (GPU {result.peak_memory_bytes.index(peak)}), "
@@ -126,8 +267,17 @@ def format_result(plan: Plan, result: StepResult) -> str:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``simulate``."""
-    p = sub.add_parser("simulate", help="predict one training step of a plan file")
-    p.add_argument("plan", help="plan JSON file")
+    p = sub.add_parser(
+        "simulate", help="predict one training step of a plan file (or every step of a plan log)", epilog=EXIT_OOM_HELP
+    )
+    p.add_argument("plan", help="plan JSON file, or a plan log (*.jsonl, one plan per line: runtime.train's plans)")
+    p.add_argument(
+        "--index",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="simulate only the N-th plan of the file (0-based; runtime.train's step N)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--timeline", default=None, metavar="OUT.json", help="write a Chrome trace (Perfetto) here")
     p.add_argument(
@@ -146,7 +296,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="optimise the issue order first (candidates re-ranked by this simulator, as compare does)",
     )
-    p.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="JSON cost profile to simulate with (default: the one the plan records, else analytic costs; "
+        "a warning when it differs from the recorded one)",
+    )
     p.add_argument("--no-extrapolate", action="store_true", help="simulate every layer")
     p.add_argument(
         "--sim-layers",
@@ -160,5 +315,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         default=0.0,
         help="coefficient of variation of kernel times, in [0, 1) (0 = none)",
     )
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the kernel-time noise")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the kernel-time noise")
     p.set_defaults(func=cmd_simulate)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nspsim.cli.flags import Parser, emit, positive_int
+from nspsim.cli.flags import Parser, emit, positive_int, seed_arg
 from nspsim.trace import builtin_trace_names, load_trace
 from nspsim.trace.stats import format_stats, trace_stats
 
@@ -24,8 +24,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """Length statistics of a trace file or built-in trace."""
     trace = load_trace(args.trace)
     stats = trace_stats(trace.materialize(args.samples, seed=args.seed))
-    data = {"trace": trace.name, "source": trace.source, **stats.to_dict()}
-    emit(args, data, format_stats(stats, f"{trace.name} ({trace.source})"))
+    data = {"trace": trace.name, "source": trace.source, "identity": trace.identity, **stats.to_dict()}
+    if trace.file is not None:  # read from a file: which one, and the hash of the bytes read
+        data["file"] = {"path": trace.file.path, "content_hash": trace.file.content_hash}
+    title = f"{trace.name} ({trace.source})" + (f", recorded as {trace.identity}" if trace.file else "")
+    emit(args, data, format_stats(stats, title))
     return 0
 
 
@@ -48,7 +51,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help=f"lengths to draw from a generative trace (default 1,000,000, at most {MAX_SAMPLES:,})",
     )
-    stats.add_argument("--seed", type=int, default=0, help="seed for generative traces")
+    stats.add_argument("--seed", type=seed_arg, default=0, help="seed for generative traces")
     stats.add_argument("--json", action="store_true", help="print JSON")
     stats.set_defaults(func=cmd_stats)
     listing = trace_sub.add_parser("list", help="list built-in traces")

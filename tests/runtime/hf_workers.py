@@ -1,0 +1,107 @@
+"""Rank functions and references for the transformers-bridge tests (run in child processes by runtime.launch).
+
+The reference is the unchanged transformers model with its own attention (``sdpa``, whose packed
+causal mask transformers derives from ``position_ids``) on the whole packed batch in one process; the
+NSP side is the same model (same config, same seed, so the same weights) built with
+``attn_implementation=NSP_ATTENTION`` and run by ``NSPExecutor`` on every rank.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from nspsim.plan import Plan
+from runtime.data import rank_input, synthetic_stream
+from runtime.executor import ExecOptions, NSPExecutor
+from runtime.groups import GroupCache
+from runtime.launch import RankEnv
+
+PREFIX = "hf."
+
+
+@dataclass(frozen=True)
+class HFCase:
+    """One parity check: a plan (JSON), the transformers model name, the weight seed and executor options."""
+
+    plan_json: str
+    model: str = "hf-qwen3-tiny"
+    seed: int = 0
+    options: ExecOptions = field(default_factory=ExecOptions)
+
+
+def reference(case: HFCase) -> tuple[float, dict[str, torch.Tensor]]:
+    """Single-process loss (mean over tokens) and gradients of the whole packed batch, transformers'
+    own ``sdpa`` attention."""
+    plan = Plan.from_json(case.plan_json)
+    return _reference(case.model, case.seed, plan.batch.index, plan.lengths)
+
+
+@functools.lru_cache(maxsize=16)
+def _reference(name: str, seed: int, index: int, lengths: tuple[int, ...]) -> tuple[float, dict[str, torch.Tensor]]:
+    from runtime.hf.models import build_hf_model, config_of, hf_spec
+
+    stream = synthetic_stream(lengths, seed=seed, index=index, vocab=hf_spec(name).vocab)
+    model = build_hf_model(config_of(name), seed=seed, attn_implementation="sdpa")
+    ids, pos, tgt = (torch.as_tensor(x) for x in (stream.ids, stream.positions, stream.targets))
+    logits = model(input_ids=ids[None], position_ids=pos[None], use_cache=False).logits[0]
+    loss = F.cross_entropy(logits.float(), tgt, reduction="sum")
+    (loss / len(ids)).backward()
+    return float(loss.item()) / len(ids), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, p in model.named_parameters():
+        g = p.grad
+        out[name.removeprefix(PREFIX)] = g.full_tensor() if hasattr(g, "full_tensor") else g
+    return out
+
+
+def hf_parity(env: RankEnv, cases: list[HFCase]) -> list[dict[str, Any]]:
+    """Execute every case with NSP on the bridged transformers model. Rank 0 returns the summed
+    gradients (named as in the transformers model); every rank its loss, a gradient checksum, its
+    collective log and its execution-row count."""
+    from nspsim.execution.layout import rank_layout
+    from runtime.hf.models import hf_causal_lm, hf_spec
+
+    groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
+    reports = []
+    for case in cases:
+        plan = Plan.from_json(case.plan_json)
+        spec = hf_spec(case.model)
+        stream = synthetic_stream(plan.lengths, seed=case.seed, index=plan.batch.index, vocab=spec.vocab)
+        model = hf_causal_lm(case.model, seed=case.seed).to(env.device)
+        if case.options.grad_sync == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in model.layers:
+                fully_shard(layer)
+            fully_shard(model)
+        ex = NSPExecutor(
+            model=model,
+            spec=spec,
+            rank=env.rank,
+            world=env.world,
+            device=env.device,
+            groups=groups,
+            options=case.options,
+        )
+        res = ex.run(plan, rank_input(stream, env.rank, env.world))
+        grads = {name: g.cpu() for name, g in _full_grads(model).items()}
+        reports.append(
+            {
+                "loss": res.loss,
+                "grads": grads if env.rank == 0 else None,
+                "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
+                "log": list(ex.comm.log),
+                "rows": sum(rank_layout(plan, mb, env.rank).num_rows for mb in range(plan.num_micro_batches)),
+                "impl": model.model_impl,
+            }
+        )
+    return reports

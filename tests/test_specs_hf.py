@@ -1,0 +1,134 @@
+"""Model specs from transformers config files: published Qwen3 configs, named tiny configs, one-line errors,
+and ``nspsim compare --model config.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nspsim.specs.hf import HF_CONFIGS, hf_config, load_hf_config, resolve_model, spec_from_hf_config
+from nspsim.specs.model import get_model
+from nspsim.workload import WorkloadConfig, build_workload
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"  # sources named in fixtures/hf/README.md
+
+
+@pytest.mark.parametrize(
+    ("file", "preset", "total", "active"),
+    [
+        ("Qwen3-30B-A3B.config.json", "qwen3-30b-a3b", 30.5e9, 3.3e9),
+        ("Qwen3-235B-A22B.config.json", "qwen3-235b-a22b", 235e9, 22e9),
+    ],
+)
+def test_published_qwen3_configs_give_the_presets_parameter_counts(
+    file: str, preset: str, total: float, active: float
+) -> None:
+    spec, want = load_hf_config(FIXTURES / file), get_model(preset)
+    assert spec.total_params == pytest.approx(want.total_params, rel=0.01)
+    assert spec.active_params == pytest.approx(want.active_params, rel=0.01)
+    assert spec.total_params == pytest.approx(total, rel=0.01)
+    assert spec.active_params == pytest.approx(active, rel=0.03)  # the card's 3.3B / 22B are rounded
+    same = (
+        "num_layers",
+        "hidden",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab",
+        "moe",
+        "tie_embeddings",
+        "qk_norm",
+    )
+    assert all(getattr(spec, f) == getattr(want, f) for f in same)
+
+
+def test_named_tiny_configs_have_the_builtin_tiny_shapes() -> None:
+    dense, moe = resolve_model("hf-qwen3-tiny"), resolve_model("hf-qwen3-moe-tiny")
+    assert dense.total_params == get_model("tiny").total_params
+    assert moe.total_params == get_model("tiny-moe").total_params
+    assert moe.moe is not None and (moe.moe.num_experts, moe.moe.top_k) == (4, 2)
+    assert set(HF_CONFIGS) == {"hf-qwen3-tiny", "hf-qwen3-moe-tiny"}
+    assert hf_config("hf-qwen3-tiny") is not hf_config("hf-qwen3-tiny")  # a fresh copy each time
+
+
+def test_defaults_head_dim_kv_heads_and_dense_ffn() -> None:
+    spec = spec_from_hf_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "vocab_size": 10,
+        },
+        name="toy",
+    )
+    assert (spec.head_dim, spec.num_kv_heads, spec.dense_ffn, spec.qk_norm, spec.tie_embeddings) == (
+        16,
+        4,
+        128,
+        False,
+        False,
+    )
+
+
+def _write(tmp_path: Path, text: str, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+        ({"hidden_size": None}, "no 'hidden_size'"),
+        ({"num_attention_heads": "32"}, "must be a positive integer"),
+        ({"num_key_value_heads": 5}, "multiple of num_kv_heads"),
+        ({"mlp_only_layers": [0]}, "mixing dense and MoE"),
+        ({"decoder_sparse_step": 2}, "mixing dense and MoE"),
+        ({"num_experts_per_tok": 200}, "top_k"),
+    ],
+)
+def test_a_bad_config_is_a_one_line_error(tmp_path: Path, change: dict, message: str) -> None:
+    config = {**json.loads((FIXTURES / "Qwen3-30B-A3B.config.json").read_text()), **change}
+    config = {k: v for k, v in config.items() if v is not None}
+    path = _write(tmp_path, json.dumps(config))
+    with pytest.raises(ValueError, match=message) as err:
+        load_hf_config(path)
+    assert "\n" not in str(err.value) and path in str(err.value)
+
+
+def test_unreadable_files_and_unknown_names_are_one_line_errors(tmp_path: Path) -> None:
+    for path, message in [
+        (_write(tmp_path, "{not json", "a.json"), "invalid JSON"),
+        (_write(tmp_path, "[1, 2]", "b.json"), "not a transformers config"),
+        (str(tmp_path / "missing.json"), "cannot read transformers config"),
+    ]:
+        with pytest.raises(ValueError, match=message) as err:
+            resolve_model(path)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="unknown model preset 'gpt5'.*config.json"):
+        resolve_model("gpt5")
+
+
+def test_a_workload_resolves_a_config_path() -> None:
+    path = str(FIXTURES / "Qwen3-30B-A3B.config.json")
+    wl = build_workload(WorkloadConfig(model=path, cluster="h100", gpus=8, tokens_per_batch=64_000, max_context=32_000))
+    assert wl.model.name == path and wl.model.total_params == get_model("qwen3-30b-a3b").total_params
+
+
+def test_compare_runs_on_a_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from nspsim.cli.main import main
+
+    config = str(FIXTURES / "Qwen3-30B-A3B.config.json")
+    args = ["compare", "--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "32k", "--iters", "1", "--quiet"]
+    assert main([*args, "--model", config, "--planners", "static,nsp"]) == 0
+    out = capsys.readouterr().out
+    assert "nsp" in out and config in out
+    bad = _write(tmp_path, "{}")
+    assert main([*args, "--model", bad]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and bad in err and "model_type" in err, err
