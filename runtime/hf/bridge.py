@@ -29,7 +29,8 @@ a forward hook on the model's decoder applies ``relayout`` (the layout-restoring
 final hidden rows, and the model's own head computes the logits in the input layout.
 
 Supported: causal full attention, GQA/MQA, any head dimension the kernel takes, RoPE variants and
-QK-norm (both inside the model), the default scaling ``1/sqrt(head_dim)``, dense and MoE FFNs.
+QK-norm (both inside the model), the default scaling ``1/sqrt(head_dim)``, dense and MoE FFNs, fp32
+and bf16 autocast over fp32 master weights (q, k, v reach the kernel in one dtype: :func:`kernel_dtype`).
 Refused with a one-line ``ValueError`` naming the feature: sliding-window or chunked attention,
 attention sinks, attention logit soft-capping, non-causal (bidirectional) attention, attention
 dropout, a custom attention scaling, padding masks, a KV cache or query offset, a batch of more than
@@ -142,15 +143,29 @@ def check_call(module: nn.Module, query: Tensor, attention_mask: Tensor | None, 
         raise unsupported("an attention mask (padding); pass packed samples with per-sample position_ids")
 
 
+def kernel_dtype(query: Tensor, key: Tensor, value: Tensor) -> torch.dtype:
+    """The one dtype the attention kernels get ``q``, ``k`` and ``v`` in: under ``torch.autocast`` its
+    dtype (as transformers' own sdpa and flash paths do), else the promotion of the three. Needed
+    because a transformers model under bf16 autocast with fp32 weights hands over fp32 ``q``/``k``
+    (its RMSNorm multiplies by the fp32 weight after QK-norm, and RoPE's cos/sin are fp32) but a bf16
+    ``v`` (a linear under autocast); the flash kernels refuse mixed dtypes. The casts are differentiable,
+    so the gradients reach the model in its own dtypes."""
+    device_type = query.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
+
+
 def nsp_attention_forward(
     module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, **kwargs: Any
 ) -> tuple[Tensor, None]:
     """The registered attention function: ``[1, H, T, D]`` in, the scope's attention on ``[T, H, D]``
-    rows, ``[1, T, Hq, D]`` out (no attention weights)."""
+    rows in one dtype (:func:`kernel_dtype`), ``[1, T, Hq, D]`` out in that dtype (no attention weights)."""
     scope = _active_scope()
     check_call(module, query, attention_mask, kwargs)
     rows = query.shape[2] - scope.pad
-    q, k, v = (x[0, :, :rows].transpose(0, 1).contiguous() for x in (query, key, value))
+    dtype = kernel_dtype(query, key, value)
+    q, k, v = (x[0, :, :rows].transpose(0, 1).to(dtype).contiguous() for x in (query, key, value))
     out = scope.attention(q, k, v)
     if scope.pad:
         out = torch.cat([out, out.new_zeros((scope.pad, *out.shape[1:]))])

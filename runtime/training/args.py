@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from nspsim.cli.flags import Parser, add_workload_args, output_file
@@ -136,6 +137,17 @@ def _lookahead(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"--lookahead takes 'all' or an integer, got {text!r}") from None
 
 
+def _model(model: str | None, hf_config: str | None) -> str:
+    """The workload's model: ``--hf-config FILE`` (an existing file), else ``--model``, else the default."""
+    if hf_config is None:
+        return model or RUNTIME_WORKLOAD.model
+    if model is not None:
+        raise ValueError(f"give --model or --hf-config, not both (--model {model}, --hf-config {hf_config})")
+    if not Path(hf_config).is_file():
+        raise ValueError(f"--hf-config {hf_config}: no such file (a transformers config.json)")
+    return hf_config
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see :mod:`runtime.train`); errors raise ``ValueError`` (one line)."""
     p = Parser(prog=PROG, description="Execute planned batches with NSP and record every step.")
@@ -160,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
         tokens_per_batch=RUNTIME_WORKLOAD.tokens_per_batch,
         max_context=RUNTIME_WORKLOAD.max_context,
         seed_help="seed of batches, tokens and initial weights",
+    )
+    # --model's default is applied in parse_args, so that --model and --hf-config together are refused.
+    model = next(a for a in p._actions if a.dest == "model")
+    model.default, model.help = None, f"{model.help} (default: {RUNTIME_WORKLOAD.model})"
+    p.add_argument(
+        "--hf-config",
+        metavar="FILE",
+        default=None,
+        help="a transformers config.json to train (the documented spelling of --model FILE; needs the hf extra)",
     )
     p.add_argument("--steps", type=int, default=10, help="training steps to run, one planned batch each")
     p.add_argument("--start-batch", type=int, default=0, help="index of the first batch")
@@ -224,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> TrainArgs:
     """Parse and validate; ``ValueError`` with a one-line message for bad values."""
     values = vars(build_parser().parse_args(argv))
+    values["model"] = _model(values.pop("model"), values.pop("hf_config"))
     name, options = planner_options(values.pop("planner"), values.pop("planner_option"))
     cluster = values.pop("cluster")
     given = {f.name: values.pop(f.name) for f in fields(WorkloadConfig) if f.name in values}

@@ -35,24 +35,48 @@ class HFCase:
     options: ExecOptions = field(default_factory=ExecOptions)
 
 
-def reference(case: HFCase) -> tuple[float, dict[str, torch.Tensor]]:
-    """Single-process loss (mean over tokens) and gradients of the whole packed batch, transformers'
-    own ``sdpa`` attention."""
+def reference(case: HFCase, device: str = "cpu") -> tuple[float, dict[str, torch.Tensor]]:
+    """Single-process loss (mean over tokens) and gradients (on the CPU, fp32) of the whole packed
+    batch, transformers' own ``sdpa`` attention on ``device``, under ``torch.autocast`` when the case's
+    options ask for it (fp32 weights, as the executor runs)."""
     plan = Plan.from_json(case.plan_json)
-    return _reference(case.model, case.seed, plan.batch.index, plan.lengths)
+    return _reference(case.model, case.seed, plan.batch.index, plan.lengths, case.options.autocast, device)
 
 
 @functools.lru_cache(maxsize=16)
-def _reference(name: str, seed: int, index: int, lengths: tuple[int, ...]) -> tuple[float, dict[str, torch.Tensor]]:
+def _reference(
+    name: str, seed: int, index: int, lengths: tuple[int, ...], autocast: str | None = None, device: str = "cpu"
+) -> tuple[float, dict[str, torch.Tensor]]:
     from runtime.hf.models import build_hf_model, config_of, hf_spec
 
     stream = synthetic_stream(lengths, seed=seed, index=index, vocab=hf_spec(name).vocab)
-    model = build_hf_model(config_of(name), seed=seed, attn_implementation="sdpa")
-    ids, pos, tgt = (torch.as_tensor(x) for x in (stream.ids, stream.positions, stream.targets))
-    logits = model(input_ids=ids[None], position_ids=pos[None], use_cache=False).logits[0]
-    loss = F.cross_entropy(logits.float(), tgt, reduction="sum")
+    model = build_hf_model(config_of(name), seed=seed, attn_implementation="sdpa").to(device)
+    ids, pos, tgt = (torch.as_tensor(x).to(device) for x in (stream.ids, stream.positions, stream.targets))
+    dev = torch.device(device).type
+    with torch.autocast(dev, dtype=getattr(torch, autocast or "float32"), enabled=autocast is not None):
+        logits = model(input_ids=ids[None], position_ids=pos[None], use_cache=False).logits[0]
+        loss = F.cross_entropy(logits.float(), tgt, reduction="sum")
     (loss / len(ids)).backward()
-    return float(loss.item()) / len(ids), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters()}
+    return float(loss.item()) / len(ids), grads
+
+
+def low_precision_gaps(
+    loss: float, grads: dict[str, torch.Tensor], ref_loss: float, ref_grads: dict[str, torch.Tensor]
+) -> tuple[float, float, str]:
+    """How far a bf16 run is from its reference: the loss's relative difference, the smallest cosine
+    similarity of a parameter's gradient with the reference's (parameters whose gradients are both
+    zero, e.g. experts no token reached, count as 1) and that parameter's name."""
+    assert grads.keys() == ref_grads.keys()
+    cosines = {}
+    for name, ref in ref_grads.items():
+        got, want = grads[name].double().flatten(), ref.double().flatten()
+        if not got.any() and not want.any():
+            cosines[name] = 1.0
+        else:
+            cosines[name] = float(F.cosine_similarity(got, want, dim=0, eps=1e-30))
+    worst = min(cosines, key=cosines.__getitem__)
+    return abs(loss - ref_loss) / abs(ref_loss), cosines[worst], worst
 
 
 def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:

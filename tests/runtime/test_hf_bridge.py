@@ -13,6 +13,7 @@ is within 1e-5 (fp32), with FSDP2 and with the all-reduce.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import hf_workers
@@ -31,7 +32,7 @@ from nspsim.specs.hf import load_hf_config, resolve_model
 from nspsim.workload import WorkloadConfig, build_workload
 from runtime.data import synthetic_stream
 from runtime.executor import ExecOptions
-from runtime.hf.bridge import NSP_ATTENTION, HFCausalLM, attention_scope, nsp_attention_forward
+from runtime.hf.bridge import NSP_ATTENTION, HFCausalLM, attention_scope, kernel_dtype, nsp_attention_forward
 from runtime.hf.models import build_hf_model, config_of, hf_causal_lm
 from runtime.kernels import select_kernel
 from runtime.launch import run_ranks
@@ -42,18 +43,17 @@ pytest.importorskip("transformers")  # the optional 'hf' extra (installed by mak
 TOL = 1e-5
 DENSE, MOE = "hf-qwen3-tiny", "hf-qwen3-moe-tiny"
 WORLDS = [2, 4, *([8] if os.environ.get("NSP_HF_8RANKS") else [])]
-"""8 ranks pass too (largest gradient difference 1.9e-8) but take ~50 s on 2 cores: NSP_HF_8RANKS=1 adds them."""
+"""8 ranks pass too (largest gradient difference 1.9e-8) but take ~50 s on 2 cores: NSP_HF_8RANKS=1 adds them.
+Not made cheap: each rank imports torch and transformers (5.6 s of CPU), so 8 ranks on 2 cores spend
+~22 s before any work; a one-case 8-rank launch measured 27-37 s (load 1-5)."""
 
 
 def _cpu_attention(lengths: list[int]) -> LocalAttention:
     return LocalAttention(select_kernel("cpu-flash", torch.device("cpu")), lengths)
 
 
-# ---- single process ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", [DENSE, MOE])
-def test_bridged_model_equals_transformers_sdpa_on_a_packed_batch(name: str) -> None:
-    lengths = [37, 1, 50, 12]
-    plan = make_plan(
+def _one_device_plan(name: str, lengths: list[int]) -> Plan:
+    return make_plan(
         planner="hand",
         cluster=get_cluster("cpu", 1),
         model=resolve_model(name),
@@ -62,6 +62,13 @@ def test_bridged_model_equals_transformers_sdpa_on_a_packed_batch(name: str) -> 
         token_budget=10**6,
         nodes=[Node(1, 0)] * len(lengths),
     )
+
+
+# ---- single process ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", [DENSE, MOE])
+def test_bridged_model_equals_transformers_sdpa_on_a_packed_batch(name: str) -> None:
+    lengths = [37, 1, 50, 12]
+    plan = _one_device_plan(name, lengths)
     ref_loss, ref_grads = hf_workers.reference(hf_workers.HFCase(plan_json=plan.to_json(), model=name, seed=1))
     stream = synthetic_stream(lengths, seed=1, index=plan.batch.index, vocab=resolve_model(name).vocab)
     ids, pos, tgt = (torch.as_tensor(x) for x in (stream.ids, stream.positions, stream.targets))
@@ -74,6 +81,49 @@ def test_bridged_model_equals_transformers_sdpa_on_a_packed_batch(name: str) -> 
     assert max(float((grads[n] - g).abs().max()) for n, g in ref_grads.items()) < TOL
     assert model.model_impl == f"transformers.{'Qwen3MoeForCausalLM' if name == MOE else 'Qwen3ForCausalLM'}"
     assert sum(p.numel() for p in model.parameters()) == resolve_model(name).total_params
+
+
+BF16_LOSS_RTOL, BF16_MIN_COSINE = 2e-2, 0.99
+"""bf16 autocast against transformers' sdpa under the same autocast: both round differently."""
+
+
+@pytest.mark.parametrize("kernel", ["cpu-flash", "math"])
+@pytest.mark.parametrize("name", [DENSE, MOE])
+def test_bridged_model_under_bf16_autocast_matches_transformers_sdpa(name: str, kernel: str) -> None:
+    """Under bf16 autocast with fp32 weights transformers hands the attention fp32 q, k (QK-norm times
+    an fp32 weight) and a bf16 v; the bridge gives the kernel all three in bf16 (the CPU flash kernel
+    refuses mixed dtypes), as the CUDA flash kernels need."""
+    lengths = [37, 1, 50, 12]
+    plan = _one_device_plan(name, lengths)
+    case = hf_workers.HFCase(plan_json=plan.to_json(), model=name, seed=1, options=ExecOptions(autocast="bfloat16"))
+    ref_loss, ref_grads = hf_workers.reference(case)
+    stream = synthetic_stream(lengths, seed=1, index=plan.batch.index, vocab=resolve_model(name).vocab)
+    ids, pos, tgt = (torch.as_tensor(x) for x in (stream.ids, stream.positions, stream.targets))
+    model = hf_causal_lm(name, seed=1)
+    seen: list[tuple[torch.dtype, ...]] = []
+    inner = LocalAttention(select_kernel(kernel, torch.device("cpu")), lengths)
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return inner(q, k, v)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(ids, pos, tgt, attention=attention)
+    (loss / len(ids)).backward()
+    assert set(seen) == {(torch.bfloat16,) * 3}
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters())
+    grads = {n.removeprefix(hf_workers.PREFIX): p.grad for n, p in model.named_parameters()}
+    rel, cosine, worst = hf_workers.low_precision_gaps(float(loss.detach()) / len(ids), grads, ref_loss, ref_grads)
+    assert rel < BF16_LOSS_RTOL and cosine > BF16_MIN_COSINE, (rel, cosine, worst)
+
+
+def test_kernel_dtype_is_the_autocast_dtype_else_the_promotion() -> None:
+    f32, bf16 = torch.zeros(1, dtype=torch.float32), torch.zeros(1, dtype=torch.bfloat16)
+    assert kernel_dtype(f32, f32, bf16) == torch.float32
+    assert kernel_dtype(bf16, bf16, bf16) == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert kernel_dtype(f32, f32, bf16) == torch.bfloat16
+        assert kernel_dtype(f32, f32, f32) == torch.bfloat16
 
 
 @pytest.mark.parametrize("file", ["Qwen3-30B-A3B.config.json", "Qwen3-235B-A22B.config.json"])
@@ -250,7 +300,18 @@ def cases(world: int) -> list[hf_workers.HFCase]:
         )
         for s in ("fsdp", "allreduce")
     ]
-    return out
+    return out + bf16_cases(world)
+
+
+def bf16_cases(world: int) -> list[hf_workers.HFCase]:
+    """The CPU side of the GPU path: bf16 autocast over fp32 weights (a planner's MoE plan with FSDP2,
+    a nested Ring plan with the all-reduce), the CPU flash kernel getting one dtype from the bridge."""
+    bf16 = ExecOptions(autocast="bfloat16", kernel="cpu-flash")
+    _, ring = hand_plans(world, seed=world, model=MOE)
+    return [
+        hf_workers.HFCase(plan_json=planner_plans(world, MOE, 1)[0].to_json(), model=MOE, seed=3, options=bf16),
+        hf_workers.HFCase(plan_json=ring.to_json(), model=DENSE, seed=5, options=replace(bf16, grad_sync="allreduce")),
+    ]
 
 
 @pytest.fixture(scope="module", params=WORLDS, ids=[f"{w}ranks" for w in WORLDS])
@@ -267,6 +328,8 @@ def test_nsp_loss_and_every_gradient_equal_the_single_process_transformers_model
     planners: set[tuple[str, str]] = set()
     worst = 0.0
     for i, case in enumerate(run["payload"]):
+        if case.options.autocast is not None:
+            continue  # test_bf16_autocast_runs_match_transformers_sdpa_under_the_same_autocast
         plan = Plan.from_json(case.plan_json)
         planners.add((plan.planner, case.model))
         ref_loss, ref_grads = hf_workers.reference(case)
@@ -282,6 +345,21 @@ def test_nsp_loss_and_every_gradient_equal_the_single_process_transformers_model
         worst = max(worst, diffs[name])
     assert {(p, m) for p in PLANNER_NAMES for m in (DENSE, MOE)} <= planners
     print(f"{run['world']} ranks: largest gradient difference {worst:.3g}")
+
+
+@pytest.mark.slow
+def test_bf16_autocast_runs_match_transformers_sdpa_under_the_same_autocast(run: dict) -> None:
+    checked = 0
+    for i, case in enumerate(run["payload"]):
+        if case.options.autocast is None:
+            continue
+        ref_loss, ref_grads = hf_workers.reference(case)
+        reps = [res[i] for res in run["results"]]
+        assert len({rep["loss"] for rep in reps}) == 1
+        rel, cosine, worst = hf_workers.low_precision_gaps(reps[0]["loss"], reps[0]["grads"], ref_loss, ref_grads)
+        assert rel < BF16_LOSS_RTOL and cosine > BF16_MIN_COSINE, (Plan.from_json(case.plan_json).planner, rel, worst)
+        checked += 1
+    assert checked == 2
 
 
 @pytest.mark.slow

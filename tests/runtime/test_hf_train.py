@@ -11,9 +11,10 @@ import pytest
 import rt_workers
 
 from nspsim.specs.model import get_model
-from runtime.hf.models import model_impl, training_model
+from runtime.hf.models import config_of, model_impl, training_model
 from runtime.launch import run_ranks
 from runtime.model import DecoderLM
+from runtime.training.args import parse_args
 
 pytest.importorskip("transformers")  # the optional 'hf' extra (installed by make test)
 
@@ -87,3 +88,20 @@ def test_without_the_extra_a_transformers_model_is_a_one_line_error(
     with pytest.raises(ValueError, match=r"hf-qwen3-tiny.*'hf' extra.*\[hf\]") as err:
         training_model("hf-qwen3-tiny", get_model("tiny"), seed=0)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_hf_config_trains_a_users_transformers_config_file(tmp_path: Path) -> None:
+    """``--hf-config FILE`` is ``--model FILE``: a user's config.json (here the tiny Qwen3's) trains."""
+    config = tmp_path / "my-qwen3.json"
+    config.write_text(json.dumps({**config_of("hf-qwen3-tiny"), "architectures": ["Qwen3ForCausalLM"]}))
+    argv = ["--planner", "nsp", *BASE[:2], "--steps", "1", *BASE[6:], "--records", str(tmp_path / "r.jsonl")]
+    argv = [*argv, "--hf-config", str(config)]
+    assert parse_args(argv).workload.model == str(config)
+    (lines,) = run_ranks(rt_workers.train_runs, 1, [argv], timeout_s=240, comm_timeout_s=60)[0]
+    (record,) = [json.loads(line) for line in lines]
+    assert (record["model"], record["model_impl"]) == (str(config), "transformers.Qwen3ForCausalLM")
+    with pytest.raises(ValueError, match="give --model or --hf-config, not both"):
+        parse_args([*argv, "--model", "tiny"])
+    with pytest.raises(ValueError, match="no such file"):
+        parse_args(["--planner", "nsp", "--hf-config", str(tmp_path / "missing.json")])
