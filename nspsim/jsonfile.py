@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -88,12 +89,47 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
+class _NonFinite(Exception):
+    """Raised by :func:`_refuse_constant`; carries the constant's spelling."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; ``1e400`` overflows to infinity and is refused like ``Infinity``."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
+
+
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|(-?Infinity|NaN)')
+
+
+def _constant_line(text: str, name: str) -> int:
+    """The line of the first ``name`` (``NaN``, ``Infinity``, ``-Infinity``) outside a JSON string."""
+    if name not in ("NaN", "Infinity", "-Infinity"):  # an overflowing number such as 1e400
+        at = text.find(name)
+        return text.count("\n", 0, max(at, 0)) + 1
+    for match in _TOKEN.finditer(text):
+        if match.group(1) == name:
+            return text.count("\n", 0, match.start()) + 1
+    return 1
+
+
 def parse_json(text: str, *, where: str, what: str, line: int | None = None) -> Any:
     """``text`` parsed as JSON; a one-line ``ValueError`` prefixed by ``where`` (usually the file name)
     otherwise. ``line``, when ``text`` is one line of a JSON-lines file, is its line number in the
     file, which the message names (``where line N: ...``) whatever the parser counted."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as exc:  # json.loads reads NaN and Infinity, which are not JSON: refused like bad syntax
+        at = _constant_line(text, exc.args[0]) if line is None else line
+        raise ValueError(
+            f"{where} line {at}: invalid JSON ({exc.args[0]} is not a finite number; JSON has no NaN or infinity)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where} line {exc.lineno if line is None else line}: invalid JSON ({exc.msg})") from None
     except RecursionError:

@@ -10,13 +10,15 @@ nothing, or silently over every step, would be a wrong answer). Text only; figur
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nspsim.cli.flags import Parser, non_negative_int, silence_closed_stdout
+from nspsim.cli.flags import Parser, non_negative_int, shown, silence_closed_stdout
+from nspsim.jsonfile import read_bytes
 from nspsim.records import BREAKDOWN_CATEGORIES
 from runtime.cli import fail
 from runtime.records import read_records
@@ -42,8 +44,9 @@ PLANS_SUFFIX = ".plans.jsonl"  # runtime.train's executed-plan log next to the r
 def load_step_records(path: str) -> list[dict[str, Any]]:
     """The step records in ``path``; ``ValueError`` naming the file if it holds none or other records
     (e.g. a ``*.plans.jsonl`` file, which ``nspsim simulate`` replays)."""
+    data = read_bytes(path, "records file")  # a FIFO without a writer or /dev/zero must not hang the report
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a text (JSONL) records file") from None
     try:
@@ -59,7 +62,34 @@ def load_step_records(path: str) -> list[dict[str, Any]]:
                 f"{path} record {n} is not a runtime.train step record (no {missing[0]!r}); "
                 "pass the --records files (plans files are replayed with nspsim simulate)"
             )
+        bad = _bad_figure(rec)
+        if bad:
+            raise ValueError(f"{path} record {n}: {bad}; the file was edited or is not runtime.train's")
     return records
+
+
+def _seconds(value: Any) -> bool:
+    """A time in seconds as a record holds it: a finite number >= 0 (not a boolean or a string)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _bad_figure(rec: dict[str, Any]) -> str | None:
+    """What is wrong with the figures the report averages in ``rec`` (``None``: nothing), so that an
+    edited record ends with one line instead of a traceback or a mean over a negative or NaN time."""
+    if not _seconds(rec["step_time_s"]):
+        return f"step_time_s {rec['step_time_s']!r} is not a time in seconds (a finite number >= 0)"
+    sim = rec.get("simulated_step_time_s")
+    if sim is not None and not _seconds(sim):
+        return f"simulated_step_time_s {sim!r} is not a time in seconds (a finite number >= 0) or null"
+    breakdown = rec["breakdown_s"]
+    if not isinstance(breakdown, dict):
+        return f"breakdown_s is {type(breakdown).__name__}, not an object of times in seconds"
+    for key in BREAKDOWN_CATEGORIES:
+        if not _seconds(breakdown.get(key)):
+            return f"breakdown_s.{key} {breakdown.get(key)!r} is not a time in seconds (a finite number >= 0)"
+    if not isinstance(rec["planner"], str) or not isinstance(rec.get("planner_spec", ""), str):
+        return "planner is not a string"
+    return None
 
 
 DEFAULT_SKIP = 1
@@ -81,7 +111,7 @@ def summarise(kept: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over the (non-empty) records ``kept``."""
     sim = [r["simulated_step_time_s"] for r in kept if r.get("simulated_step_time_s") is not None]
     return {
-        "planner": kept[0].get("planner_spec", kept[0]["planner"]),
+        "planner": shown(kept[0].get("planner_spec", kept[0]["planner"])),  # the file's words, escaped
         "backend": kept[0]["backend"],
         "steps": len(kept),
         "step_s": float(np.mean([r["step_time_s"] for r in kept])),

@@ -248,3 +248,33 @@ def test_a_directory_is_named_as_one(
 ) -> None:
     assert main([a.format(dir=tmp_path) for a in argv]) == 2
     assert capsys.readouterr().err == f"nspsim: error: {what} {tmp_path} is a directory; give a file\n"
+
+
+def test_trace_stats_prints_a_histograms_words_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A histogram file's name and source are printed escaped (``\\x1b``), never as raw terminal codes."""
+    body = wikipedia_trace().to_json_dict()
+    body["name"], body["source"] = "wiki\x1b[31mpedia", "src\x1b]0;title\x07\r\nfake"
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(body))
+    assert main(["trace", "stats", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "wiki\\x1b[31mpedia" in out
+    assert main(["trace", "stats", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace"] == body["name"]  # JSON keeps it exact
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
+def test_a_plan_holding_a_non_finite_number_is_refused_on_reading(
+    tmp_path: Path, constant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``NaN`` is not JSON: a plan whose metadata holds one is refused when read, naming the file and
+    the line, instead of passing inspect and failing later as "a bug in nspsim" when --json writes it."""
+    plan_path = tmp_path / "p.json"
+    assert main(["plan", *TINY, "-o", str(plan_path)]) == 0
+    capsys.readouterr()
+    plan_path.write_text(plan_path.read_text().replace('"load_s": ', f'"load_s": {constant}, "was": ', 1))
+    for argv in (["inspect", str(plan_path)], ["simulate", str(plan_path), "--json"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"nspsim: error: {plan_path} line "), err
+        assert f"({constant} is not a finite number" in err[0], err

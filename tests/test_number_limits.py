@@ -167,3 +167,19 @@ def test_an_option_with_thousands_of_digits_is_a_short_error(capsys: pytest.Capt
     float) in a message that repeated all 5000 digits twice."""
     err = _one_line_error(["plan", *TINY, "-O", "beam_width=" + "9" * 5000], capsys)
     assert "integer option value with 5,000 characters is too large" in err and len(err) < 300
+
+
+@pytest.mark.parametrize("gpus", [2**21, 2**30, 2**63, 2**64, 2**1000])
+@pytest.mark.parametrize("command", [["info"], ["plan"], ["compare", "--iters", "1", "--quiet"]])
+def test_a_cluster_past_a_million_gpus_is_refused_at_once(
+    command: list[str], gpus: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--gpus 2**30 made `plan` run out of 24 GB of memory, 2**63 ended in numpy's "array is too big"
+    and `info` accepted 2**1000; a power of two above 2**20 is now one line naming the limit."""
+    assert main([*command, "--gpus", str(gpus), "--model", "tiny", "--cluster", "cpu"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("nspsim: error: cluster 'cpu': at most 1,048,576 (2**20) GPUs"), err
+
+
+def test_a_million_gpus_is_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--gpus", str(2**20), "--model", "tiny", "--cluster", "cpu"]) == 0

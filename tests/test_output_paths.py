@@ -81,3 +81,34 @@ def test_shown_escapes_what_a_terminal_would_interpret() -> None:
     assert shown("nsp") == "nsp" and shown("a b") == "a b" and shown("é") == "é"
     assert shown("\x1b[2J\r\n\t\x7f\x9b") == "\\x1b[2J\\x0d\\x0a\\x09\\x7f\\x9b"
     assert shown("\u202eabc\u2028") == "\\u202eabc\\u2028" and shown("\U000e0001") == "\\U000e0001"
+
+
+def test_an_output_named_like_a_sibling_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`runtime.train --records run.plans.jsonl` replaced an earlier run's plan log (and wrote its own
+    beside it as run.plans.plans.jsonl); `plan -o p.config.json` an earlier plan's config. A name ending
+    in one of the output's sibling suffixes is refused before any work, and nothing is touched."""
+    log = tmp_path / "run.plans.jsonl"
+    log.write_text("earlier\n")
+    for name in ("run.plans.jsonl", "run.config.json"):
+        with pytest.raises(ValueError, match=f"a name ending in .{name.split('.', 1)[1]} is where the output beside"):
+            output_file(str(tmp_path / name), flag="--records", siblings=(".config.json", ".plans.jsonl"))
+    assert (
+        main(
+            [
+                "plan",
+                "--gpus",
+                "8",
+                "--tokens-per-batch",
+                "4k",
+                "--max-context",
+                "1k",
+                "-o",
+                str(tmp_path / "p.config.json"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"nspsim: error: -o {tmp_path / 'p.config.json'}: a name ending in"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.plans.jsonl"] and log.read_text() == "earlier\n"
+    output_file(str(tmp_path / "run.jsonl"), flag="--records", siblings=(".config.json", ".plans.jsonl"))  # fine

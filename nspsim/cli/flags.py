@@ -135,6 +135,13 @@ def _check_output(
     path: Path, text: str, *, flag: str, inputs: Iterable[str | None], siblings: Iterable[str], make_parent: bool
 ) -> Path:
     """The checks of :func:`output_file` that ask the file system."""
+    siblings = tuple(siblings)
+    clash = next((suffix for suffix in siblings if path.name.endswith(suffix)), None)
+    if clash is not None:  # x.plans.jsonl as --records would replace an earlier run's plan log
+        raise ValueError(
+            f"{flag} {text}: a name ending in {clash} is where the output beside another one goes "
+            f"(X{clash} beside X); choose a name without it"
+        )
     if path.is_dir():
         raise ValueError(f"{flag} {text} is a directory; give a file name")
     if text.endswith(("/", os.sep)):

@@ -19,6 +19,11 @@ from nspsim.sp_tree import is_power_of_two
 GIB = 1024**3
 
 
+MAX_GPUS = 2**20
+"""The largest cluster: 2**20 GPUs plan in ~5 s, 2**30 ran out of 24 GB (no cluster has a million GPUs;
+the profile's largest SP degree is the same)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuSpec:
     """One accelerator: peak and achieved bf16 throughput (FLOP/s), HBM capacity (bytes) and bandwidth (B/s)."""
@@ -67,6 +72,11 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         if not is_power_of_two(self.num_gpus):
             raise ValueError(f"cluster {self.name!r}: number of GPUs must be a power of two, got {self.num_gpus}")
+        if self.num_gpus > MAX_GPUS:
+            raise ValueError(
+                f"cluster {self.name!r}: at most {MAX_GPUS:,} (2**20) GPUs, got {self.num_gpus:,} "
+                "(the planners' per-GPU arrays would exhaust memory)"
+            )
         if not is_power_of_two(self.gpus_per_node) or self.gpus_per_node > self.num_gpus:
             raise ValueError(
                 f"cluster {self.name!r}: gpus_per_node must be a power of two <= num_gpus, got {self.gpus_per_node}"

@@ -376,6 +376,59 @@ def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.Capt
         assert message in err[0], err
 
 
+def test_report_refuses_edited_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record whose times are not finite numbers >= 0 ends with one line naming the file, the record
+    and the field (a string time was a traceback; a negative or NaN one a silently wrong mean), and a
+    planner name from the file is printed escaped."""
+    from runtime.report import main as report
+
+    good = _record(0)
+    cases = {
+        "step_time_s '3' is not a time in seconds": {**good, "step_time_s": "3"},
+        "step_time_s -1.0 is not a time": {**good, "step_time_s": -1.0},
+        "step_time_s nan is not a time": {**good, "step_time_s": float("nan")},
+        "step_time_s True is not a time": {**good, "step_time_s": True},
+        "simulated_step_time_s inf is not": {**good, "simulated_step_time_s": float("inf")},
+        "breakdown_s.attn_fwd 'x' is not a time": {**good, "breakdown_s": {**good["breakdown_s"], "attn_fwd": "x"}},
+        "breakdown_s is list": {**good, "breakdown_s": []},
+        "planner is not a string": {**good, "planner": 5},
+    }
+    for message, rec in cases.items():
+        path = tmp_path / "edited.jsonl"
+        path.write_text(json.dumps(good) + "\n" + json.dumps(rec) + "\n")
+        with pytest.raises(SystemExit) as exit_info:
+            report(["--skip", "0", str(path)])
+        err = capsys.readouterr().err.splitlines()
+        assert exit_info.value.code == 2 and len(err) == 1, err
+        assert err[0].startswith(f"runtime.report: error: {path} record 2: {message}"), err
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps({**good, "planner_spec": "nsp\x1b[2J"}) + "\n")
+    report(["--skip", "0", str(path)])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "nsp\\x1b[2J" in out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_report_refuses_files_that_never_end(tmp_path: Path) -> None:
+    """A FIFO nothing writes to, a character device and a directory end with one line at once (the
+    report used to block forever on the first two)."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    (tmp_path / "dir.jsonl").mkdir()
+    cases = {
+        str(fifo): "is a pipe with nothing written to it",
+        "/dev/zero": "is not a regular file or a pipe",
+        str(tmp_path / "dir.jsonl"): "is a directory",
+    }
+    for path, message in cases.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "runtime.report", path], capture_output=True, text=True, timeout=60
+        )
+        err = done.stderr.splitlines()
+        assert done.returncode == 2 and len(err) == 1 and err[0].startswith("runtime.report: error:"), err
+        assert message in err[0], err
+
+
 def test_parse_args_resolves_token_counts() -> None:
     args = parse_args(["--planner", "nsp", "--tokens-per-batch", "8k", "--max-context", "2k"])
     assert (args.workload.tokens_per_batch, args.workload.max_context) == (8192, 2048)

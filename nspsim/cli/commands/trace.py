@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from nspsim.cli.flags import Parser, emit, positive_int, seed_arg
+from nspsim.cli.flags import Parser, emit, positive_int, seed_arg, shown
 from nspsim.trace import builtin_trace_names, load_trace
 from nspsim.trace.stats import format_stats, trace_stats
 
@@ -28,6 +28,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if trace.file is not None:  # read from a file: which one, and the hash of the bytes read
         data["file"] = {"path": trace.file.path, "content_hash": trace.file.content_hash}
     title = f"{trace.name} ({trace.source})" + (f", recorded as {trace.identity}" if trace.file else "")
+    title = shown(title)  # a histogram file's name and source are the file's words: never raw escapes
     emit(args, data, format_stats(stats, title))
     return 0
 
