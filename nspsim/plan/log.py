@@ -40,3 +40,19 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def pick_plans(plans: tuple[Plan, ...], index: int | None, origin: str) -> list[tuple[int, Plan]]:
+    """``(position, plan)`` of every plan, or of the one ``--index`` names."""
+    if index is None:
+        return list(enumerate(plans))
+    if index >= len(plans):
+        raise ValueError(f"--index {index}: {origin} holds {len(plans)} plan(s), numbered 0..{len(plans) - 1}")
+    return [(index, plans[index])]
+
+
+def pick_one(plans: tuple[Plan, ...], index: int | None, origin: str) -> Plan:
+    """The plan ``--index`` names, or the only one; a log of several needs ``--index``."""
+    if index is None and len(plans) > 1:
+        raise ValueError(f"{origin} is a plan log of {len(plans)} plans: pick one with --index N (0..{len(plans) - 1})")
+    return pick_plans(plans, index or 0, origin)[0][1]

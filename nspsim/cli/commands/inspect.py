@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from nspsim.cli.flags import emit, non_negative_int, positive_int, shown
-from nspsim.plan.log import load_plans
+from nspsim.plan.log import load_plans, pick_one
 from nspsim.specs.cluster import get_cluster
 
 
@@ -20,13 +20,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise ValueError("--gpus only applies with --cluster (the plan records its own GPU count)")
     cluster = get_cluster(args.cluster, 64 if args.gpus is None else args.gpus) if args.cluster is not None else None
     plans = load_plans(args.plan)
-    if args.index is None and len(plans) > 1:
-        raise ValueError(
-            f"{args.plan} is a plan log of {len(plans)} plans: pick one with --index N (0..{len(plans) - 1})"
-        )
-    if (args.index or 0) >= len(plans):
-        raise ValueError(f"--index {args.index}: {args.plan} holds {len(plans)} plan(s), numbered 0..{len(plans) - 1}")
-    plan = plans[args.index or 0]
+    plan = pick_one(plans, args.index, args.plan)
     if cluster is not None:
         plan.check_compatible(cluster)
     tokens = max(float(plan.tokens_per_gpu(mb).max()) for mb in range(plan.num_micro_batches))

@@ -28,7 +28,7 @@ from nspsim.execution.prepare import prepare_plan
 from nspsim.jsonfile import dumps_json
 from nspsim.options import non_negative_float
 from nspsim.plan import Plan
-from nspsim.plan.log import PLAN_LOG_SUFFIX, load_plans
+from nspsim.plan.log import PLAN_LOG_SUFFIX, load_plans, pick_plans
 from nspsim.plan.refs import ProfileRef
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.modes import MODES, SimMode
@@ -88,15 +88,6 @@ def profile_source(plan: Plan, given: str | None, warnings: set[str]) -> str | N
 
 def _profile_label(ref: ProfileRef) -> str:
     return f"{shown(ref.label)} (fingerprint {ref.fingerprint})"
-
-
-def pick_plans(plans: tuple[Plan, ...], index: int | None, origin: str) -> list[tuple[int, Plan]]:
-    """``(position, plan)`` of every plan, or of the one ``--index`` names."""
-    if index is None:
-        return list(enumerate(plans))
-    if index >= len(plans):
-        raise ValueError(f"--index {index}: {origin} holds {len(plans)} plan(s), numbered 0..{len(plans) - 1}")
-    return [(index, plans[index])]
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
