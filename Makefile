@@ -13,7 +13,7 @@ install: $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install $(PIP_QUIET) -e ".[dev,runtime,hf]"
+	$(BIN)/pip install $(PIP_QUIET) -e ".[dev,runtime,hf,distributed]"
 
 # Main job: a strategy comparison on the built-in default, with an HTML report.
 demo: install

@@ -1,13 +1,16 @@
 """Self-contained plotly HTML report of a :class:`nspsim.compare.CompareResult` (``nspsim compare -o``).
 
 Sections: a banner when there is no result (every planner ran out of memory on every batch), the
-results table (step times in s, ms or us by magnitude), what ``max_context`` dropped from the batches
-and the resolved configuration; normalised step time per planner (the
-NSP paper's Figure 7 form); the step-time breakdown stacked per planner, normalised to the baseline
-(Figure 8); the routing distribution, share of samples per SP degree in each length bucket
-(Figure 9); and one iteration's timeline per planner on a few GPUs (the critical one first), drawn
-from the accounting track, so each bar is what the breakdown charges. plotly.js is inlined once, so
-the file opens offline.
+results table (step times in s, ms or us by magnitude; the per-batch spread of the normalised step
+time as min / median / max; breakdown columns under their short names, the full name on hover) with
+the planners' notes as a list below it, so a long note (static-best's choice of degree) neither
+stretches its row nor widens the table past a 1400-px window; what ``max_context`` dropped from the
+batches and the resolved configuration; normalised step time per planner with a min-max bar of the
+per-batch values and the median marked (the NSP paper's Figure 7 form); the step-time breakdown
+stacked per planner, normalised to the baseline (Figure 8); the routing distribution, share of
+samples per SP degree in each length bucket (Figure 9); and one iteration's timeline per planner on a
+few GPUs (the critical one first), drawn from the accounting track, so each bar is what the breakdown
+charges. plotly.js is inlined once, so the file opens offline.
 
 ``nspsim compare -o`` loads this module by the name in
 ``nspsim.cli.commands.compare.REPORT_RENDERER`` and calls :func:`render`: keep its signature.
@@ -23,7 +26,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from nspsim.compare import LENGTH_BUCKETS, CompareResult, PlannerSummary
-from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator import StepResult, TimelineEvent
 from nspsim.units import format_seconds
 
@@ -38,6 +41,13 @@ COLORS = {
     "other": "#9d755d",
 }
 TIMELINE_GPUS = 6
+STYLE = (
+    "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}td{white-space:nowrap}"
+    "table.results{font-size:0.9em}table.results th{white-space:normal;vertical-align:bottom}"
+    "table.results td:first-child{text-align:left}div.table{max-width:100%;overflow-x:auto}"
+    "ul.notes{max-width:75em;font-size:0.9em;overflow-wrap:anywhere}"
+)
 
 
 def render(result: CompareResult) -> str:
@@ -51,9 +61,7 @@ def render(result: CompareResult) -> str:
         [
             "<!DOCTYPE html><html><head><meta charset='utf-8'>",
             f"<title>{html.escape(title)}</title>",
-            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}td{white-space:nowrap}"
-            "table.results td:last-child{white-space:normal;text-align:left;min-width:32em}</style></head><body>",
+            f"<style>{STYLE}</style></head><body>",
             f"<h1>{html.escape(title)}</h1>",
             no_result_banner(result),
             results_table(result),
@@ -84,22 +92,33 @@ def drops_line(result: CompareResult) -> str:
 
 
 def results_table(result: CompareResult) -> str:
-    """The summary table as HTML."""
+    """The summary table as HTML, then the planners' notes as a list below it (module docstring)."""
     head = [
-        "planner",
-        "mean step",
-        f"normalised to {result.baseline}",
-        "speedup",
-        "batches normalised",
-        "planning (ms)",
-        "Load / lower bound",
-        "OOM",
-        *BREAKDOWN_CATEGORIES,
-        "note",
+        ("planner", ""),
+        ("mean step", ""),
+        (f"normalised to {result.baseline}", "summed step time over the baseline's on the same batches"),
+        ("speedup", ""),
+        ("per batch min / med / max", "spread of the per-batch normalised step time over the same batches"),
+        ("batches normalised", ""),
+        ("planning (ms)", ""),
+        ("Load / lower bound", ""),
+        ("OOM", ""),
+        *((BREAKDOWN_SHORT[k], f"share of the critical GPU's step: {k}") for k in BREAKDOWN_CATEGORIES),
     ]
+    header = "".join(
+        f"<th title='{html.escape(tip)}'>{html.escape(h)}</th>" if tip else f"<th>{h}</th>" for h, tip in head
+    )
     rows = [_row(s) for s in result.summaries]
     cells = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in row)}</tr>" for row in rows)
-    return f"<h2>Results</h2><table class='results'><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}</table>"
+    notes = "".join(
+        f"<li><b>{html.escape(s.planner)}</b>: {html.escape(s.note)}</li>" for s in result.summaries if s.note
+    )
+    legend = ", ".join(f"{BREAKDOWN_SHORT[k]} = {k}" for k in BREAKDOWN_CATEGORIES)
+    return (
+        f"<h2>Results</h2><div class='table'><table class='results'><tr>{header}</tr>{cells}</table></div>"
+        f"<ul class='notes'>{notes}<li>breakdown columns (share of the critical GPU's step): "
+        f"{html.escape(legend)}</li></ul>"
+    )
 
 
 def _row(s: PlannerSummary) -> list[str]:
@@ -111,13 +130,20 @@ def _row(s: PlannerSummary) -> list[str]:
         "OOM" if s.mean_step_time_s is None else format_seconds(s.mean_step_time_s),
         fmt(s.normalized_to_static, ".3f"),
         fmt(s.speedup_vs_static, ".2f"),
+        _spread(s),
         f"{s.normalized_iterations}/{s.iterations}",
         f"{1e3 * s.mean_planning_time_s:.1f}",
         fmt(s.mean_load_over_lower_bound, ".3f"),
         f"{s.oom_count}/{s.iterations}",
         *shares,
-        s.note,
     ]
+
+
+def _spread(s: PlannerSummary) -> str:
+    low, median, high = s.normalized_min, s.normalized_median, s.normalized_max
+    if low is None or median is None or high is None:
+        return "-"
+    return f"{low:.3f} / {median:.3f} / {high:.3f}"
 
 
 def config_table(config: dict[str, Any]) -> str:
@@ -135,27 +161,57 @@ def _ok(result: CompareResult) -> list[PlannerSummary]:
 
 
 def normalized_figure(result: CompareResult) -> go.Figure:
-    """Normalised step time per planner with the speedup on each bar (planners that never ran on the
-    same batches as the baseline have no bar)."""
+    """Normalised step time per planner with the speedup on each bar, a min-max error bar of the
+    per-batch normalised step time and its median as a diamond (planners that never ran on the same
+    batches as the baseline have no bar). The ratio of sums lies within the per-batch min and max (it
+    is their mean weighted by the baseline's step times)."""
     ok = [s for s in result.summaries if s.normalized_to_static is not None]
+    values = [s.normalized_to_static or 0.0 for s in ok]
     fig = go.Figure(
         go.Bar(
+            name="summed step time / baseline's",
             x=[s.planner for s in ok],
-            y=[s.normalized_to_static for s in ok],
+            y=values,
             text=[_speedup_label(s) for s in ok],
-            textposition="outside",
+            textposition="inside",
+            insidetextanchor="start",  # at the bar's foot, clear of the whisker at its top
             marker_color="#4c78a8",
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [(s.normalized_max or v) - v for s, v in zip(ok, values)],
+                "arrayminus": [v - (s.normalized_min or v) for s, v in zip(ok, values)],
+                "color": "#333",
+            },
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="per-batch median",
+            x=[s.planner for s in ok],
+            y=[s.normalized_median for s in ok],
+            mode="markers",
+            marker={"symbol": "diamond", "size": 9, "color": "#f58518"},
         )
     )
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
     missing = [s.planner for s in result.summaries if s.normalized_to_static is None]
     note = f"; no common batch with the baseline: {', '.join(missing)}" if missing else ""
+    batches = max((s.normalized_iterations for s in ok), default=0)
     fig.update_layout(
-        title=f"Normalised step time (lower is better; baseline {result.baseline}{note})",
+        title=f"Normalised step time over {batches} batch(es) (lower is better; baseline {result.baseline}{note})"
+        "<br><sup>bar: summed step time over the baseline's; whisker: per-batch min-max; diamond: per-batch "
+        "median</sup>",
         yaxis_title="step time / baseline",
-        height=420,
+        height=460,
+        legend={"orientation": "h", "y": -0.15},
     )
     return fig
+
+
+def _batches(result: CompareResult) -> int:
+    """How many batches the comparison ran (each planner on the same ones)."""
+    return len({r.iteration for r in result.records})
 
 
 def _speedup_label(s: PlannerSummary) -> str:
@@ -183,7 +239,8 @@ def breakdown_figure(result: CompareResult) -> go.Figure:
     unit = "relative to the baseline" if base else "seconds; the baseline never fits in memory"
     fig.update_layout(
         barmode="stack",
-        title=f"Step-time breakdown (critical GPU, {unit})",
+        title=f"Step-time breakdown (critical GPU; mean of up to {_batches(result)} batches, those that fit in memory; "
+        f"{unit})",
         xaxis_title="relative step time" if base else "seconds",
         height=120 + 45 * len(ok),
         yaxis_autorange="reversed",
@@ -213,7 +270,7 @@ def routing_figure(result: CompareResult) -> go.Figure:
             )
     fig.update_layout(
         barmode="stack",
-        title="Routing: share of samples per SP degree by length bucket",
+        title=f"Routing: share of samples per SP degree by length bucket, over {_batches(result)} batch(es)",
         height=420,
         yaxis_title="share of samples in bucket",
     )

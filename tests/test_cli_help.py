@@ -38,7 +38,7 @@ def test_every_option_has_help_and_shows_its_default(name: str, parser: argparse
 @pytest.mark.parametrize(
     "argv, shown",
     [
-        (["compare"], ["(default: 3)", "(default: stream)", "(default: 2M)", "(default: 192K)"]),
+        (["compare"], ["(default: 8)", "(default: stream)", "(default: 2M)", "(default: 192K)"]),
         (["plan"], ["(default: nsp)", "(default: 64)", "(default: qwen3-30b-a3b)", "(default: h100)"]),
         (["simulate"], ["(default: stream)", "(default: 0.0)"]),
         (["trace", "stats"], ["(default: 0)"]),

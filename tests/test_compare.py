@@ -268,20 +268,23 @@ class _Tty(io.StringIO):
         return True
 
 
-def test_progress_bar_prints_every_tenth_off_a_terminal_and_one_updating_line_on_one() -> None:
+def test_progress_bar_prints_every_tenth_off_a_terminal_and_one_tqdm_bar_on_one() -> None:
+    """tqdm draws it: off a terminal a plain line (tqdm's format_meter: counts, elapsed, ETA) at every
+    tenth; on one a single bar updated in place that ends with the last step's counts and a newline."""
     from nspsim.cli.commands.compare import ProgressBar
 
     plain, tty = io.StringIO(), _Tty()
     for stream in (plain, tty):
-        bar = ProgressBar(stream, width=10)
+        bar = ProgressBar(stream)
         for done in range(1, 21):
             bar(done, 20, "nsp")
+        bar.close()  # idempotent: the bar closed itself at 20/20
     lines = plain.getvalue().splitlines()
-    assert len(lines) == 10 and lines[0].startswith("[#.........] 2/20 nsp")
-    assert lines[-1].startswith("[##########] 20/20 nsp")
+    assert len(lines) == 10 and "\r" not in plain.getvalue()
+    assert lines[0].startswith("nsp:  10%|#") and "| 2/20 [" in lines[0] and "<" in lines[0]  # elapsed<ETA
+    assert lines[-1].startswith("nsp: 100%|##########| 20/20 [")
     out = tty.getvalue()
-    assert out.count("\r") == 20 and out.count("\n") == 1 and out.endswith("s\n")
-    assert "[#####.....] 10/20" in out
+    assert out.count("\n") == 1 and out.endswith("\n") and "20/20" in out.rsplit("\r", 1)[-1]
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,57 @@ def test_table_and_report_render_an_out_of_memory_baseline() -> None:
     assert ">2/3<" in render(result({"static": [1.0, 2.0, None], "nsp": [0.8, 0.9, 1.0]}, "static"))
 
 
+def test_spread_is_min_median_max_of_the_per_batch_ratios_on_common_batches() -> None:
+    """nsp / static per batch: 0.8, 0.5, 0.9, 0.7 (batch 4: the baseline ran out of memory, not counted);
+    the summed ratio 6.8 / 9 lies inside the spread; a planner with no common batch has none."""
+    runs = {"static": [1.0, 2.0, 4.0, 2.0, None], "nsp": [0.8, 1.0, 3.6, 1.4, 1.0], "never": [None] * 5}
+    records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
+    static, nsp, never = summarise(tuple(runs), records, {"static": "a long note " * 30}, "static")
+    assert (nsp.normalized_min, nsp.normalized_median, nsp.normalized_max) == pytest.approx((0.5, 0.75, 0.9))
+    assert nsp.normalized_to_static == pytest.approx(6.8 / 9) and nsp.normalized_iterations == 4
+    assert (static.normalized_min, static.normalized_median, static.normalized_max) == (1.0, 1.0, 1.0)
+    assert (never.normalized_min, never.normalized_median, never.normalized_max) == (None, None, None)
+    config = {"workload": SMALL.to_dict(), "iters": 5, "planners": list(runs)}
+    res = CompareResult(
+        config=config, baseline="static", summaries=(static, nsp, never), records=tuple(records), timelines={}
+    )
+    table = format_table(res).splitlines()
+    assert "norm min/med/max" in table[0] and "0.500/0.750/0.900" in table[2]
+    assert table[3].split()[3:5] == ["-", "-"]  # speedup and spread of a planner with no common batch
+
+
+def test_report_table_keeps_notes_out_of_the_rows_and_shows_the_spread() -> None:
+    """The static-best note made its row several times taller and the table wider than 1400 px: notes
+    are a list below the table, breakdown columns go by their short names."""
+    from studies.compare_report import results_table
+
+    runs = {"static": [1.0, 2.0], "nsp": [0.8, 1.0]}
+    records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
+    note = "fastest fixed degree SP8 (SP2 13.5 s, SP4 6.27 s); not eligible: SP1 cannot hold a sample"
+    summaries = summarise(tuple(runs), records, {"static": note}, "static")
+    config = {"workload": SMALL.to_dict(), "iters": 2, "planners": list(runs)}
+    page = results_table(
+        CompareResult(config=config, baseline="static", summaries=summaries, records=tuple(records), timelines={})
+    )
+    table, after = page.split("</table>", 1)
+    assert note not in table and f"<li><b>static</b>: {note}</li>" in after
+    assert "<td>0.500 / 0.650 / 0.800</td>" in table and "<th title=" in table and ">nonat</th>" in table
+    assert table.count("<tr>") == 3 and all(row.count("<td>") == 17 for row in table.split("<tr>")[2:])
+
+
+def test_report_figures_show_the_spread_and_their_batch_count() -> None:
+    from studies.compare_report import breakdown_figure, normalized_figure
+
+    res = result({"static": [1.0, 2.0, 4.0], "nsp": [0.8, 1.0, 3.6]}, "static")  # ratios 0.8, 0.5, 0.9
+    bar, median = normalized_figure(res).data
+    assert list(bar.y) == pytest.approx([1.0, 5.4 / 7])
+    assert list(bar.error_y.array) == pytest.approx([0.0, 0.9 - 5.4 / 7])  # up to the per-batch max
+    assert list(bar.error_y.arrayminus) == pytest.approx([0.0, 5.4 / 7 - 0.5])  # down to the min
+    assert list(median.y) == pytest.approx([1.0, 0.8])
+    assert normalized_figure(res).layout.title.text.startswith("Normalised step time over 3 batch(es)")
+    assert "mean of up to 3 batches" in breakdown_figure(res).layout.title.text
+
+
 class _FakeRunner(_Runner):
     """A runner whose fixed-degree runs are canned: {degree: step times}, ``None`` = out of memory."""
 

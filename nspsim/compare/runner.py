@@ -22,7 +22,7 @@ spmax), so a bad option fails at once rather than after the static-best sweep.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from nspsim.compare.specs import CompareConfig, PlannerSpec, parse_planner_spec
@@ -195,50 +195,68 @@ class _Runner:
         return [replace(r, planner=spec.label) for r in records], kept, note
 
     def _cannot_hold(self, degree: int) -> str | None:
-        """Why a fixed ``degree`` cannot run some batch of the run at all (a sample longer than
-        ``degree * B_tok``), naming the first such batch and sample length; ``None`` if it can."""
-        budget = self.workload.token_budget
-        for batch in self.batches:
-            longest = max(batch.lengths)
-            if longest > degree * budget:
-                return (
-                    f"cannot hold a sample of length {longest:,} ({format_tokens(longest)}) in batch {batch.index}: "
-                    f"at most {degree * budget:,} tokens fit {degree} GPU(s) of B_tok={budget:,}"
-                )
-        return None
+        return cannot_hold(self.workload, self.batches, degree)
 
     def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
-        planning = float(plan.metadata.get("planning_time_s", 0.0))
-        ratio = plan.metadata.get("load_over_lower_bound")
         timeline = self.config.timeline_iteration == i
-        plan = prepare_plan(
-            plan,
-            memory=self.workload.memory,
-            cost=self.workload.cost,
-            tree_recompute=spec.tree_recompute,
-            optimize_order=spec.optimize_order,
-            evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf,
+        prepared = prepare_for(
+            spec, self.workload, plan, evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf
         )
-        result = self.simulate(plan, spec.mode, timeline)
+        result = self.simulate(prepared, spec.mode, timeline)
         if timeline:
-            self._drop_timelines(keep=(plan.content_hash, spec.mode))
-        record = IterationRecord(
-            planner=spec.label,
-            iteration=i,
-            batch_index=batch.index,
-            plan_hash=plan.content_hash,
-            step_time_s=result.step_time_s,
-            breakdown_s=dict(result.breakdown_s),
-            oom=result.oom,
-            oom_detail=result.oom_detail,
-            planning_time_s=planning,
-            sim_wall_time_s=result.sim_wall_time_s,
-            events=result.events,
-            num_micro_batches=plan.num_micro_batches,
-            recompute_policy=result.recompute_policy,
-            routing=routing_counts(plan),
-            load_over_lower_bound=None if ratio is None else float(ratio),
-            dropped_samples=batch.dropped_samples,
-            dropped_tokens=batch.dropped_tokens,
-        )
-        return record, result
+            self._drop_timelines(keep=(prepared.content_hash, spec.mode))
+        return iteration_record(spec.label, i, batch, plan, prepared, result), result
+
+
+def cannot_hold(workload: Workload, batches: Sequence[Batch], degree: int) -> str | None:
+    """Why a fixed ``degree`` cannot run some batch of ``batches`` at all (a sample longer than
+    ``degree * B_tok``), naming the first such batch and sample length; ``None`` if it can."""
+    budget = workload.token_budget
+    for batch in batches:
+        longest = max(batch.lengths)
+        if longest > degree * budget:
+            return (
+                f"cannot hold a sample of length {longest:,} ({format_tokens(longest)}) in batch {batch.index}: "
+                f"at most {degree * budget:,} tokens fit {degree} GPU(s) of B_tok={budget:,}"
+            )
+    return None
+
+
+def prepare_for(spec: PlannerSpec, workload: Workload, plan: Plan, evaluate: Callable[[Plan], float]) -> Plan:
+    """``plan`` prepared as ``spec`` says (tree-level recompute marks, optimised issue order ranked by
+    ``evaluate``, the simulated step time of a candidate); shared by compare and sweep units."""
+    return prepare_plan(
+        plan,
+        memory=workload.memory,
+        cost=workload.cost,
+        tree_recompute=spec.tree_recompute,
+        optimize_order=spec.optimize_order,
+        evaluate=evaluate,
+    )
+
+
+def iteration_record(
+    label: str, iteration: int, batch: Batch, planned: Plan, prepared: Plan, result: StepResult
+) -> IterationRecord:
+    """The record of one planner on one batch: planning figures from the ``planned`` plan's metadata,
+    the rest from the ``prepared`` plan and its simulated ``result``."""
+    ratio = planned.metadata.get("load_over_lower_bound")
+    return IterationRecord(
+        planner=label,
+        iteration=iteration,
+        batch_index=batch.index,
+        plan_hash=prepared.content_hash,
+        step_time_s=result.step_time_s,
+        breakdown_s=dict(result.breakdown_s),
+        oom=result.oom,
+        oom_detail=result.oom_detail,
+        planning_time_s=float(planned.metadata.get("planning_time_s", 0.0)),
+        sim_wall_time_s=result.sim_wall_time_s,
+        events=result.events,
+        num_micro_batches=prepared.num_micro_batches,
+        recompute_policy=result.recompute_policy,
+        routing=routing_counts(prepared),
+        load_over_lower_bound=None if ratio is None else float(ratio),
+        dropped_samples=batch.dropped_samples,
+        dropped_tokens=batch.dropped_tokens,
+    )

@@ -7,7 +7,9 @@ the baseline's on the iterations where *both* ran in memory (the paper's Figure 
 batches; ``normalized_iterations`` says how many), ``speedup_vs_static`` its inverse. Sums rather
 than a mean of per-batch ratios: the batches are the same, so this is the ratio of mean step times,
 and a long batch weighs what it costs. ``mean_step_time_s`` averages the iterations that fit;
-out-of-memory iterations are counted (``oom_count``), never averaged.
+out-of-memory iterations are counted (``oom_count``), never averaged. ``normalized_min``,
+``normalized_median`` and ``normalized_max`` are the spread of the per-batch ratios (step time over
+the baseline's on the same batch) over those same batches: how far one batch's result can stray.
 
 :class:`BatchDrops` says what ``max_context`` dropped from the compared batches (the same batches for
 every planner); a share of the drawn tokens above :data:`DROPPED_WARN_SHARE` deserves a warning, since
@@ -179,6 +181,9 @@ class PlannerSummary:
     routing_share: dict[str, dict[int, float]]
     mean_load_over_lower_bound: float | None = None
     note: str = ""
+    normalized_min: float | None = None  # spread of the per-batch step time / baseline's on those batches
+    normalized_median: float | None = None
+    normalized_max: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,6 +288,7 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
     ok = [r for r in records if r.step_time_s is not None]
     mean = mean_step_time(records)
     norm, compared = _normalised(records, base)
+    low, median, high = normalised_spread(records, base)
     breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
     return PlannerSummary(
         planner=label,
@@ -299,7 +305,26 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
         routing_share=_routing_share(records),
         mean_load_over_lower_bound=_mean_ratio(records),
         note=note,
+        normalized_min=low,
+        normalized_median=median,
+        normalized_max=high,
     )
+
+
+def normalised_spread(
+    records: list[IterationRecord], base: dict[int, float]
+) -> tuple[float | None, float | None, float | None]:
+    """(min, median, max) of the per-batch step time over the baseline's on the same batch, over the
+    batches where both ran (``None`` each when there is none): how much the headline moves from batch
+    to batch."""
+    ratios = [
+        r.step_time_s / base[r.iteration]
+        for r in records
+        if r.step_time_s is not None and base.get(r.iteration, 0.0) > 0
+    ]
+    if not ratios:
+        return None, None, None
+    return float(np.min(ratios)), float(np.median(ratios)), float(np.max(ratios))
 
 
 def _mean_ratio(records: list[IterationRecord]) -> float | None:

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nspsim.cli.commands import compare, info, inspect, plan, simulate, trace
+from nspsim.cli.commands import compare, info, inspect, plan, plot, simulate, sweep, trace
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
@@ -17,4 +17,6 @@ COMMANDS: Sequence[Register] = (
     simulate.register,
     compare.register,
     plan.register,
+    sweep.register,
+    plot.register,
 )

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 from nspsim.cli.flags import (
     add_workload_args,
     emit,
@@ -45,6 +47,7 @@ from nspsim.compare import (
     MAX_ITERS,
     CompareConfig,
     CompareResult,
+    PlannerSummary,
     default_planners,
     run_compare,
 )
@@ -65,24 +68,38 @@ EXIT_HELP = (
 
 
 class ProgressBar:
-    """A one-line progress bar on a terminal stream (plain lines when it is not a terminal)."""
+    """Progress of the planned-and-simulated batches on ``stream`` (stderr), drawn by tqdm: counts,
+    elapsed time, rate and ETA, with the running planner as the description.
 
-    def __init__(self, stream: TextIO, width: int = 30) -> None:
-        self.stream, self.width = stream, width
+    On a terminal, one tqdm bar updated in place (closed, with its newline, at the last step or by
+    :meth:`close`). Elsewhere (a log file, a pipe, CI) a live bar would fill the log with carriage
+    returns, so one plain line, tqdm's own :meth:`tqdm.tqdm.format_meter`, is printed at every tenth of
+    the run and at its end, as before tqdm. ``--quiet`` gives no progress object at all."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
         self.started = time.perf_counter()
         self.tty = stream.isatty()
+        self.bar: tqdm[None] | None = None
 
     def __call__(self, done: int, total: int, label: str) -> None:
-        filled = self.width * done // max(total, 1)
-        line = (
-            f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label:<16s} "
-            f"{time.perf_counter() - self.started:6.1f}s"
-        )
         if self.tty:
-            end = "\n" if done >= total else ""
-            print("\r" + line, end=end, file=self.stream, flush=True)
+            if self.bar is None:
+                self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True, leave=True)
+            self.bar.set_description_str(label, refresh=False)
+            self.bar.update(done - self.bar.n)
+            if done >= total:
+                self.close()
         elif done == total or done % max(total // 10, 1) == 0:
+            elapsed = time.perf_counter() - self.started
+            line = tqdm.format_meter(done, total, elapsed, prefix=label, ascii=True, unit="run")
             print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """End the terminal bar (its final state and a newline); nothing off a terminal or when done."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -108,7 +125,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     report = _report_module() if path is not None else None
     warn_token_budget(build_workload(config.workload))
-    result = run_compare(config, progress=None if args.quiet else ProgressBar(sys.stderr))
+    progress = None if args.quiet else ProgressBar(sys.stderr)
+    try:
+        result = run_compare(config, progress=progress)
+    finally:  # an error mid-run starts on its own line, after the bar
+        if progress is not None:
+            progress.close()
     if result.drops is not None and (dropped := result.drops.warning()) is not None:
         warn(f"{result.drops.batches} batch(es): {dropped}")
     if path is not None:
@@ -150,7 +172,7 @@ def format_table(result: CompareResult) -> str:
     over fewer batches than the run (those where this planner or the baseline ran out of memory)."""
     cats = " ".join(f"{BREAKDOWN_SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
     lines = [
-        f"{'planner':<18s} {'step':>9s} {'norm':>7s} {'speedup':>7s}  {cats}  "
+        f"{'planner':<18s} {'step':>9s} {'norm':>7s} {'speedup':>7s} {'norm min/med/max':>17s}  {cats}  "
         f"{'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"
     ]
     for s in result.summaries:
@@ -158,20 +180,22 @@ def format_table(result: CompareResult) -> str:
         partial = "*" if 0 < s.normalized_iterations < s.iterations else " "
         norm = f"{s.normalized_to_static:6.3f}{partial}" if s.normalized_to_static is not None else f"{'-':>7s}"
         speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
+        spread = f"{spread_text(s):>17s}"
         bound = f"{s.mean_load_over_lower_bound:7.3f}" if s.mean_load_over_lower_bound is not None else f"{'-':>7s}"
         shares = " ".join(
             f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" if s.mean_step_time_s is not None else f"{'-':>5s}"
             for k in BREAKDOWN_CATEGORIES
         )  # no share of a step that never ran
         lines.append(
-            f"{s.planner:<18s} {step} {norm} {speed}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
+            f"{s.planner:<18s} {step} {norm} {speed} {spread}  {shares}  {1e3 * s.mean_planning_time_s:8.1f} "
             f"{bound} {s.oom_count:>2d}/{s.iterations}"
         )
     wl = result.config["workload"]
     lines.append(
         f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
         f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step; "
-        f"Load/LB: routed proxy Load over the batch's lower bound"
+        f"Load/LB: routed proxy Load over the batch's lower bound; norm min/med/max: the spread of the per-batch "
+        "normalised step time over the same batches"
     )
     if any(0 < s.normalized_iterations < s.iterations for s in result.summaries):
         lines.append("* normalised over the batches on which both this planner and the baseline fit in memory")
@@ -181,6 +205,14 @@ def format_table(result: CompareResult) -> str:
     if result.no_result is not None:
         lines.append(f"NO RESULT: {result.no_result}")
     return "\n".join(lines)
+
+
+def spread_text(s: PlannerSummary) -> str:
+    """``min/median/max`` of a planner's per-batch normalised step time (``-`` without a common batch)."""
+    low, median, high = s.normalized_min, s.normalized_median, s.normalized_max
+    if low is None or median is None or high is None:
+        return "-"
+    return f"{low:.3f}/{median:.3f}/{high:.3f}"
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:

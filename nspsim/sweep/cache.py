@@ -1,0 +1,78 @@
+"""On-disk cache of sweep units: plans and simulation records, one JSON file per key.
+
+Layout under the cache root (``DIR/cache/`` of a sweep): ``plans/<k[:2]>/<k>.json`` holds a plan as
+the plan log writes it (:meth:`nspsim.plan.Plan.to_json`, read back with the same validation as any
+plan file), ``sims/<k[:2]>/<k>.json`` a small record (step time, breakdown, out-of-memory, planning
+figures; no timeline). Every write goes to a uniquely named temporary file in the same folder and is
+moved into place with ``os.replace`` (atomic on POSIX), so an interrupted sweep leaves either the
+whole entry or none; an entry that does not parse (written by hand, or by an older layout) counts as
+missing and is recomputed. Only the sweep driver writes (workers return their results), so there is
+one writer per cache and no locking. Trade-off: one small file per unit (a 12 x 6 x 20 sweep with
+static-best's degrees is ~3,000 files) rather than a database: trivially atomic, inspectable and
+safe to delete piecemeal, at the cost of inode count for very large sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nspsim.jsonfile import dumps_json
+from nspsim.plan import Plan
+
+RECORD_SCHEMA = "nspsim-sweep-sim/1"
+
+
+class Cache:
+    """Plans and simulation records under ``root`` (created on the first write)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, kind: str, key: str) -> Path:
+        return self.root / kind / key[:2] / f"{key}.json"
+
+    def plan_text(self, key: str) -> str | None:
+        """The cached plan JSON of ``key`` if it is a valid plan, else ``None``."""
+        path = self._path("plans", key)
+        try:
+            text = path.read_text(encoding="utf-8")
+            Plan.from_json(text, origin=str(path))
+        except (OSError, ValueError):
+            return None
+        return text
+
+    def sim_record(self, key: str) -> dict[str, Any] | None:
+        """The cached simulation record of ``key``, else ``None`` (missing or unreadable)."""
+        try:
+            data = json.loads(self._path("sims", key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA or data.get("key") != key:
+            return None
+        record = data.get("record")
+        return record if isinstance(record, dict) else None
+
+    def put_plan(self, key: str, text: str) -> None:
+        """Store a plan's JSON text under ``key`` (atomically)."""
+        self._write(self._path("plans", key), text)
+
+    def put_sim(self, key: str, record: dict[str, Any]) -> None:
+        """Store a simulation record under ``key`` (atomically)."""
+        body = dumps_json({"schema": RECORD_SCHEMA, "key": key, "record": record}, what="sweep record")
+        self._write(self._path("sims", key), body)
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

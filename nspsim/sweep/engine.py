@@ -1,0 +1,263 @@
+"""Run a sweep: expand the grid into units, take what the cache holds, compute the rest in parallel.
+
+:func:`plan_sweep` builds every point's workload (a point that cannot be built is recorded with its
+error and the others go on), draws its batches' statistics, expands each planner label into units
+(one per batch; ``static-best`` into one fixed-degree Static unit per admissible degree and batch,
+the degree chosen afterwards as compare chooses it), keys them (:mod:`nspsim.sweep.keys`) and looks
+each up in the cache: a cached simulation is done, a cached plan is handed to the worker so only the
+simulation runs. Identical units of different labels (``static-8`` and static-best's SP8) run once.
+:func:`execute` runs the missing units on an engine and writes each result to the cache as it
+arrives, so an interrupted sweep keeps everything finished before the interruption:
+
+* ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``jobs`` workers (``forkserver``
+  processes that preload nspsim); ``jobs=1`` runs in this process;
+* ``ray``: the same :func:`nspsim.sweep.work.run_unit` as Ray tasks (one CPU each) on the cluster at
+  ``RAY_ADDRESS``, else a local Ray instance of ``jobs`` CPUs. Workers return results to the driver,
+  which alone writes the cache: no shared file system is needed and there is one writer.
+
+Units are submitted costliest first (FlexSP's MILP, then NSP, ...; a unit with a cached plan last),
+so the pool does not end waiting on one long solve. Trade-off: results travel back to the driver
+(a few KB per unit, plus the plan JSON when planned anew) instead of workers writing the cache
+themselves; for the sizes here that costs milliseconds and buys cluster setups without shared disks.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nspsim.compare.specs import PlannerSpec, parse_planner_spec
+from nspsim.compare.summary import baseline_of
+from nspsim.sweep.cache import Cache
+from nspsim.sweep.keys import CodeVersions, code_versions, plan_key, point_key, sim_key, workload_identity
+from nspsim.sweep.spec import SweepSpec
+from nspsim.sweep.work import UnitOutcome, UnitTask, run_unit, workload_of
+from nspsim.trace.batching import Batch
+from nspsim.workload import WorkloadConfig
+
+ENGINES = ("local", "ray")
+LONG_SAMPLE = 128 * 1024  # share_over_128k: samples longer than 131072 tokens
+# Rough relative cost of a unit by planner (submission order only; a wrong guess only costs balance).
+PLANNER_COST = {"flexsp": 100.0, "nsp": 8.0, "nsp2l": 4.0, "basp": 4.0, "greedy": 2.0, "static": 1.0}
+OnOutcome = Callable[[UnitOutcome], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchStats:
+    """What a row reports about its batch (the same batch for every planner of a point)."""
+
+    batch_index: int
+    samples: int
+    tokens: int
+    share_over_128k: float
+    dropped_samples: int
+    dropped_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PointInfo:
+    """One grid point: its workload, key, admissible degrees and batches, or why it could not be built."""
+
+    index: int
+    config: WorkloadConfig
+    key: str
+    degrees: tuple[int, ...] = ()
+    batches: tuple[BatchStats, ...] = ()
+    error: str = ""
+
+
+@dataclass(kw_only=True)
+class SweepPlan:
+    """The expanded sweep: points, resolved planner specs, every unit's key, what the cache had and
+    what is left to compute."""
+
+    spec: SweepSpec
+    versions: CodeVersions
+    points: list[PointInfo]
+    specs: dict[str, PlannerSpec]
+    baseline: str
+    unit_keys: dict[tuple[int, str, int], str]  # (point, label or "static-best@<d>", iteration) -> sim key
+    records: dict[str, dict[str, Any]]  # sim key -> record (cached ones, then computed ones)
+    cached: set[str]
+    tasks: list[UnitTask]
+    errors: dict[str, str] = field(default_factory=dict)  # sim key -> error of a failed unit
+    plans_reused: int = 0
+    computed: int = 0
+
+    @property
+    def units(self) -> int:
+        """Distinct units (cached or not)."""
+        return len(set(self.unit_keys.values()))
+
+
+def degree_label(degree: int) -> str:
+    """The internal unit label of static-best's fixed degree ``degree``."""
+    return f"static-best@{degree}"
+
+
+def plan_sweep(
+    spec: SweepSpec, cache: Cache, *, force: bool = False, versions: CodeVersions | None = None
+) -> SweepPlan:
+    """Expand ``spec`` into units and look them up in ``cache`` (see the module docstring); ``force``
+    ignores the cache (everything is recomputed and rewritten)."""
+    versions = versions or code_versions()
+    run = spec.run
+    specs = {label: parse_planner_spec(label, run.mode, run.planner_options) for label in run.planners}
+    points: list[PointInfo] = []
+    unit_keys: dict[tuple[int, str, int], str] = {}
+    tasks: dict[str, UnitTask] = {}
+    for index, config in enumerate(spec.points()):
+        identity = workload_identity(config)
+        point = _point(index, config, point_key(identity), run.first_batch, run.iters)
+        points.append(point)
+        if point.error:
+            continue
+        labelled = [(label, s) for label, s in specs.items() if label != "static-best"]
+        if "static-best" in specs:
+            best = specs["static-best"]
+            labelled += [(degree_label(d), replace(best, options={"degree": d})) for d in point.degrees]
+        for label, s in labelled:
+            for i, stats in enumerate(point.batches):
+                pk = plan_key(identity, s, stats.batch_index, versions)
+                sk = sim_key(pk, s, versions)
+                unit_keys[(index, label, i)] = sk
+                if sk not in tasks:
+                    tasks[sk] = UnitTask(
+                        workload=config, spec=s, batch_index=stats.batch_index, plan_key=pk, sim_key=sk
+                    )
+    records: dict[str, dict[str, Any]] = {}
+    todo: list[UnitTask] = []
+    reused = 0
+    for sk, task in tasks.items():
+        record = None if force else cache.sim_record(sk)
+        if record is not None:
+            records[sk] = record
+            continue
+        text = None if force else cache.plan_text(task.plan_key)
+        reused += text is not None
+        todo.append(replace(task, plan_json=text))
+    todo.sort(key=_cost, reverse=True)
+    return SweepPlan(
+        spec=spec,
+        versions=versions,
+        points=points,
+        specs=specs,
+        baseline=baseline_of(run.planners),
+        unit_keys=unit_keys,
+        records=records,
+        cached=set(records),
+        tasks=todo,
+        plans_reused=reused,
+    )
+
+
+def _cost(task: UnitTask) -> float:
+    weight = PLANNER_COST.get(task.spec.planner, 4.0)
+    return 1.0 if task.plan_json is not None else weight
+
+
+def _point(index: int, config: WorkloadConfig, key: str, first: int, iters: int) -> PointInfo:
+    try:
+        workload = workload_of(config)
+        batches = tuple(_stats(workload.sampler.batch(first + i)) for i in range(iters))
+    except (ValueError, OSError) as exc:
+        return PointInfo(index=index, config=config, key=key, error=" ".join(str(exc).split()))
+    return PointInfo(index=index, config=config, key=key, degrees=workload.tree.degrees, batches=batches)
+
+
+def _stats(batch: Batch) -> BatchStats:
+    lengths = batch.lengths
+    return BatchStats(
+        batch_index=batch.index,
+        samples=batch.num_samples,
+        tokens=batch.total_tokens,
+        share_over_128k=sum(1 for n in lengths if n > LONG_SAMPLE) / len(lengths),
+        dropped_samples=batch.dropped_samples,
+        dropped_tokens=batch.dropped_tokens,
+    )
+
+
+def execute(
+    plan: SweepPlan, cache: Cache, *, engine: str = "local", jobs: int = 1, on_outcome: OnOutcome | None = None
+) -> None:
+    """Compute ``plan.tasks`` on ``engine`` with ``jobs`` workers, writing each result to ``cache`` and
+    into ``plan`` as it arrives (failures into ``plan.errors``, not cached); ``on_outcome`` is called
+    after each. ``KeyboardInterrupt`` stops the sweep with every finished unit cached."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if engine == "ray":
+        outcomes = _ray(plan.tasks, jobs)
+    elif jobs == 1 or len(plan.tasks) <= 1:
+        outcomes = (run_unit(t) for t in plan.tasks)
+    else:
+        outcomes = _pool(plan.tasks, jobs)
+    for outcome in outcomes:
+        if outcome.plan_json is not None:
+            cache.put_plan(outcome.plan_key, outcome.plan_json)
+        if outcome.record is None:
+            plan.errors[outcome.sim_key] = outcome.error
+        else:
+            cache.put_sim(outcome.sim_key, outcome.record)
+            plan.records[outcome.sim_key] = outcome.record
+            plan.errors.pop(outcome.sim_key, None)
+            plan.computed += 1
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+
+def _pool(tasks: list[UnitTask], jobs: int) -> Iterator[UnitOutcome]:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["nspsim.sweep.work"])
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
+        pending: set[Future[UnitOutcome]] = {pool.submit(run_unit, t) for t in tasks}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def ray_module() -> Any:
+    """The ``ray`` module, or a one-line ``ValueError`` naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(
+            "--engine ray needs Ray, which is not installed: pip install 'nspsim[distributed]' (or use --engine local)"
+        ) from None
+    return ray
+
+
+def _ray(tasks: list[UnitTask], jobs: int) -> Iterator[UnitOutcome]:
+    ray = ray_module()
+    started = not ray.is_initialized()
+    if started:
+        address = os.environ.get("RAY_ADDRESS")
+        kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=jobs, **kwargs)
+    try:
+        remote = ray.remote(num_cpus=1)(run_unit)
+        pending = [remote.remote(t) for t in tasks]
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref)
+            raise
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,142 @@
+"""Content keys of sweep units: what a cached plan or simulation depends on, hashed.
+
+A unit is one (point, planner spec, batch). Two keys, so that plans outlive simulator changes:
+
+* plan key = sha256 of the point's workload identity (its config with the sha256 of every input file
+  it names: a trace, profile or model file, so editing a file re-keys it), the planner and its
+  options, the absolute batch index, and the *planner-side code version*: a hash of every nspsim
+  source and data file except ``simulator/``, ``compare/``, ``sweep/`` and ``cli/``, plus the built-in
+  trace data (``traces/``);
+* simulation key = plan key + the preparation (tree-level recompute, optimised issue order) + the
+  simulator mode + the *simulator-side code version*: ``simulator/``, ``compare/`` and
+  ``sweep/work.py`` (the unit function).
+
+So an edit under ``nspsim/simulator/`` re-simulates every unit and re-plans none (FlexSP's MILP
+solves are kept), while an edit to a planner, the cost model or the memory model re-keys both.
+Trade-off: the versions hash whole source trees, not the functions a result really used, so an edit
+to an unrelated planner also invalidates the others' plans; precise dependency tracking would need
+the import graph and still miss data read at run time. Hashing ~150 files takes a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nspsim.compare.specs import PlannerSpec
+from nspsim.workload import WorkloadConfig
+
+PACKAGE = Path(__file__).resolve().parents[1]  # nspsim/
+ROOT = PACKAGE.parent
+SOURCE_SUFFIXES = (".py", ".json")
+SIMULATOR_SIDE = ("simulator", "compare", "sweep/work.py")
+NOT_PLANNER_SIDE = ("simulator", "compare", "sweep", "cli")
+KEY_LENGTH = 32  # hex digits of sha256 kept: 128 bits, no collision in any sweep
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeVersions:
+    """The two code versions that cached results depend on."""
+
+    planner: str
+    simulator: str
+
+
+def source_files(root: Path, include: Iterable[str] = ("",), exclude: Iterable[str] = ()) -> list[Path]:
+    """Source and data files (``*.py``, ``*.json``; no ``__pycache__``) under ``root/<include>``,
+    skipping ``root/<exclude>`` (folders or files, relative to ``root``), sorted."""
+    excluded = [root / e for e in exclude]
+    found: set[Path] = set()
+    for part in include:
+        base = root / part
+        candidates = [base] if base.is_file() else base.rglob("*")
+        for path in candidates:
+            if path.suffix not in SOURCE_SUFFIXES or "__pycache__" in path.parts or not path.is_file():
+                continue
+            if any(path == e or e in path.parents for e in excluded):
+                continue
+            found.add(path)
+    return sorted(found)
+
+
+def code_version(root: Path, files: Iterable[Path]) -> str:
+    """sha256 over each file's path (relative to ``root``) and bytes."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:KEY_LENGTH]
+
+
+def code_versions(package: Path = PACKAGE) -> CodeVersions:
+    """The planner-side and simulator-side versions of the nspsim tree at ``package`` (module docstring)."""
+    root = package.parent
+    planner = source_files(package, exclude=NOT_PLANNER_SIDE)
+    traces = source_files(root / "traces") if (root / "traces").is_dir() else []
+    return CodeVersions(
+        planner=code_version(root, [*planner, *traces]),
+        simulator=code_version(root, source_files(package, include=SIMULATOR_SIDE)),
+    )
+
+
+def file_digest(value: str | None) -> str | None:
+    """sha256 of the file ``value`` names (``None`` when it names no file: a built-in name, or unset)."""
+    if not value:
+        return None
+    path = Path(value)
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    except OSError:
+        return None
+
+
+def workload_identity(config: WorkloadConfig) -> dict[str, Any]:
+    """The config's plain values plus the content hash of every file it names (trace, profile, model)."""
+    data = config.to_dict()
+    data["backend"] = str(config.backend)
+    files = {k: file_digest(data[k]) for k in ("trace", "profile", "model")}
+    data["files_sha256"] = {k: v for k, v in files.items() if v is not None}
+    return data
+
+
+def digest(data: Any) -> str:
+    """sha256 of canonical JSON (sorted keys; non-JSON values such as enums by ``str``)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def point_key(identity: dict[str, Any]) -> str:
+    """The key of a grid point: its workload identity."""
+    return digest({"kind": "point", "workload": identity})
+
+
+def plan_key(identity: dict[str, Any], spec: PlannerSpec, batch_index: int, versions: CodeVersions) -> str:
+    """Key of the plan of ``spec``'s planner on batch ``batch_index`` of the workload (module docstring)."""
+    return digest(
+        {
+            "kind": "plan",
+            "workload": identity,
+            "planner": spec.planner,
+            "options": spec.options,
+            "batch_index": batch_index,
+            "code": versions.planner,
+        }
+    )
+
+
+def sim_key(plan: str, spec: PlannerSpec, versions: CodeVersions) -> str:
+    """Key of the prepared-and-simulated step of the plan keyed ``plan`` (module docstring)."""
+    return digest(
+        {
+            "kind": "sim",
+            "plan": plan,
+            "tree_recompute": spec.tree_recompute,
+            "optimize_order": spec.optimize_order,
+            "mode": str(spec.mode),
+            "code": versions.simulator,
+        }
+    )

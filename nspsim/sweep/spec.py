@@ -1,0 +1,266 @@
+"""What a sweep runs: a TOML spec (fixed workload values, axes, the run) read into frozen dataclasses.
+
+Form (every table optional except that a sweep needs a workload to start from; absent keys take the
+:class:`nspsim.workload.WorkloadConfig` and :class:`nspsim.compare.CompareConfig` defaults)::
+
+    [workload]              # fixed values of any WorkloadConfig field
+    model = "qwen3-30b-a3b"
+    tokens_per_batch = "1M" # token counts as the CLI takes them (k = 1024, M = 1024**2) or integers
+    [zip]                   # lists of one length that vary together (a zip), crossed with [axes]
+    model = ["qwen3-30b-a3b", "qwen3-235b-a22b"]
+    cluster = ["h100", "h200"]
+    [axes]                  # lists; the grid is their product, the first axis varying slowest
+    trace = ["wikipedia", "path/to/lengths.txt"]
+    gpus = [16, 32]
+    [run]                   # what every point runs, as compare does
+    planners = ["static-best", "nsp"]
+    iters = 2
+    first_batch = 0
+    mode = "stream"
+    planner_options = { flexsp = { time_limit = 10 } }
+
+Paths (a trace, profile or model file) are relative to the current directory, as the CLI's flags are.
+Everything is checked when the spec is read, before anything runs: an unknown table or key, an empty
+or repeated axis, a key both fixed and swept, or a value of the wrong type ends in one ``ValueError``
+line naming the table and key.
+
+Zipped axes: the ``[zip]`` lists must have one length n; their i-th values form the i-th of n
+combined values, which act as one more axis placed *before* the ``[axes]`` ones (so the zip varies
+slowest); a zip key may be neither fixed nor in ``[axes]``, and two zip positions may not be equal.
+A point's identity (its key) is still its resolved workload, so a spec without ``[zip]`` keys its
+points exactly as before. Trade-off: one zip group per spec (a table, not an array of tables), enough
+for "the model fixes the cluster" designs and read at a glance; two independent zips, or conditional
+axes, remain several specs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from nspsim.compare.specs import DEFAULT_ITERS, CompareConfig, default_planners
+from nspsim.simulator.modes import SimMode
+from nspsim.specs.backend import BACKENDS
+from nspsim.units import parse_tokens
+from nspsim.workload import WorkloadConfig
+
+TOKEN_FIELDS = ("tokens_per_batch", "max_context", "token_budget")
+INT_FIELDS = ("gpus", "seed", "spmax")
+STR_FIELDS = ("trace", "model", "cluster", "backend", "profile")
+WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
+RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options")
+TABLES = ("workload", "zip", "axes", "run")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What every point of a sweep runs (compare's settings, without a timeline)."""
+
+    planners: tuple[str, ...] = field(default_factory=default_planners)
+    iters: int = DEFAULT_ITERS
+    first_batch: int = 0
+    mode: str = SimMode.STREAM
+    planner_options: dict[str, dict[str, Any]] = field(default_factory=lambda: CompareConfig().planner_options)
+
+    def __post_init__(self) -> None:
+        try:
+            self.compare_config(WorkloadConfig())
+        except ValueError as exc:
+            raise ValueError(f"[run]: {exc}") from None
+
+    def compare_config(self, workload: WorkloadConfig) -> CompareConfig:
+        """The :class:`CompareConfig` one point of the sweep is (validated)."""
+        return CompareConfig(
+            workload=workload,
+            planners=self.planners,
+            planner_options=self.planner_options,
+            iters=self.iters,
+            first_batch=self.first_batch,
+            mode=self.mode,
+            timeline_iteration=None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSpec:
+    """A validated sweep: fixed workload values, the zipped axes and the axes (name -> values, in spec
+    order) and the run."""
+
+    workload: dict[str, Any] = field(default_factory=dict)
+    axes: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    zip: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    run: RunSpec = field(default_factory=RunSpec)
+    name: str = "sweep"
+
+    def __post_init__(self) -> None:
+        for table, names in (("workload", list(self.workload)), ("zip", list(self.zip)), ("axes", list(self.axes))):
+            unknown = [k for k in names if k not in WORKLOAD_FIELDS]
+            if unknown:
+                raise ValueError(f"[{table}] {unknown[0]}: not a workload field (known: {', '.join(WORKLOAD_FIELDS)})")
+        both = [k for k in self.axes if k in self.workload]
+        if both:
+            raise ValueError(f"[axes] {both[0]}: also fixed in [workload]; give it in one table only")
+        self._check_zip()
+        for key, axis in self.axes.items():
+            if not axis:
+                raise ValueError(f"[axes] {key}: an axis needs at least one value")
+            if len(set(axis)) != len(axis):
+                raise ValueError(f"[axes] {key}: values repeat ({', '.join(map(str, axis))}); list each once")
+        for config in self._configs():  # WorkloadConfig's own checks (the backend name)
+            del config
+
+    def _check_zip(self) -> None:
+        """The zip's own rules (module docstring): disjoint from the other tables, one length, no repeats."""
+        for key in self.zip:
+            if key in self.workload or key in self.axes:
+                other = "[workload]" if key in self.workload else "[axes]"
+                raise ValueError(f"[zip] {key}: also in {other}; give it in one table only")
+        lengths = {key: len(values) for key, values in self.zip.items()}
+        for key, n in lengths.items():
+            if n == 0:
+                raise ValueError(f"[zip] {key}: a zipped list needs at least one value")
+        if len(set(lengths.values())) > 1:
+            listed = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+            raise ValueError(f"[zip]: the zipped lists must have one length ({listed})")
+        rows = list(zip(*self.zip.values()))
+        if len(set(rows)) != len(rows):
+            raise ValueError(f"[zip]: positions repeat ({', '.join(map(str, rows))}); list each combination once")
+
+    @property
+    def varied(self) -> tuple[str, ...]:
+        """The workload fields that vary over the grid: the zipped ones, then the axes."""
+        return (*self.zip, *self.axes)
+
+    def _configs(self) -> list[WorkloadConfig]:
+        out = []
+        for assignment in self.assignments():
+            try:
+                out.append(WorkloadConfig(**self.workload, **assignment))
+            except ValueError as exc:
+                raise ValueError(f"[axes] or [workload]: {exc}") from None
+        return out
+
+    def assignments(self) -> list[dict[str, Any]]:
+        """Every grid point's varied values: the zip (as one axis, slowest) crossed with the product of
+        the axes (first axis slowest)."""
+        zipped = [dict(zip(self.zip, row)) for row in zip(*self.zip.values())] if self.zip else [{}]
+        names = list(self.axes)
+        product = [dict(zip(names, values)) for values in itertools.product(*(self.axes[n] for n in names))]
+        return [{**z, **a} for z in zipped for a in product]
+
+    def points(self) -> list[WorkloadConfig]:
+        """The resolved workload of every grid point, in grid order."""
+        return self._configs()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for ``sweep.config.json``."""
+        zipped = {"zip": {k: list(v) for k, v in self.zip.items()}} if self.zip else {}
+        return {
+            "name": self.name,
+            "workload": dict(self.workload),
+            **zipped,
+            "axes": {k: list(v) for k, v in self.axes.items()},
+            "run": {
+                "planners": list(self.run.planners),
+                "iters": self.run.iters,
+                "first_batch": self.run.first_batch,
+                "mode": str(self.run.mode),
+                "planner_options": self.run.planner_options,
+            },
+        }
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a TOML sweep spec; a one-line ``ValueError`` (naming the file) on any problem."""
+    source = Path(path)
+    try:
+        data = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"sweep spec {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"sweep spec {path}: cannot read it ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"sweep spec {path}: not valid TOML ({exc})") from None
+    try:
+        return parse_spec(data, name=source.stem)
+    except ValueError as exc:
+        raise ValueError(f"sweep spec {path}: {exc}") from None
+
+
+def parse_spec(data: dict[str, Any], name: str = "sweep") -> SweepSpec:
+    """A :class:`SweepSpec` from parsed TOML (tables ``workload``, ``zip``, ``axes``, ``run``)."""
+    unknown = [k for k in data if k not in TABLES]
+    if unknown:
+        raise ValueError(f"unknown table or key {unknown[0]!r} (a spec has the tables {', '.join(TABLES)})")
+    for table in TABLES:
+        if not isinstance(data.get(table, {}), dict):
+            raise ValueError(f"{table} must be a table ([{table}]), got {type(data[table]).__name__}")
+    workload = {k: _workload_value("workload", k, v) for k, v in data.get("workload", {}).items()}
+    lists: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for table, what in (("zip", "a zipped axis"), ("axes", "an axis")):
+        lists[table] = {}
+        for key, values in data.get(table, {}).items():
+            if not isinstance(values, list):
+                raise ValueError(f"[{table}] {key}: {what} is a list of values, e.g. {key} = [...], got {values!r}")
+            lists[table][key] = tuple(_workload_value(table, key, v) for v in values)
+    return SweepSpec(workload=workload, zip=lists["zip"], axes=lists["axes"], run=_run(data.get("run", {})), name=name)
+
+
+def _workload_value(table: str, key: str, value: Any) -> Any:
+    """A fixed or axis value of a workload field, as WorkloadConfig takes it (token counts parsed)."""
+    where = f"[{table}] {key}"
+    if key not in WORKLOAD_FIELDS:
+        raise ValueError(f"{where}: not a workload field (known: {', '.join(WORKLOAD_FIELDS)})")
+    if key in TOKEN_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"{where}: a token count such as 2M, 192k or 65536, got {value!r}")
+        try:
+            return parse_tokens(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    if key in INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: an integer, got {value!r}")
+        if value < (0 if key == "seed" else 1):
+            raise ValueError(f"{where}: must be {'>= 0' if key == 'seed' else 'positive'}, got {value}")
+        return value
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{where}: a non-empty string, got {value!r}")
+    if key == "backend" and value not in BACKENDS:
+        raise ValueError(f"{where}: unknown SP backend {value!r} (known: {', '.join(BACKENDS)})")
+    return value
+
+
+def _run(data: dict[str, Any]) -> RunSpec:
+    unknown = [k for k in data if k not in RUN_KEYS]
+    if unknown:
+        raise ValueError(f"[run] {unknown[0]}: unknown key (known: {', '.join(RUN_KEYS)})")
+    kwargs: dict[str, Any] = {}
+    if "planners" in data:
+        planners = data["planners"]
+        if not isinstance(planners, list) or not all(isinstance(p, str) for p in planners):
+            raise ValueError(f'[run] planners: a list of planner labels, e.g. ["static-best", "nsp"], got {planners!r}')
+        kwargs["planners"] = tuple(planners)
+    for key in ("iters", "first_batch"):
+        if key in data:
+            if isinstance(data[key], bool) or not isinstance(data[key], int):
+                raise ValueError(f"[run] {key}: an integer, got {data[key]!r}")
+            kwargs[key] = data[key]
+    if "mode" in data:
+        if not isinstance(data["mode"], str):
+            raise ValueError(f"[run] mode: a simulation mode name, got {data['mode']!r}")
+        kwargs["mode"] = data["mode"]
+    if "planner_options" in data:
+        options = data["planner_options"]
+        if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+            raise ValueError(
+                f"[run] planner_options: a table of tables, e.g. {{ flexsp = {{ time_limit = 10 }} }}, got {options!r}"
+            )
+        defaults = CompareConfig().planner_options
+        kwargs["planner_options"] = {
+            name: {**defaults.get(name, {}), **opts} for name, opts in {**defaults, **options}.items()
+        }
+    return RunSpec(**kwargs)

@@ -1,0 +1,300 @@
+"""Figure 7 of the NSP paper: end-to-end step time of every strategy, both Qwen3 MoE models x 192K /
+384K max context x the three traces, normalised to ``static-best`` per configuration.
+
+The sweep is ``studies/sweeps/fig7.toml`` (one spec: the model and its cluster are a zip, crossed with
+context and trace; 64 GPUs, 2M tokens per batch; 20 batches, ``--quick`` 1). ``static-best`` is
+compare's baseline: the load-balanced fixed-degree Static SP whose degree is the fastest over the
+configuration's batches (the paper's Static SP). Each bar is compare's ratio of sums over the batches;
+its whisker the per-batch min-max. Beside ours, per (model, context) panel, the paper's decoded bar
+groups (values high; which panel a group belongs to is a low-confidence reading, and the panel's
+traces are not named, so they stand as one "paper" category). Trade-off: a panel's paper values are
+pooled rather than matched to a trace, because the decoding cannot say which trace a group is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from nspsim.sweep import SweepSpec, load_spec, resolved_config
+from nspsim.units import format_tokens
+from studies.paper_figures import paper_values as pv
+from studies.paper_figures.common import (
+    PAPER_SOURCE,
+    StudyArgs,
+    SweepRun,
+    done_line,
+    failures,
+    fmt,
+    html_table,
+    parse_args,
+    run_spec,
+    spread,
+    write_study,
+)
+
+NAME = "fig7"
+SPEC_PATH = Path(__file__).resolve().parents[1] / "sweeps" / "fig7.toml"
+FULL_ITERS = 20
+QUICK_ITERS = 1
+QUICK_CONTEXT = 384 * 1024
+PLANNERS = ("static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
+COLORS = {
+    "static-best": "#7f7f7f",
+    "static": "#bcbd22",
+    "flexsp": "#1f77b4",
+    "basp": "#9467bd",
+    "nsp2l": "#ff7f0e",
+    "nsp": "#d62728",
+}
+PAPER_X = "paper (decoded)"
+BASELINE_TEXT = (
+    "normalised per configuration to static-best: compare's load-balanced fixed-degree Static SP at the degree "
+    "fastest over the configuration's batches (the paper's Static SP)"
+)
+
+
+def build_spec(quick: bool, path: Path | None = None) -> SweepSpec:
+    """The Figure 7 sweep: ``studies/sweeps/fig7.toml`` (or ``path``) with 20 batches; under ``--quick`` 1
+    batch of the 384K configurations only (the same units as the full run's, planners unchanged: one
+    batch of all 12 costs ~160 CPU-s, mostly FlexSP's MILP solves)."""
+    spec = load_spec(path or SPEC_PATH)
+    if not quick:
+        return replace(spec, run=replace(spec.run, iters=FULL_ITERS), name=NAME)
+    axes = dict(spec.axes)
+    if "max_context" in axes:
+        axes["max_context"] = tuple(c for c in axes["max_context"] if c == QUICK_CONTEXT) or axes["max_context"][-1:]
+    return replace(spec, axes=axes, run=replace(spec.run, iters=QUICK_ITERS), name=NAME)
+
+
+def configurations(run: SweepRun) -> list[dict[str, Any]]:
+    """Per (model, context, trace) configuration: static-best's degree and step, every planner's
+    normalised time (ratio of sums) with its per-batch spread, and the paper's panel values."""
+    degrees = {p["point"]: p["static_best_degree"] for p in _points(run)}
+    out = []
+    for point, summary in run.summary.groupby("point", sort=True):
+        first = summary.iloc[0]
+        rows = run.rows[run.rows["point"] == point]
+        planners: dict[str, Any] = {}
+        for s in summary.itertuples():
+            planners[s.planner] = {
+                "normalized": s.normalized,
+                "speedup": s.speedup,
+                "mean_step_time_s": s.mean_step_time_s,
+                "spread": spread(rows[rows["planner"] == s.planner]),
+                "oom": int(s.oom_count),
+                "failed": int(s.failed),
+            }
+        flex, nsp = planners.get("flexsp", {}).get("normalized"), planners.get("nsp", {}).get("normalized")
+        groups = pv.fig7_groups(first["model"], int(first["max_context"]))
+        out.append(
+            {
+                "point": int(point),
+                "model": first["model"],
+                "cluster": first["cluster"],
+                "max_context": int(first["max_context"]),
+                "trace": first["trace"],
+                "static_best_degree": degrees.get(int(point)),
+                "planners": planners,
+                "nsp_vs_flexsp": flex / nsp if flex and nsp and math.isfinite(flex / nsp) else math.nan,
+                "paper_groups": groups,
+            }
+        )
+    return out
+
+
+def _points(run: SweepRun) -> list[dict[str, Any]]:
+    points: list[dict[str, Any]] = resolved_config(run.plan)["points"]
+    return points
+
+
+def paper_panel(model: str, max_context: int) -> dict[str, dict[str, Any]]:
+    """The paper's decoded speedups in the (model, context) panel: per planner, the groups' values,
+    their mean and range (mapping confidence low, values high)."""
+    groups = pv.fig7_groups(model, max_context)
+    out = {}
+    for planner in (*pv.FIG7_PLANNERS, "nsp-vs-flexsp"):
+        values = [pv.fig7_value(g, planner) for g in groups]
+        speedups = [v.value for v in values]
+        out[planner] = {
+            "groups": groups,
+            "speedups": speedups,
+            "normalized": [pv.as_normalised(s) for s in speedups],
+            "confidence": {"value": values[0].confidence if values else "high", "panel": "low"},
+        }
+    return out
+
+
+def figure(configs: list[dict[str, Any]], batches: int) -> go.Figure:
+    """Four panels (model x context): bars of normalised step time per trace and planner, min-max
+    whiskers over the batches, and the paper's decoded panel values (hatched, mean with range)."""
+    panels = sorted({(c["model"], c["max_context"]) for c in configs}, key=lambda mc: (mc[1], mc[0]))
+    titles = [f"{m}, {format_tokens(ctx)} context" for m, ctx in panels]
+    n_rows = max(1, math.ceil(len(panels) / 2))
+    fig = make_subplots(rows=n_rows, cols=2, subplot_titles=titles, shared_yaxes=True, vertical_spacing=0.12)
+    for k, (model, context) in enumerate(panels):
+        row, col = k // 2 + 1, k % 2 + 1
+        here = [c for c in configs if (c["model"], c["max_context"]) == (model, context)]
+        paper = paper_panel(model, context)
+        for planner in PLANNERS:
+            xs, ys, plus, minus, patterns, texts = [], [], [], [], [], []
+            for c in here:
+                p = c["planners"].get(planner)
+                if p is None:
+                    continue
+                y, sp = p["normalized"], p["spread"]
+                xs.append(c["trace"])
+                ys.append(y)
+                plus.append(sp["max"] - y if math.isfinite(y) and math.isfinite(sp["max"]) else 0)
+                minus.append(y - sp["min"] if math.isfinite(y) and math.isfinite(sp["min"]) else 0)
+                patterns.append("")
+                texts.append(f"{planner} {c['trace']}: {fmt(y)} (batches {fmt(sp['min'])}-{fmt(sp['max'])})")
+            decoded = paper.get(planner, {}).get("normalized") or ([1.0] if planner == "static-best" else [])
+            if decoded:
+                mean = sum(decoded) / len(decoded)
+                xs.append(PAPER_X)
+                ys.append(mean)
+                plus.append(max(decoded) - mean)
+                minus.append(mean - min(decoded))
+                patterns.append("/")
+                texts.append(
+                    f"paper {planner}, groups {paper['nsp']['groups']}: " + ", ".join(f"{v:.3f}" for v in decoded)
+                )
+            fig.add_trace(
+                go.Bar(
+                    x=xs,
+                    y=ys,
+                    name=planner,
+                    legendgroup=planner,
+                    showlegend=k == 0,
+                    marker={"color": COLORS[planner], "pattern": {"shape": patterns}},
+                    error_y={"type": "data", "array": plus, "arrayminus": minus, "visible": True, "thickness": 1},
+                    hovertext=texts,
+                    hoverinfo="text",
+                ),
+                row=row,
+                col=col,
+            )
+        fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1}, row=row, col=col)
+    fig.update_yaxes(title_text="step time / static-best", range=[0.5, 1.15], col=1)
+    fig.update_layout(
+        barmode="group",
+        height=170 + 380 * n_rows,
+        width=1300,
+        margin={"t": 130},
+        title={
+            "text": (
+                "NSP paper Figure 7: step time normalised to static-best, per configuration<br><sup>static-best = "
+                "compare's load-balanced fixed-degree Static SP at the degree fastest over the batches (the paper's "
+                f"Static SP); bars: ratio of sums over {batches} batch(es), whiskers: per-batch min-max<br>hatched: "
+                f"{PAPER_SOURCE.format(n=7)}: the panel's bar groups as 1/speedup (mean, range; values high, "
+                "panel mapping low)</sup>"
+            ),
+            "font": {"size": 15},
+        },
+        legend={"orientation": "h", "y": -0.12 if n_rows == 1 else -0.06},
+    )
+    return fig
+
+
+def tables(configs: list[dict[str, Any]], batches: int) -> list[str]:
+    """Ours per configuration, then the paper's decoded groups per panel."""
+    header = ["model, context, trace", "static-best step (s), degree", *PLANNERS[1:], "NSP speedup", "NSP vs FlexSP"]
+    body = []
+    for c in configs:
+        p = c["planners"]
+        best = p.get("static-best", {})
+        cells = [
+            f"{c['model']}, {format_tokens(c['max_context'])}, {c['trace']}",
+            f"{fmt(best.get('mean_step_time_s'), '.2f')}, SP{c['static_best_degree']}"
+            if c["static_best_degree"]
+            else "-",
+        ]
+        for planner in PLANNERS[1:]:
+            q = p.get(planner)
+            sp = q["spread"] if q else {"min": math.nan, "max": math.nan}
+            cells.append(f"{fmt(q['normalized'])} [{fmt(sp['min'], '.2f')}-{fmt(sp['max'], '.2f')}]" if q else "-")
+        nsp = p.get("nsp", {})
+        cells += [f"{fmt(nsp.get('speedup'), '.2f')}x", f"{fmt(c['nsp_vs_flexsp'], '.2f')}x"]
+        body.append(cells)
+    ours = html_table(
+        header,
+        body,
+        f"Ours: {BASELINE_TEXT}; each cell is the ratio of sums over {batches} batch(es) [per-batch min-max].",
+    )
+    paper_rows = []
+    for g in range(1, 13):
+        model, context = pv.FIG7_PANEL_OF_GROUP[g]
+        vals = [pv.fig7_value(g, planner) for planner in (*pv.FIG7_PLANNERS, "nsp-vs-flexsp")]
+        paper_rows.append(
+            [f"group {g}: {model}, {format_tokens(context)} (low)", *(f"{v.value:.2f}x ({v.confidence})" for v in vals)]
+        )
+    lo_hi = "; ".join(f"{k} {a:.2f}-{b:.2f}x ({c})" for k, (a, b, c) in pv.FIG7_RANGES.items())
+    paper = html_table(
+        ["bar group (panel by extraction order)", "FlexSP", "NSP-2L", "NSP", "NSP vs FlexSP"],
+        paper_rows,
+        f"Paper: {PAPER_SOURCE.format(n=7)}. Speedups over Static SP. Ranges that hold whatever the mapping: {lo_hi}; "
+        f"NSP median {pv.FIG7_NSP_MEDIAN.value:.2f}x ({pv.FIG7_NSP_MEDIAN.confidence}).",
+    )
+    return [ours, paper]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run (or reload from the cache) the Figure 7 sweep and write fig7.html / .json / .config.json."""
+    args: StudyArgs = parse_args(NAME, "NSP paper Figure 7: end-to-end step time, both models x context x trace", argv)
+    spec = build_spec(args.quick)
+    run = run_spec(spec, args.out, jobs=args.jobs)
+    configs = configurations(run)
+    batches = spec.run.iters
+    data = {
+        "figure": 7,
+        "baseline": "static-best",
+        "baseline_note": BASELINE_TEXT,
+        "batches": batches,
+        "configurations": configs,
+        "paper": {
+            "source": PAPER_SOURCE.format(n=7),
+            "groups": [v.to_dict() for v in pv.FIG7],
+            "panel_of_group": {
+                str(g): {"model": m, "max_context": c, "confidence": "low"}
+                for g, (m, c) in pv.FIG7_PANEL_OF_GROUP.items()
+            },
+            "ranges": {k: {"min": a, "max": b, "confidence": c} for k, (a, b, c) in pv.FIG7_RANGES.items()},
+        },
+        "failures": failures(run),
+        "wall_s": run.wall_s,
+        "units_computed": run.computed,
+        "units_cached": run.cached,
+    }
+    paths = write_study(
+        args.out,
+        NAME,
+        run,
+        figure(configs, batches),
+        tables(configs, batches),
+        data,
+        {"quick": args.quick, "iters": batches},
+    )
+    print(done_line(NAME, f"{len(configs)} configurations x {batches} batch(es)", run, paths["html"]))
+    return 0
+
+
+def frame_of(configs: list[dict[str, Any]]) -> pd.DataFrame:
+    """The configurations as a flat frame (planner columns of normalised time), e.g. for the docs' table."""
+    return pd.DataFrame(
+        [
+            {
+                "model": c["model"],
+                "max_context": c["max_context"],
+                "trace": c["trace"],
+                **{p: v["normalized"] for p, v in c["planners"].items()},
+            }
+            for c in configs
+        ]
+    )
