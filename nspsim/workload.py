@@ -99,9 +99,15 @@ def build_workload(config: WorkloadConfig) -> Workload:
     """Resolve presets, profile, memory model and sampler; ``ValueError`` for any bad setting."""
     model = resolve_model(config.model)  # a preset, a named transformers config or a config.json path
     cluster = get_cluster(config.cluster, config.gpus)
-    base = paper_training(model.name)
-    training = TrainingSpec(**{**asdict(base), "backend": config.backend, "token_budget": config.token_budget})
     profile = load_profile(config.profile) if config.profile is not None else Profile()  # '' is an error
+    profile.check_applies(
+        cluster=cluster.name, model=model.name, gpus=cluster.num_gpus, origin=f"profile {config.profile}"
+    )
+    base = paper_training(model.name)
+    overrides: dict[str, Any] = {"backend": config.backend, "token_budget": config.token_budget}
+    if profile.element_bytes is not None:  # the measured runtime's precision (fp32 on the CPU runtime)
+        overrides |= dict.fromkeys(("act_bytes", "param_bytes", "grad_bytes"), profile.element_bytes)
+    training = TrainingSpec(**{**asdict(base), **overrides})
     memory = memory_model(model, cluster, training)
     spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
     sampler = BatchSampler(

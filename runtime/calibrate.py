@@ -1,146 +1,224 @@
-"""Measure the figures of the ``cpu`` cluster preset on this machine: ``python -m runtime.calibrate``.
+"""Calibrate this machine: ``python -m runtime.calibrate -o profile.json [--ranks N] [--model tiny]``.
 
-One process per rank, one thread each (as the runtime runs under torchrun on CPU):
+Starts N local gloo ranks (one thread each, as ``torchrun`` runs the runtime on CPU), measures on all
+of them at once what the simulator charges (:mod:`runtime.calibration.measure`: attention kernels by
+length and heads per rank, non-attention and head time by tokens, the optimizer, all-to-all /
+ring-hop / all-gather / reduce-scatter per group size, the overlap slowdown), fits it
+(:mod:`runtime.calibration.fit`) and writes a version-2 nspsim cost profile with its provenance (host,
+CPU, torch, threads, ranks, date, command). Compute figures are the mean over ranks of each rank's
+median; collective figures the slowest rank's (a collective ends when its last member does).
 
-* GEMM throughput at the tiny model's projection shapes (``matmul_flops``);
-* CPU flash-attention forward and backward throughput on a causal 2048-token sample with the tiny
-  model's heads (``attn_fwd_flops``, ``attn_bwd_flops``; FLOPs counted as the cost model does:
-  forward ``2 * L^2 * q_width``, backward 2.5x), and the peaks they imply under the cost model's
-  ``L / (L + attn_half_length)`` saturation (``attn_fwd_peak``, ``attn_bwd_peak``: the preset's
-  ``attn_fwd_flops`` / ``attn_bwd_flops``);
-* gloo ``all_to_all_single`` and ring ``batch_isend_irecv`` over 2 and 4 local ranks, fitted as
-  ``latency + bytes / bandwidth`` by least squares over 4 KiB .. 4 MiB per rank.
-
-Prints one JSON object. The figures are what the ``cpu`` preset in ``nspsim.specs.cluster`` records;
-rerun this on another machine and pass the numbers through a profile if they differ. It takes no
-options: ``--help`` describes it, anything else ends with one line ``runtime.calibrate: error: ...``
-and status 2 before any measurement (:mod:`runtime.cli`).
+Use the profile wherever a cost profile is accepted: ``runtime.train --profile``, ``nspsim
+plan/simulate/compare --profile``, ``python -m runtime.validate --profile``. A profile measured at N
+ranks describes runs of up to N ranks sharing this machine's cores the same way; calibrate at the
+rank count you will run. Bad options end with one line ``runtime.calibrate: error: ...`` and status 2
+before any measurement.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import platform
+import socket
+import sys
 import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from nspsim.cli.flags import Parser
-from nspsim.cost.analytic import AnalyticCostModel
+from nspsim.cli.flags import Parser, output_file, write_output
+from nspsim.cost.profile import parse_profile
+from nspsim.sp_tree import is_power_of_two
+from nspsim.specs.hf import resolve_model
+from nspsim.specs.model import MODEL_PRESETS
+from runtime.calibration.fit import LinkMeasurement, Measurements, build_profile
+from runtime.calibration.measure import CalibrationConfig, calibrate_rank
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
-from runtime.kernels import Segments, select_kernel
 from runtime.launch import RankEnv, run_ranks
 
 PROG = "runtime.calibrate"
-SIZES = [1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22]
-
-
-def _best(fn: Callable[[], object], repeat: int = 20) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def gemm_flops(tokens: int = 2048, hidden: int = 64, out: int = 192) -> float:
-    """FLOP/s of a ``[tokens, hidden] @ [hidden, out]`` fp32 GEMM on one thread."""
-    a, b = torch.randn(tokens, hidden), torch.randn(hidden, out)
-    return 2.0 * tokens * hidden * out / _best(lambda: a @ b)
-
-
-ATTN_LENGTH = 2048
-
-
-def attention_flops(length: int = ATTN_LENGTH, heads: int = 8, kv_heads: int = 2, dim: int = 8) -> tuple[float, float]:
-    """(forward, backward) FLOP/s of the CPU flash kernel on one causal sample."""
-    kernel = select_kernel("auto", torch.device("cpu"))
-    q, k, v = torch.randn(length, heads, dim), torch.randn(length, kv_heads, dim), torch.randn(length, kv_heads, dim)
-    seg = Segments.same([length])
-    out, lse = kernel.forward(q, k, v, seg, causal=True)
-    dout = torch.randn_like(out)
-    flops = 2.0 * length**2 * heads * dim
-    fwd = _best(lambda: kernel.forward(q, k, v, seg, causal=True))
-    bwd = _best(lambda: kernel.backward(dout, q, k, v, out, lse, seg, causal=True))
-    return flops / fwd, 2.5 * flops / bwd
-
-
-def _fit(sizes: list[float], times: list[float]) -> tuple[float, float]:
-    """Least-squares ``t = latency + bytes / bw``; returns (latency s, bandwidth B/s)."""
-    slope, intercept = np.polyfit(np.asarray(sizes, dtype=float), np.asarray(times), 1)
-    return max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15)
-
-
-def _comm_rank(env: RankEnv, _: object) -> dict[str, list[float]]:
-    torch.set_num_threads(1)
-    out: dict[str, list[float]] = {"a2a": [], "ring": []}
-    nxt, prv = (env.rank + 1) % env.world, (env.rank - 1) % env.world
-    for size in SIZES:
-        n = size // 4
-        send, recv = torch.randn(n), torch.empty(n)
-        # _best runs its callable at once, inside this iteration, so the loop variables are current
-        a2a = _best(lambda: dist.all_to_all_single(recv, send))  # noqa: B023
-        out["a2a"].append(a2a)
-
-        def ring() -> None:
-            ops = [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)]  # noqa: B023 (run at once)
-            for w in dist.batch_isend_irecv(ops):
-                w.wait()
-
-        out["ring"].append(_best(ring))
-    return out
-
-
-def comm_figures(world: int) -> dict[str, float]:
-    """Fitted all-to-all and ring-hop latency and bandwidth over ``world`` local gloo ranks."""
-    results = run_ranks(_comm_rank, world, None, timeout_s=300)
-    fig: dict[str, float] = {}
-    for name in ("a2a", "ring"):
-        times = [max(r[name][i] for r in results) for i in range(len(SIZES))]
-        # an all-to-all sends (world-1)/world of the buffer; a ring hop sends all of it
-        sent = [s * (world - 1) / world if name == "a2a" else s for s in SIZES]
-        lat, bw = _fit(sent, times)
-        fig[f"{name}_latency_s"], fig[f"{name}_bw"] = lat, bw
-    return fig
+MAX_RANKS = 8
+CLUSTER = "cpu"  # the preset a CPU calibration describes (runtime.train plans against it on CPU)
 
 
 def build_parser() -> Parser:
-    """The command line: no options yet (``--help`` only); errors raise ``ValueError`` (one line)."""
-    return Parser(
+    """The command line; errors raise ``ValueError`` (one line)."""
+    p = Parser(
         prog=PROG,
-        description="Measure the figures of the cpu cluster preset on this machine (GEMM and CPU flash-attention "
-        "throughput on one thread, gloo all-to-all and ring-hop latency and bandwidth over 2 and 4 local "
-        "ranks) and print them as one JSON object.",
+        description="Measure this machine with the runtime's own kernels and gloo collectives on N ranks at once "
+        "and write an nspsim cost profile (version 2) with its provenance.",
+    )
+    p.add_argument("-o", "--output", default=None, help="profile JSON to write (default: print it)")
+    p.add_argument("--ranks", type=int, default=2, help=f"local ranks measured at once, a power of two <= {MAX_RANKS}")
+    p.add_argument("--model", default="tiny", help="built-in model whose shapes are timed (tiny, tiny-moe)")
+    p.add_argument("--kernel", default="auto", help="attention kernel (as runtime.train --kernel)")
+    p.add_argument("--name", default=None, help="profile name (default: cpu-<N>ranks-<model>)")
+    p.add_argument("--quick", action="store_true", help="few points and repeats (a plumbing check, not a profile)")
+    return p
+
+
+def _check(args: Any) -> None:
+    if not (1 <= args.ranks <= MAX_RANKS and is_power_of_two(args.ranks)):
+        raise ValueError(f"--ranks must be a power of two from 1 to {MAX_RANKS}, got {args.ranks}")
+    if args.model not in MODEL_PRESETS or args.model.startswith("qwen"):
+        raise ValueError(
+            f"--model {args.model!r}: calibration times the built-in runtime model's layers; give tiny or tiny-moe"
+        )
+    if args.output is not None:
+        output_file(args.output, flag="--output", make_parent=True)
+
+
+def provenance(args: Any, argv: list[str]) -> dict[str, Any]:
+    """Where and how the numbers were measured."""
+    return {
+        "host": socket.gethostname(),
+        "device": _cpu_name(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "threads": 1,
+        "ranks": args.ranks,
+        "kernel": args.kernel,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m runtime.calibrate", *argv]),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def host_cores(curve: dict[int, float], ranks: int) -> float:
+    """Kernels the host runs at full speed at once, from the sharing curve: ``n / slowdown(n)`` at the
+    largest ``n`` measured (``ranks`` when nothing slowed down by more than 5%)."""
+    n = max(curve)
+    return float(ranks) if curve[n] < 1.05 else n / curve[n]
+
+
+def combine(results: list[dict[str, Any]], model: str) -> Measurements:
+    """One :class:`Measurements` from every rank's (all measured with every rank busy at once, as a
+    balanced step runs): compute is the mean over ranks, collectives the slowest rank's; the sharing
+    curve gives the cores, with which the simulator speeds up kernels when fewer ranks compute at
+    once (:mod:`nspsim.simulator.sharing`)."""
+    spec = resolve_model(model)
+    att = results[0]["attention"]
+    curve = results[0]["sharing"]
+    cores = host_cores(curve, len(results))
+
+    def mean(path: tuple[str, ...]) -> list[float]:
+        values = []
+        for r in results:
+            v: Any = r
+            for key in path:
+                v = v[key]
+            values.append(np.asarray(v, dtype=np.float64))
+        return [float(x) for x in np.mean(values, axis=0)]
+
+    heads = sorted(att["fwd"])
+    links = []
+    for i, link in enumerate(results[0]["links"]):
+        worst = np.max([np.asarray(r["links"][i].seconds) for r in results], axis=0)
+        links.append(
+            LinkMeasurement(
+                collective=link.collective,
+                group_size=link.group_size,
+                nbytes=link.nbytes,
+                seconds=tuple(float(x) for x in worst),
+            )
+        )
+    return Measurements(
+        model=model,
+        head_dim=spec.head_dim,
+        attn_lengths=tuple(att["lengths"]),
+        attn_fwd_s={h: tuple(mean(("attention", "fwd", h))) for h in heads},
+        attn_bwd_s={h: tuple(mean(("attention", "bwd", h))) for h in heads},
+        layer_tokens=tuple(results[0]["layers"]["tokens"]),
+        nonattn_fwd_s=tuple(mean(("layers", "nf"))),
+        nonattn_bwd_s=tuple(mean(("layers", "nb"))),
+        head_fwd_s=tuple(mean(("layers", "hf"))),
+        head_bwd_s=tuple(mean(("layers", "hb"))),
+        optimizer_s=float(np.mean([r["optimizer_s"] for r in results])),
+        step_s=float(np.max([r["step_s"] for r in results])),
+        micro_batch_s=0.0,
+        links=tuple(links),
+        overlap_slowdown=float(np.mean([r["overlap_slowdown"] for r in results])),
+        element_bytes=4,  # the runtime computes and communicates in fp32 on CPU
+        host_cores=cores,
+        sharing_curve={int(n): float(s) for n, s in curve.items()},
     )
 
 
+def summary(profile: dict[str, Any]) -> str:
+    """A few lines a person reads: throughputs at the longest length, layer times, link fits."""
+    lines = [f"profile {profile['name']} ({profile['provenance']['device']}, {profile['provenance']['ranks']} ranks)"]
+    for key in ("attn_fwd_flops_by_heads", "attn_bwd_flops_by_heads"):
+        cells = ", ".join(
+            f"{h} heads {table[-1][1] / 1e9:.2f}" for h, table in sorted(profile[key].items(), key=lambda x: -int(x[0]))
+        )
+        longest = int(next(iter(profile[key].values()))[-1][0])
+        lines.append(f"  {key.split('_')[1]} attention GFLOP/s at {longest} tokens: {cells}")
+    for key in ("nonattn_fwd_s_by_tokens", "nonattn_bwd_s_by_tokens", "head_fwd_s_by_tokens", "head_bwd_s_by_tokens"):
+        table = profile[key]
+        err = profile["fit"][key]["affine_max_rel_error"]
+        lines.append(
+            f"  {key.removesuffix('_s_by_tokens'):<12} {table[0][1] * 1e3:.3f} ms @ {int(table[0][0])} .. "
+            f"{table[-1][1] * 1e3:.2f} ms @ {int(table[-1][0])} tokens (affine fit within {err:.0%})"
+        )
+    lines.append(
+        f"  optimizer    {profile['optimizer_s'] * 1e3:.2f} ms per step; step control traffic "
+        f"{profile['step_s'] * 1e3:.2f} ms"
+    )
+    for name, fits in profile["collectives"].items():
+        cells = ", ".join(f"{g}: {lat * 1e6:.0f} us + {bw / 1e9:.2f} GB/s" for g, (lat, bw) in fits.items())
+        lines.append(f"  {name:<14} {cells}")
+    lines.append(f"  overlap slowdown {profile['overlap_slowdown']:.2f}x (recorded, not applied)")
+    curve = ", ".join(f"{n} at once {s:.2f}x" for n, s in profile["fit"]["sharing_curve"].items())
+    lines.append(f"  core sharing: {curve} -> {profile['host_cores']:.2f} cores")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Print the measured figures as JSON (after checking the command line)."""
+    """Measure, fit, write (or print) the profile and print a summary on stderr."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        build_parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
+        _check(args)
     except ValueError as exc:
         fail(PROG, exc, EXIT_USAGE)
     exit_on_interrupt(PROG)  # Ctrl-C during the measurements: one line, status 130
-    torch.set_num_threads(1)
-    fwd, bwd = attention_flops()
-    saturation = ATTN_LENGTH / (ATTN_LENGTH + AnalyticCostModel.attn_half_length)  # the default saturation
-    report: dict[str, Any] = {
-        "threads": 1,
-        "gemm_flops": gemm_flops(),
-        "attn_length": ATTN_LENGTH,
-        "attn_fwd_flops": fwd,
-        "attn_bwd_flops": bwd,
-        "attn_fwd_peak": fwd / saturation,
-        "attn_bwd_peak": bwd / saturation,
-    }
-    for world in (2, 4):
-        report[f"world{world}"] = comm_figures(world)
-    print(json.dumps(report, indent=1))
+    cfg = CalibrationConfig(model=args.model, kernel=args.kernel, quick=args.quick)
+    started = time.perf_counter()
+    print(f"{PROG}: measuring on {args.ranks} rank(s) at once ...", file=sys.stderr, flush=True)
+    # ranks wait at a barrier while rank 0 measures kernels alone (a minute or more): a long group timeout
+    results = run_ranks(_rank, args.ranks, cfg, timeout_s=1800, comm_timeout_s=900)
+    name = args.name or f"{CLUSTER}-{args.ranks}ranks-{args.model}"
+    profile = build_profile(combine(results, args.model), name=name, provenance=provenance(args, argv), cluster=CLUSTER)
+    profile["provenance"]["wall_s"] = round(time.perf_counter() - started, 1)
+    parse_profile(profile, name)  # what we write must load
+    text = json.dumps(profile, indent=1)
+    if args.output is None:
+        print(text)
+    else:
+        write_output(Path(args.output), text + "\n", flag="--output")
+    print(summary(profile), file=sys.stderr)
+    print(
+        f"{PROG}: done in {time.perf_counter() - started:.0f} s" + (f", wrote {args.output}" if args.output else ""),
+        file=sys.stderr,
+    )
+
+
+def _rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
+    return calibrate_rank(env, cfg)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ One record per training step, written by rank 0 (schema ``nspsim-measured-step``
 ``--max-context`` and their tokens, which ``num_samples`` and ``num_tokens`` do not count; readers of
 v2 records find neither field; ``model_impl``, the model class that ran, e.g.
 ``transformers.Qwen3MoeForCausalLM`` or ``runtime.model.DecoderLM``, was added to v3 later and is
-empty in records written before it). The join key
+empty in records written before it; so were ``profile`` and ``profile_fingerprint``, the cost profile the
+prediction was made with, empty for analytic costs). The join key
 with simulated results (``nspsim.simulator.StepResult`` / ``nspsim.compare.IterationRecord``) is
 ``(planner_spec, batch_index, plan_hash)``: ``planner_spec`` is the planner as the user gave it, in the
 ``nspsim compare`` label format (``nsp``, ``static:degree=2``); ``planner`` is the plan's own name.
@@ -71,6 +72,8 @@ class MeasuredStep:
     simulated_breakdown_s: dict[str, float] = field(default_factory=dict)
     simulated_note: str = ""
     model_impl: str = ""
+    profile: str = ""  # the cost profile the prediction used (its label; "" for analytic costs)
+    profile_fingerprint: str = ""
     source: str = "measured"
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION

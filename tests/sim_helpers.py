@@ -88,6 +88,15 @@ class StubCost:
     def optimizer_time(self) -> float:
         return self.optimizer
 
+    def micro_batch_overhead(self) -> float:
+        return 0.0
+
+    def step_overhead(self) -> float:
+        return 0.0
+
+    def compute_slots(self) -> float | None:
+        return None
+
 
 def roomy_memory(num_layers: int = 1) -> MemoryModel:
     """Memory where everything fits (1 TB free, tiny per-token bytes)."""

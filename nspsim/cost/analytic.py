@@ -14,6 +14,15 @@ Non-attention work: GEMM FLOPs of the projections and active FFN at ``nonattn_fl
 all-to-alls per FFN pass. FSDP: ring all-gather of one layer's bf16 parameters (experts sharded over
 their EP replicas), ring reduce-scatter of its gradients, with one ring per NIC rail across hosts.
 
+A measured profile (:mod:`nspsim.cost.profile`, what ``python -m runtime.calibrate`` writes) replaces
+coefficients where it has them: attention throughput by length (and by query heads per rank: a
+Ulysses node of degree k runs H/k heads), non-attention and output-head time per layer against the
+tokens a rank holds, a fixed cost per micro-batch, the optimizer step's time, and every
+collective as latency + bytes / bandwidth per group size. Time tables enter as their affine
+least-squares fit (intercept + slope per token, relative error weighted), because the planners'
+arithmetic needs non-attention time affine in the tokens (:func:`nspsim.planners.proxy.fit_non_attention`);
+the calibration records that fit's error.
+
 Trade-off: closed forms make planning cheap and explainable; accuracy comes from a measured profile.
 """
 
@@ -27,6 +36,7 @@ from nspsim.cost.backends import LOCAL, BackendCost, NodeCost, backend_cost
 from nspsim.cost.comm import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
 from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
 from nspsim.cost.profile import Profile
+from nspsim.cost.profile.tables import AffineFit
 from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.memory import gathered_layer_params
 from nspsim.specs.model import ModelSpec
@@ -45,6 +55,9 @@ class AnalyticCostModel:
     dense_gemm_efficiency: float = 0.85
     moe_gemm_efficiency: float = 0.6
     _backend: BackendCost = field(init=False, repr=False, compare=False)
+    _affine: dict[str, tuple[AffineFit | None, AffineFit | None]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         if self.attn_half_length < 0:
@@ -59,9 +72,10 @@ class AnalyticCostModel:
         return self.model.num_layers
 
     # ---- coefficients ---------------------------------------------------------------------------
-    def attn_throughput(self, lengths: np.ndarray, backward: bool) -> np.ndarray:
-        """Achieved attention FLOP/s for sequences of ``lengths`` (profile table or saturation curve)."""
-        table = self.profile.attn_bwd_flops_by_length if backward else self.profile.attn_fwd_flops_by_length
+    def attn_throughput(self, lengths: np.ndarray, backward: bool, heads: int | None = None) -> np.ndarray:
+        """Achieved attention FLOP/s for sequences of ``lengths`` with ``heads`` query heads per rank
+        (profile table or saturation curve)."""
+        table = self.profile.attention_table(backward, self.model.num_heads if heads is None else heads)
         if table is not None:
             return table(lengths)
         peak = self.cluster.gpu.attn_bwd_flops if backward else self.cluster.gpu.attn_fwd_flops
@@ -77,9 +91,12 @@ class AnalyticCostModel:
         return self.cluster.gpu.matmul_flops * eff
 
     def latency(self, group_size: int) -> float:
-        """Per-collective latency of an aligned group."""
+        """Per-collective latency of an aligned group (a profile's all-to-all fit when it has one)."""
         if group_size <= 1:
             return 0.0
+        fit = self.profile.link("alltoall", group_size)
+        if fit is not None:
+            return fit.latency_s
         measured = Profile.lookup(self.profile.latency_s_by_degree, group_size)
         return measured if measured is not None else self.cluster.latency(group_size)
 
@@ -87,6 +104,9 @@ class AnalyticCostModel:
         """Bandwidth part of an all-to-all per byte sent by each GPU."""
         if group_size <= 1:
             return 0.0
+        fit = self.profile.link("alltoall", group_size)
+        if fit is not None:
+            return 1.0 / fit.bandwidth
         measured = Profile.lookup(self.profile.alltoall_bw_by_degree, group_size)
         if measured is not None:
             return 1.0 / measured
@@ -96,6 +116,9 @@ class AnalyticCostModel:
         """Bandwidth part of one ring hop per byte inside a group of ``group_size``."""
         if group_size <= 1:
             return 0.0
+        fit = self.profile.link("p2p", group_size)
+        if fit is not None:
+            return 1.0 / fit.bandwidth
         measured = Profile.lookup(self.profile.p2p_bw_by_degree, group_size)
         if measured is not None:
             return 1.0 / measured
@@ -106,10 +129,13 @@ class AnalyticCostModel:
         """One all-to-all in which each GPU sends ``bytes_per_gpu`` to its peers."""
         return self.latency(group_size) + bytes_per_gpu * self.alltoall_seconds_per_byte(group_size)
 
-    def ring_collective_time(self, bytes_moved: float, group_size: int) -> float:
-        """Ring all-gather / reduce-scatter moving ``bytes_moved`` per GPU over the group."""
+    def ring_collective_time(self, bytes_moved: float, group_size: int, collective: str = "allgather") -> float:
+        """Ring all-gather / reduce-scatter (``collective``) moving ``bytes_moved`` per GPU over the group."""
         if group_size <= 1:
             return 0.0
+        fit = self.profile.link(collective, group_size)
+        if fit is not None:
+            return fit.time(bytes_moved)
         if self.profile.allgather_bw is not None:
             return self.latency(group_size) + bytes_moved / self.profile.allgather_bw
         traffic = ring_collective_traffic(bytes_moved, group_size, self.cluster.gpus_per_node)
@@ -159,6 +185,10 @@ class AnalyticCostModel:
         """Non-attention time of one layer for ``tokens`` sharded tokens on one GPU."""
         if tokens <= 0:
             return NonAttentionCost(0.0, 0.0, 0.0, 0.0)
+        fwd_fit, bwd_fit = self._fits("nonattn")
+        if fwd_fit is not None and bwd_fit is not None:
+            a2a = self._ep_alltoall(tokens)
+            return NonAttentionCost(fwd_fit(tokens), bwd_fit(tokens), 2 * a2a, 4 * a2a)
         fwd_flops = tokens * self.model.dense_flops_per_token_layer
         bwd_flops = 2.0 * fwd_flops + tokens * self._ffn_fwd_flops_per_token()
         a2a = self._ep_alltoall(tokens)
@@ -170,7 +200,11 @@ class AnalyticCostModel:
         return cost.fwd_compute, cost.bwd_compute
 
     def head(self, tokens: float) -> tuple[float, float]:
-        """Output head (logits) time; the embedding lookup is negligible."""
+        """Output head (logits) time; the embedding lookup is negligible (a profile's measured
+        embedding, head and loss time when it has one)."""
+        fwd_fit, bwd_fit = self._fits("head")
+        if fwd_fit is not None and bwd_fit is not None:
+            return (fwd_fit(tokens), bwd_fit(tokens)) if tokens > 0 else (0.0, 0.0)
         fwd = tokens * self.model.head_flops_per_token / (self.cluster.gpu.matmul_flops * self.dense_gemm_efficiency)
         return fwd, 2.0 * fwd
 
@@ -182,18 +216,41 @@ class AnalyticCostModel:
         experts = self.model.expert_params_per_layer / ep
         replicas = max(p // ep, 1)
         moved = dense * (p - 1) / p + experts * (replicas - 1) / replicas
-        gather = self.ring_collective_time(moved * self.training.param_bytes, p)
-        scatter = self.ring_collective_time(moved * self.training.grad_bytes, p)
+        gather = self.ring_collective_time(moved * self.training.param_bytes, p, "allgather")
+        scatter = self.ring_collective_time(moved * self.training.grad_bytes, p, "reduce_scatter")
         return FsdpCost(allgather=gather, reduce_scatter=scatter)
 
     def optimizer_time(self) -> float:
         """AdamW step: HBM-bound on the GPU, or PCIe transfers plus host Adam when offloaded."""
         params = self.model.total_params / self.cluster.num_gpus
+        if self.profile.optimizer_s is not None:  # measured for this model at this rank count
+            return self.profile.optimizer_s
         if self.training.optimizer_offload:
             moved = params * (self.training.grad_bytes + self.training.param_bytes)
             return moved / self.cluster.host_bw + params / self.training.cpu_adam_params_per_s
         touched = params * (2 * self.training.optim_bytes + self.training.param_bytes + self.training.grad_bytes)
         return touched / self.cluster.gpu.hbm_bw
+
+    def compute_slots(self) -> float | None:
+        """A profile's measured cores per host when its ranks share them (``host_cores``), else ``None``."""
+        return self.profile.host_cores
+
+    def step_overhead(self) -> float:
+        """Fixed time of one step per GPU beyond its work: control traffic (a profile's measurement; 0
+        analytically, where it is microseconds next to a step of seconds)."""
+        return self.profile.step_s or 0.0
+
+    def micro_batch_overhead(self) -> float:
+        """Fixed time of one micro-batch per GPU beyond its layers and head (a profile's measurement;
+        0 analytically: a GPU's per-micro-batch launches are negligible next to its kernels)."""
+        return self.profile.micro_batch_s or 0.0
+
+    def _fits(self, part: str) -> tuple[AffineFit | None, AffineFit | None]:
+        """The profile's affine fits of ``part`` (``nonattn`` or ``head``) time per token, fwd and bwd."""
+        if part not in self._affine:
+            tables = [getattr(self.profile, f"{part}_{d}_s_by_tokens") for d in ("fwd", "bwd")]
+            self._affine[part] = tuple(None if t is None else AffineFit.of(t) for t in tables)  # type: ignore[assignment]
+        return self._affine[part]
 
     def gathered_layer_bytes(self) -> float:
         """Bytes of one layer's gathered parameters (what FSDP materialises per GPU)."""

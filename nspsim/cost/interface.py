@@ -162,3 +162,16 @@ class CostModel(Protocol):
     def optimizer_time(self) -> float:
         """Optimizer step time per GPU (including offload traffic when optimizer states are offloaded)."""
         ...
+
+    def compute_slots(self) -> float | None:
+        """Kernels a host can run at full speed at once when its ranks share cores (a CPU host under
+        gloo), or ``None`` when every rank has its own device (:mod:`nspsim.simulator.sharing`)."""
+        ...
+
+    def step_overhead(self) -> float:
+        """Fixed time per GPU of one step beyond its work (control traffic: plan exchange, barriers)."""
+        ...
+
+    def micro_batch_overhead(self) -> float:
+        """Fixed time per GPU of one micro-batch beyond its layers and head (host-side set-up, launches)."""
+        ...

@@ -54,7 +54,7 @@ def model_fingerprint(model: ModelSpec) -> str:
 
 def profile_fingerprint(profile: Profile) -> str:
     """Stable hash of a cost profile's coefficients (its ``name`` and ``source`` text left out)."""
-    return _fingerprint({k: v for k, v in asdict(profile).items() if k not in ("name", "source")})
+    return _fingerprint(profile.coefficients())
 
 
 def ref_identity(ref: object) -> dict[str, Any]:

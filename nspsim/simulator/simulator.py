@@ -37,6 +37,8 @@ from nspsim.simulator.modes import MODES, SimMode, prefetch_layers
 from nspsim.simulator.periodic import Repeat, find_repeats, settling_layers
 from nspsim.simulator.program import COMM_WAIT, Program
 from nspsim.simulator.results import StepResult
+from nspsim.simulator.sharing import ITERATIONS as SHARING_ITERATIONS
+from nspsim.simulator.sharing import kernel_tasks, stretch_factors
 from nspsim.simulator.step_model import StepModel
 from nspsim.simulator.timeline import build_timeline
 from nspsim.simulator.work import StepWork, reduce_to_units, step_work
@@ -153,6 +155,12 @@ class Simulator:
         work = step_work(plan, self.cost, self.model, self.training, act.remat)
         if self.options.symmetry and self.options.jitter == 0:
             work = reduce_to_units(work)
+        slots = self.cost.compute_slots()
+        if slots is not None and self.cluster.gpus_per_node > slots:  # ranks share a host's cores
+            program, ex = self._run_shared(work, plan, slots)
+            result = self._result(plan, act, work, program, ex, [], self.model.num_layers, started)
+            ex.release()
+            return result
         for layers in self._layer_schedule(work):
             program, ex = self._run(work, layers, plan)
             repeats = find_repeats(program, self.model.num_layers, layers, self._repeat_window())
@@ -191,10 +199,26 @@ class Simulator:
             return [total]
         return [opts.sim_layers, total]
 
-    def _run(self, work: StepWork, layers: int, plan: Plan) -> tuple[Program, Executor]:
+    def _run_shared(self, work: StepWork, plan: Plan, slots: float) -> tuple[Program, Executor]:
+        """Every layer, with kernels stretched by core sharing (:mod:`nspsim.simulator.sharing`)."""
+        layers = self.model.num_layers
+        program, ex = self._run(work, layers, plan)
+        members = work.unit_members()
+        for _ in range(SHARING_ITERATIONS):
+            factors = stretch_factors(program, kernel_tasks(program), members, self.cluster.gpus_per_node, slots)
+            ex.release()
+            program, ex = self._run(work, layers, plan, stretch=factors)
+        return program, ex
+
+    def _run(
+        self, work: StepWork, layers: int, plan: Plan, stretch: np.ndarray | None = None
+    ) -> tuple[Program, Executor]:
         rng = np.random.default_rng([self.seed, int(plan.content_hash, 16) % (1 << 63)])
         sigma = math.sqrt(math.log1p(self.options.jitter**2))
         noise = (lambda s: s * float(rng.lognormal(-sigma * sigma / 2, sigma))) if self.options.jitter > 0 else None
+        if stretch is not None:  # the k-th kernel drawn is the k-th of kernel_tasks (creation order)
+            factors, jitter = iter(stretch.tolist()), noise
+            noise = lambda s: (s if jitter is None else jitter(s)) * next(factors)  # noqa: E731
         program = StepModel(work, self.collectives, mode=self.options.mode, layers=layers, noise=noise).build()
         ex = Executor(program, record_blame=self.options.timeline)
         ex.run()

@@ -224,7 +224,11 @@ class MicroBatchModel:
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self) -> tuple[PerGpu, PerGpu]:
         """Every forward task; returns the gradient entering the backward and the last forward task."""
-        s, prev_mb = self.s, list(self.s.last_compute)
+        s = self.s
+        if s.work.micro_batch_s > 0:  # the micro-batch's fixed set-up runs before its first collective
+            for g in range(self.U):
+                s.compute(g, s.work.micro_batch_s, OTHER, self.seg_pre, "micro-batch set-up", [s.last_compute[g]])
+        prev_mb = list(s.last_compute)
         # The runtime changes a micro-batch's layout once the previous one is done (a blocking all-to-all).
         x = s.world(
             "layout-in (token ids)", self.mbw.ids_layout_s, "a2a", SP, SP_COMM, self.seg_pre, lambda g: [prev_mb[g]]

@@ -76,6 +76,7 @@ class StepWork:
     fsdp: FsdpCost
     optimizer_s: float
     gpu_unit: tuple[int, ...]
+    micro_batch_s: float = 0.0
     ep_units: tuple[tuple[int, int], ...]
 
     @property
@@ -105,7 +106,8 @@ def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingS
         fsdp_prefetch_layers=training.fsdp_prefetch_layers,
         micro_batches=mbs,
         fsdp=cost.fsdp(),
-        optimizer_s=cost.optimizer_time(),
+        optimizer_s=cost.optimizer_time() + cost.step_overhead(),
+        micro_batch_s=cost.micro_batch_overhead(),
         gpu_unit=tuple(range(p)),
         ep_units=tuple((b, b + ep) for b in range(0, p, ep)) if ep > 1 else (),
     )

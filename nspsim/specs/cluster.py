@@ -185,15 +185,15 @@ def cpu(num_gpus: int = 4) -> ClusterSpec:
     """CPU hosts running the runtime (``runtime.train``) under gloo: one process, one thread, one "GPU"
     per rank, up to 8 ranks per host (runs of <= 8 ranks are one host).
 
-    Figures measured on the development machine (2 cores, ``python -m runtime.calibrate``; fp32):
-    the tiny model's non-attention work runs at ~28 GFLOP/s (``matmul_flops`` 33e9 x the cost model's
-    0.85 dense efficiency; a bare GEMM of its shapes reaches ~58-70 GFLOP/s); the CPU flash-attention
-    kernel reaches ~8.6 / ~6 GFLOP/s forward / backward at 2048 tokens and follows the cost model's
-    ``L / (L + 512)`` saturation (peaks 11e9 / 8e9); gloo all-to-all over 2-4 local ranks costs
-    ~0.15-0.75 ms latency (0.4 ms here) and moves ~0.7 GB/s per rank. The runtime moves fp32
-    activations while the cost model counts 2-byte ones, so the link figure is half the measured
-    byte rate (0.35e9). ``hbm_bytes`` is one rank's share of host memory. Rerun the calibration on
-    another machine and override through a profile.
+    These figures are planning defaults, not this machine's truth: they were read once off a 2-core
+    development machine (tiny-model GEMMs ~28 GFLOP/s, CPU flash attention ~8.6 / ~6 GFLOP/s at 2048
+    tokens, gloo all-to-all ~0.4 ms + ~0.7 GB/s, halved here because the analytic model counts 2-byte
+    activations where the CPU runtime moves fp32), and the next machine differs by up to ~4x in each
+    (issue 11 measured 119 GFLOP/s GEMM, 22 / 18 GFLOP/s attention and 5.3 GB/s elsewhere). To predict
+    runs on the machine at hand, measure it: ``python -m runtime.calibrate -o profile.json`` writes a
+    cost profile that replaces every coefficient the simulator charges, and ``python -m
+    runtime.validate`` reports how well the predictions then match measured runs. ``hbm_bytes`` is
+    one rank's share of host memory.
     """
     return ClusterSpec(
         name="cpu",

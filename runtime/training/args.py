@@ -62,6 +62,7 @@ class TrainArgs:
     device: str = "auto"
     dtype: str = "auto"
     plan_on: str = "rank0"
+    plan_ahead: str = "next"
     tree_recompute: bool = False
     optimize_order: bool = False
     simulate: bool = True
@@ -223,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("rank0", "all"),
         default="rank0",
         help="rank0: rank 0 plans and broadcasts; all: every rank plans (hashes are checked)",
+    )
+    p.add_argument(
+        "--plan-ahead",
+        choices=("next", "all"),
+        default="next",
+        help="next: plan batch i+1 on a background thread while batch i runs; all: plan every batch before the "
+        "first step, so planning never shares the cores with a measured step (what runtime.validate uses)",
     )
     p.add_argument(
         "--tree-recompute",

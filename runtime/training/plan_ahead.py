@@ -94,6 +94,13 @@ class PlanAhead:
         if index not in self._pending:
             self._pending[index] = self._pool.submit(self._make, index)
 
+    def make_all(self, indices: range) -> None:
+        """Plan every batch of ``indices`` now and wait until all are made (``--plan-ahead all``)."""
+        for index in indices:
+            self.prefetch(index)
+        for index in indices:
+            self._pending[index].result()
+
     def get(self, index: int) -> Planned:
         """The plan of batch ``index`` (waits if it is still being made)."""
         self.prefetch(index)

@@ -5,7 +5,10 @@ Every rank builds the same workload against a cluster preset describing the mach
 the same model from the seed and the same batches. Rank 0 plans (``--plan-on rank0``) and broadcasts
 each plan over the control group; with ``--plan-on all`` every rank plans and the executor's hash
 check proves they agree. Trade-off: planning on rank 0 alone costs one object broadcast per step but
-keeps the planner's CPU time off the other ranks. A rank stuck outside a collective is ended by its
+keeps the planner's CPU time off the other ranks. Planning runs one batch ahead on a background thread (``--plan-ahead
+next``), which on a CPU host takes cycles from the ranks (a FlexSP MILP solve is seconds of CPU);
+``--plan-ahead all`` plans every batch before the first step instead, so no measured step shares
+the cores with a planner. A rank stuck outside a collective is ended by its
 watchdog after ``--step-timeout``; one stuck in a collective on a dead peer by ``--comm-timeout``;
 one whose torchrun agent is gone by its watchdog. A peer that is gone when the plan is broadcast or
 the times gathered (rank 0 failed while planning, say) ends the others with one line saying so
@@ -18,6 +21,7 @@ would run it), and rank 0 warns when the cluster preset does not describe the de
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +37,7 @@ from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.specs.cluster import CPU_GLOO, ClusterSpec
 from nspsim.workload import Workload, build_workload
+from runtime.affinity import pin_to_core
 from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
 from runtime.groups import GroupCache
@@ -83,6 +88,8 @@ class Trainer:
             memory=workload.memory,
         )
         self.planner = PlanAhead(args, workload) if d.rank == 0 or args.plan_on == "all" else None
+        if self.planner is not None and args.plan_ahead == "all":  # before any step: never beside one
+            self.planner.make_all(range(args.start_batch, args.start_batch + args.steps))
         self.watchdog = Watchdog(rank=d.rank, prog=PROG, watch_parent=under_torchrun())
 
     def _plan(self, step: int, index: int) -> tuple[Planned, float]:
@@ -126,7 +133,7 @@ class Trainer:
         self.watchdog.arm(f"step {step}", self.args.step_timeout_s)
         start = time.perf_counter()
         planned, plan_wait = self._plan(step, index)
-        if self.planner is not None and step + 1 < self.args.steps:
+        if self.planner is not None and step + 1 < self.args.steps and self.args.plan_ahead == "next":
             self.planner.prefetch(index + 1)
         plan = planned.plan
         stream = synthetic_stream(
@@ -234,6 +241,8 @@ def check_planner(args: TrainArgs, workload: Workload, device_type: str) -> None
 def run(args: TrainArgs) -> list[str]:
     """Set up, train ``args.steps`` steps, write outputs; returns rank 0's records (others: [])."""
     d = init_distributed(device=args.device, comm_timeout_s=args.comm_timeout_s)
+    if d.device.type == "cpu":  # one core per rank when they fit (runtime.affinity)
+        pin_to_core(d.local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", d.world)))
     workload = build_workload(args.workload_on(world=d.world, device_type=d.device.type))
     check_planner(args, workload, d.device.type)
     mismatch = device_mismatch(workload.cluster, d.device.type)

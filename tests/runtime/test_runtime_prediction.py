@@ -142,6 +142,9 @@ def _times(step_s: float, wait: float) -> RankTimes:
 def test_the_record_reports_the_critical_ranks_breakdown_and_every_ranks() -> None:
     ranks = [_times(2.0, 0.5), _times(2.1, 0.0), _times(1.9, 0.3)]  # rank 1 arrived last at the barrier
     assert critical_rank(ranks) == 1
+    busy = _times(2.0, 0.5)
+    busy.breakdown_s["attn_bwd"], busy.breakdown_s["non_attn"] = 1.0, 0.5
+    assert critical_rank([*ranks, busy]) == 3  # the most attention work decides before the barrier wait
     plan = _plan([Node(2, 0), Node(1, 2), Node(1, 3)])
     planned = Planned(
         plan=plan,

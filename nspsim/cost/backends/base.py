@@ -35,8 +35,9 @@ class Coefficients(Protocol):
         """Precisions and the SP backend."""
         ...
 
-    def attn_throughput(self, lengths: np.ndarray, backward: bool) -> np.ndarray:
-        """Achieved attention FLOP/s for kernels over sequences of ``lengths``."""
+    def attn_throughput(self, lengths: np.ndarray, backward: bool, heads: int | None = None) -> np.ndarray:
+        """Achieved attention FLOP/s for kernels over sequences of ``lengths`` with ``heads`` query heads
+        per rank (``None``: the model's)."""
         ...
 
     def latency(self, group_size: int) -> float:
@@ -53,13 +54,14 @@ class Coefficients(Protocol):
 
 
 def attention_compute(
-    c: Coefficients, lengths: np.ndarray, degree: int, block: np.ndarray
+    c: Coefficients, lengths: np.ndarray, degree: int, block: np.ndarray, heads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample (fwd, bwd) attention compute seconds on one GPU of a degree-``degree`` node (1/k of
-    each sample's FLOPs); kernel efficiency from the ``block`` lengths the kernel runs over."""
+    each sample's FLOPs); kernel efficiency from the ``block`` lengths the kernel runs over with
+    ``heads`` query heads per rank (``None``: all of the model's)."""
     flops = c.model.attention_flops(1.0) * lengths.astype(np.float64) ** 2 / degree
-    fwd = flops / c.attn_throughput(block, backward=False)
-    bwd = BWD_ATTN_FLOP_RATIO * flops / c.attn_throughput(block, backward=True)
+    fwd = flops / c.attn_throughput(block, backward=False, heads=heads)
+    bwd = BWD_ATTN_FLOP_RATIO * flops / c.attn_throughput(block, backward=True, heads=heads)
     return fwd, bwd
 
 

@@ -29,7 +29,7 @@ def ulysses_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndar
     """Per-sample phases without latency: fwd (pro, comp, epi), bwd (pro, comp, epi)."""
     qkv, out = widths(c, k)
     sent = lengths.astype(np.float64) / k * (k - 1) / k * c.alltoall_seconds_per_byte(k)
-    fwd, bwd = attention_compute(c, lengths, k, lengths)
+    fwd, bwd = attention_compute(c, lengths, k, lengths, heads=max(c.model.num_heads // k, 1))
     return sent * qkv, fwd, sent * out, sent * out, bwd, sent * qkv
 
 

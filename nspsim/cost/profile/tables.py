@@ -1,0 +1,152 @@
+"""Measured tables of a cost profile and how they are read between and beyond their points.
+
+* :class:`LengthTable` - throughput (FLOP/s) against sequence length, piecewise linear in
+  log2(length), clamped at both ends (a kernel's efficiency saturates; it does not keep growing);
+* :class:`TimeTable` - seconds against tokens, piecewise linear in tokens and extended linearly past
+  both ends with the end segments' slopes (small inputs keep their fixed cost, large ones grow with
+  the last measured slope), never below 0;
+* :class:`LinkFit` - one collective over one group size, ``latency + bytes / bandwidth``.
+
+Trade-off: tables are what a calibration measures and what a person can read and check; they cannot
+express interactions between coefficients (e.g. a kernel slowed by a concurrent collective), which
+the profile's ``overlap_slowdown`` states separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from nspsim.cost.profile.ranges import BANDWIDTH, DURATION, FLOPS, LATENCY, LENGTH, Plausible, format_number
+
+T = TypeVar("T")
+
+
+def _check_points(points: tuple[float, ...], values: tuple[float, ...], kind: str) -> None:
+    if not points or len(points) != len(values):
+        raise ValueError(f"a {kind} needs one value per point and at least one point")
+    if any(b <= a for a, b in zip(points, points[1:])) or min(points) <= 0:
+        raise ValueError(f"a {kind}'s points must be positive and strictly increasing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthTable:
+    """Throughput as a function of sequence length, piecewise linear in log2(length)."""
+
+    lengths: tuple[float, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_points(self.lengths, self.values, "length table")
+        if min(self.values) <= 0:
+            raise ValueError("a length table's throughputs must be positive")
+        for length, value in zip(self.lengths, self.values, strict=True):
+            LENGTH.check(length, "length")
+            FLOPS.check(value, f"throughput at length {format_number(length)}")
+
+    def __call__(self, lengths: np.ndarray) -> np.ndarray:
+        """Interpolated throughput for each length."""
+        x = np.log2(np.maximum(np.asarray(lengths, dtype=np.float64), 1.0))
+        return np.interp(x, np.log2(self.lengths), self.values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeTable:
+    """Seconds as a function of a token count, piecewise linear, extended linearly past both ends."""
+
+    tokens: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_points(self.tokens, self.seconds, "time table")
+        for tokens, value in zip(self.tokens, self.seconds, strict=True):
+            LENGTH.check(tokens, "tokens")
+            DURATION.check(value, f"time at {format_number(tokens)} tokens")
+
+    def __call__(self, tokens: float) -> float:
+        """Seconds at ``tokens`` (0 tokens cost 0: nothing runs)."""
+        if tokens <= 0:
+            return 0.0
+        xs, ys = self.tokens, self.seconds
+        if len(xs) == 1:
+            return ys[0] * tokens / xs[0]
+        if tokens <= xs[0]:
+            slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
+            return max(ys[0] + slope * (tokens - xs[0]), 0.0)
+        if tokens >= xs[-1]:
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            return max(ys[-1] + slope * (tokens - xs[-1]), 0.0)
+        return float(np.interp(tokens, xs, ys))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkFit:
+    """A collective over a group of one size: ``latency_s + bytes / bandwidth`` (bytes per rank, as
+    the cost model counts them for that collective)."""
+
+    latency_s: float
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        LATENCY.check(self.latency_s, "latency")
+        BANDWIDTH.check(self.bandwidth, "bandwidth")
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes``."""
+        return self.latency_s + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True, kw_only=True)
+class AffineFit:
+    """``intercept + slope * tokens`` fitted to a :class:`TimeTable` by least squares on relative error
+    (each point weighs 1 / its time, so short inputs fit as well as long ones)."""
+
+    intercept: float
+    slope: float
+    max_rel_error: float
+
+    @staticmethod
+    def of(table: TimeTable) -> AffineFit:
+        """The fit of ``table`` (one point: a line through the origin)."""
+        x, y = np.asarray(table.tokens, dtype=np.float64), np.asarray(table.seconds, dtype=np.float64)
+        if x.size == 1:
+            return AffineFit(intercept=0.0, slope=float(y[0] / x[0]), max_rel_error=0.0)
+        w = 1.0 / np.maximum(y, 1e-12)
+        design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+        (a, b), *_ = np.linalg.lstsq(design, y * w, rcond=None)
+        a, b = max(float(a), 0.0), max(float(b), 0.0)
+        err = float(np.max(np.abs(a + b * x - y) / np.maximum(y, 1e-12)))
+        return AffineFit(intercept=a, slope=b, max_rel_error=err)
+
+    def __call__(self, tokens: float) -> float:
+        """Seconds at ``tokens``."""
+        return self.intercept + self.slope * tokens
+
+
+def lookup_degree(table: Mapping[int, T], degree: int) -> T | None:
+    """Value for ``degree``: exact, else the nearest smaller profiled degree, else the smallest."""
+    if not table:
+        return None
+    if degree in table:
+        return table[degree]
+    smaller = [d for d in table if d <= degree]
+    return table[max(smaller) if smaller else min(table)]
+
+
+def nearest_key(table: Mapping[int, T], key: int) -> T | None:
+    """Value at ``key``, else at the profiled key nearest to it in log2 (ties: the smaller)."""
+    if not table:
+        return None
+    if key in table:
+        return table[key]
+    best = min(table, key=lambda k: (abs(np.log2(k) - np.log2(max(key, 1))), k))
+    return table[best]
+
+
+def checked(range_: Plausible, value: float, what: str) -> float:
+    """``value`` after checking it lies in ``range_``."""
+    range_.check(value, what)
+    return value

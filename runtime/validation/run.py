@@ -1,0 +1,91 @@
+"""Run one validation case through the real runtime and read back what it measured and predicted.
+
+A case is one ``torchrun --standalone --nproc-per-node N -m runtime.train ... --profile P --records
+F --plan-ahead all`` subprocess (the path a user runs; its own process start-up is outside the step
+times, and every batch is planned before the first step, so that no planner shares the cores with a
+measured step: the simulator predicts execution, and planning time is recorded apart). Each
+step's prediction is the simulator's, made by ``runtime.train`` itself for the plan it executed with
+the same profile (:mod:`runtime.prediction`: executed recompute marks, the simulation mode matching
+``--lookahead``); the first :data:`~runtime.validation.cases.WARMUP_STEPS` steps are left out.
+Trade-off: one subprocess per case costs ~10 s of start-up, but nothing of the validator's own state
+(threads, allocator, imported modules) can leak into what is measured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from nspsim.records import BREAKDOWN_CATEGORIES
+from runtime.report import load_step_records
+from runtime.validation.cases import WARMUP_STEPS, Case
+from runtime.validation.stats import CaseResult
+
+ANALYTIC = "analytic"
+"""The ``--profile`` value that predicts with the cluster preset's analytic figures (no profile)."""
+
+
+class CaseFailed(RuntimeError):
+    """A case's run failed or predicted nothing; the message is one line saying why."""
+
+
+def slug(case: Case, index: int) -> str:
+    """A file-name-safe name of ``case``."""
+    return f"{index:02d}-" + re.sub(r"[^A-Za-z0-9]+", "-", case.name).strip("-")
+
+
+def run_case(case: Case, index: int, profile: str, out_dir: Path, timeout_s: float) -> CaseResult:
+    """Run ``case`` and return its :class:`CaseResult`; :class:`CaseFailed` with the reason otherwise."""
+    records = out_dir / f"{slug(case, index)}.jsonl"
+    log = records.with_suffix(".log")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.ranks),
+        "-m", "runtime.train", *case.train_args(), "--records", str(records),
+    ]  # fmt: skip
+    if profile != ANALYTIC:
+        cmd += ["--profile", profile]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        with log.open("w") as sink:
+            done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise CaseFailed(f"case {case.name}: runtime.train ran past {timeout_s:.0f} s (log: {log})") from None
+    if done.returncode != 0:
+        raise CaseFailed(f"case {case.name}: runtime.train exited {done.returncode}: {_last_error(log)} (log: {log})")
+    return read_case(case, records)
+
+
+def _last_error(log: Path) -> str:
+    text = log.read_text(errors="replace").splitlines()
+    lines = [ln for ln in text if ln.startswith("runtime.train") and "error" in ln] or [
+        ln for ln in text if "error" in ln.lower()
+    ]
+    return lines[-1].strip()[:300] if lines else "no error line in its output"
+
+
+def read_case(case: Case, records: Path) -> CaseResult:
+    """The :class:`CaseResult` of a finished case's records."""
+    recs = load_step_records(str(records))[WARMUP_STEPS:]
+    missing = [r for r in recs if r.get("simulated_step_time_s") is None]
+    if missing:
+        note = missing[0].get("simulated_note") or "no prediction"
+        raise CaseFailed(f"case {case.name}: step {missing[0]['step']} has no prediction ({note})")
+    return CaseResult(
+        label=case.name,
+        ranks=case.ranks,
+        planner=case.planner,
+        batches=case.batches,
+        measured_s=tuple(float(r["step_time_s"]) for r in recs),
+        predicted_s=tuple(float(r["simulated_step_time_s"]) for r in recs),
+        measured_breakdown_s=_mean_breakdown([r["breakdown_s"] for r in recs]),
+        predicted_breakdown_s=_mean_breakdown([r.get("simulated_breakdown_s") or {} for r in recs]),
+    )
+
+
+def _mean_breakdown(parts: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.mean([p.get(k, 0.0) for p in parts])) for k in BREAKDOWN_CATEGORIES}

@@ -1,0 +1,93 @@
+"""runtime.calibrate and runtime.validate at a tiny size: the profile written loads and carries its
+provenance, predictions use it, the validation's JSON has its schema, bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nspsim.cost.profile import load_profile
+from nspsim.plan.refs import profile_fingerprint
+from nspsim.workload import WorkloadConfig, build_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cal") / "profile.json"
+    done = _run("runtime.calibrate", "--quick", "--ranks", "2", "-o", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "alltoall" in done.stderr and "wrote" in done.stderr  # the summary
+    return out
+
+
+def test_calibration_writes_a_profile_with_provenance(profile: Path) -> None:
+    data = json.loads(profile.read_text())
+    assert data["version"] == 2 and data["cluster"] == "cpu" and data["model"] == "tiny"
+    prov = data["provenance"]
+    assert prov["ranks"] == 2 and prov["threads"] == 1 and prov["torch"] and prov["date"] and prov["host"]
+    assert "runtime.calibrate" in prov["command"]
+    assert set(data["collectives"]) == {"alltoall", "p2p", "allgather", "reduce_scatter"}
+    assert set(data["attn_fwd_flops_by_heads"]) == {"8", "4"}  # heads per rank at degrees 1 and 2
+    prof = load_profile(profile)
+    cost = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2, profile=str(profile))).cost
+    assert cost.latency(2) == prof.collectives["alltoall"][2].latency_s
+
+
+def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: Path) -> None:
+    cases = tmp_path / "cases.json"
+    spec = {"ranks": 2, "steps": 3, "tokens_per_batch": "2k", "max_context": "1k", "trace": "code"}
+    cases.write_text(json.dumps([{**spec, "planner": "static:degree=2"}, {**spec, "planner": "static:degree=1"}]))
+    out = tmp_path / "v"
+    done = _run("runtime.validate", "--cases", str(cases), "--profile", str(profile), "-o", str(out), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    for key in ("cases", "mape", "max_abs_error", "geomean_abs_error", "pairs_resolved", "pairs_agree",
+                "kendall_tau", "profile"):  # fmt: skip
+        assert key in result
+    assert len(result["cases"]) == 2
+    for case in result["cases"]:
+        for key in ("label", "ranks", "planner", "measured_step_s", "measured_std_s", "predicted_step_s", "error",
+                    "breakdown_error"):  # fmt: skip
+            assert key in case
+        assert case["error"] == pytest.approx(
+            (case["predicted_step_s"] - case["measured_step_s"]) / case["measured_step_s"]
+        )
+    assert result["mape"] == pytest.approx(sum(abs(c["error"]) for c in result["cases"]) / 2)
+    for name in ("validation.json", "validation.config.json", "report.html", "profile-2ranks.json"):
+        assert (out / name).exists(), name
+    records = [p for p in out.glob("*.jsonl") if not p.name.endswith(".plans.jsonl")]
+    assert len(records) == 2 and len(list(out.glob("*.plans.jsonl"))) == 2  # every case's records stay
+    first = json.loads(records[0].read_text().splitlines()[0])
+    assert first["profile"] == f"cpu-2ranks-tiny ({profile})"  # name (source)
+    assert first["profile_fingerprint"] == profile_fingerprint(load_profile(profile))
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([{**spec, "planner": "static:degree=2"}]))
+    limit = _run("runtime.validate", "--cases", str(one), "--profile", str(profile), "-o", str(out / "w"),
+                 "--max-mape", "1e-9")  # fmt: skip
+    assert limit.returncode == 1 and "above --max-mape" in limit.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["runtime.validate", "--ranks", "3"], "--ranks takes powers of two"),
+        (["runtime.validate", "--profile", "nope.json"], "cannot read profile nope.json"),
+        (["runtime.validate", "--max-mape", "-1"], "--max-mape must be a positive fraction"),
+        (["runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
+        (["runtime.calibrate", "--model", "qwen3-30b-a3b"], "give tiny or tiny-moe"),
+    ],
+)
+def test_bad_input_is_one_line(argv: list[str], message: str) -> None:
+    done = _run(*argv, timeout=60)
+    assert done.returncode == 2 and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

@@ -1,0 +1,82 @@
+"""Calibration fits (pure): known coefficients are recovered exactly from synthetic timings, and the
+profile built from measurements loads and prices what was measured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nspsim.cost.analytic import AnalyticCostModel
+from nspsim.cost.profile import parse_profile
+from nspsim.specs.cluster import cpu
+from nspsim.specs.model import tiny
+from nspsim.specs.training import TrainingSpec
+from runtime.calibration.fit import LinkMeasurement, Measurements, attention_flops, build_profile, fit_link
+
+
+def test_fit_link_recovers_latency_and_bandwidth_exactly() -> None:
+    sizes = [4096.0, 32768.0, 262144.0, 1048576.0, 4194304.0]
+    times = [3e-4 + s / 1.5e9 for s in sizes]
+    lat, bw, err = fit_link(sizes, times)
+    assert lat == pytest.approx(3e-4, rel=1e-9) and bw == pytest.approx(1.5e9, rel=1e-9) and err < 1e-9
+
+
+def test_fit_link_needs_two_points() -> None:
+    with pytest.raises(ValueError, match="at least two"):
+        fit_link([1.0], [1.0])
+
+
+def _measurements() -> Measurements:
+    spec = tiny()
+    lengths = (256, 1024, 4096)
+    # synthetic kernels: 8 heads at 4 GFLOP/s, 4 heads at 3 GFLOP/s (backward 2 GFLOP/s)
+    fwd = {h: tuple(attention_flops(n, h, spec.head_dim, False) / r for n in lengths) for h, r in ((8, 4e9), (4, 3e9))}
+    bwd = {h: tuple(attention_flops(n, h, spec.head_dim, True) / 2e9 for n in lengths) for h in (8, 4)}
+    tokens = (64, 256, 1024)
+    sizes = (4096.0, 65536.0, 1048576.0)
+    return Measurements(
+        model="tiny",
+        head_dim=spec.head_dim,
+        attn_lengths=lengths,
+        attn_fwd_s=fwd,
+        attn_bwd_s=bwd,
+        layer_tokens=tokens,
+        nonattn_fwd_s=tuple(1e-4 + 2e-6 * t for t in tokens),
+        nonattn_bwd_s=tuple(2e-4 + 4e-6 * t for t in tokens),
+        head_fwd_s=tuple(5e-5 + 1e-6 * t for t in tokens),
+        head_bwd_s=tuple(1e-4 + 2e-6 * t for t in tokens),
+        optimizer_s=0.01,
+        step_s=0.004,
+        micro_batch_s=2e-3,
+        links=tuple(
+            LinkMeasurement(collective=c, group_size=2, nbytes=sizes, seconds=tuple(lat + s / bw for s in sizes))
+            for c, lat, bw in (
+                ("alltoall", 4e-4, 1e9),
+                ("p2p", 1e-4, 2e9),
+                ("allgather", 2e-4, 8e8),
+                ("reduce_scatter", 3e-4, 6e8),
+            )
+        ),  # fmt: skip
+        overlap_slowdown=1.25,
+        element_bytes=4,
+    )
+
+
+def test_profile_from_measurements_prices_what_was_measured() -> None:
+    data = build_profile(_measurements(), name="syn", provenance={"host": "h", "date": "d", "ranks": 2}, cluster="cpu")
+    profile = parse_profile(data, "syn")
+    cost = AnalyticCostModel(
+        model=tiny(), cluster=cpu(2), training=TrainingSpec(act_bytes=4, param_bytes=4, grad_bytes=4), profile=profile
+    )
+    for n in (256, 1024, 4096):
+        assert cost.attention(np.array([n]), 1).fwd.compute == pytest.approx(attention_flops(n, 8, 8, False) / 4e9)
+        assert cost.attention(np.array([n]), 2).bwd.compute == pytest.approx(attention_flops(n, 4, 8, True) / 2e9)
+    na = cost.non_attention(500.0)
+    assert na.fwd_compute == pytest.approx(1e-4 + 2e-6 * 500) and na.bwd_compute == pytest.approx(2e-4 + 4e-6 * 500)
+    assert cost.head(500.0) == pytest.approx((5e-5 + 5e-4, 1e-4 + 1e-3))
+    assert cost.alltoall_time(1e6, 2) == pytest.approx(4e-4 + 1e-3)
+    assert cost.latency(2) == pytest.approx(4e-4)
+    assert cost.micro_batch_overhead() == 2e-3
+    assert cost.optimizer_time() == 0.01 and cost.step_overhead() == 0.004 and profile.ranks == 2
+    assert data["fit"]["alltoall[2]"]["max_rel_error"] < 1e-9
+    assert data["fit"]["nonattn_fwd_s_by_tokens"]["affine_max_rel_error"] < 1e-9
