@@ -32,7 +32,7 @@ from nspsim.cli.flags import Parser
 from nspsim.cost.profile import load_profile
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from runtime.validation.cases import SUITES, Case, dump_cases, load_cases
-from runtime.validation.run import ANALYTIC, CaseFailed, run_case
+from runtime.validation.run import ANALYTIC, CaseFailed, records_case, run_case
 from runtime.validation.stats import CaseResult, summarise
 
 PROG = "runtime.validate"
@@ -58,6 +58,13 @@ def build_parser() -> Parser:
     p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the MAPE is above this (e.g. 0.1)")
     p.add_argument("--case-timeout", type=float, default=900.0, help="seconds one case may run (default 900)")
     p.add_argument("--list", action="store_true", help="print the cases as --cases reads them and exit")
+    p.add_argument(
+        "--records",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="validate existing runtime.train --records files (their own predictions) instead of running cases",
+    )
     return p
 
 
@@ -97,6 +104,20 @@ def table(results: list[CaseResult], failed: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _validate_records(args: Any, argv: list[str]) -> None:
+    """``--records``: the statistics of existing runs, written and printed as for run cases."""
+    results: list[CaseResult] = []
+    failed: dict[str, str] = {}
+    for path in args.records:
+        try:
+            results.append(records_case(path))
+        except CaseFailed as exc:
+            failed[path] = str(exc)
+    if not results:
+        fail(PROG, RuntimeError(f"no records file has predictions to compare; first: {next(iter(failed.values()))}"), 1)
+    _report(args, argv, results, failed, profiles={}, started=time.perf_counter())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the validation and report it."""
     argv = sys.argv[1:] if argv is None else argv
@@ -111,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         print(dump_cases(cases))
         return
     exit_on_interrupt(PROG)
+    if args.records is not None:
+        _validate_records(args, argv)
+        return
     out = Path(args.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -136,8 +160,29 @@ def main(argv: list[str] | None = None) -> None:
             failed[case.name] = str(exc)
     if not results:
         fail(PROG, RuntimeError(f"every case failed; first: {next(iter(failed.values()))}"), 1)
+    _report(args, argv, results, failed, profiles=profiles, started=started, cases=cases)
+
+
+def _report(
+    args: Any,
+    argv: list[str],
+    results: list[CaseResult],
+    failed: dict[str, str],
+    *,
+    profiles: dict[int, str],
+    started: float,
+    cases: list[Case] | None = None,
+) -> None:
+    """Write ``-o DIR`` (JSON, config, profiles, report.html), print the table or JSON, apply ``--max-mape``."""
+    out = Path(args.output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(PROG, ValueError(f"-o {out}: {exc.strerror}"), EXIT_USAGE)
     summary = summarise(results)
     used = {str(n): ANALYTIC if p == ANALYTIC else str(load_profile(p).name) for n, p in profiles.items()}
+    if args.records is not None:
+        used = {"records": "the profile each run used (its records' profile field)"}
     payload: dict[str, Any] = {
         "cases": [r.to_dict() for r in results],
         "failed": failed,
@@ -145,7 +190,12 @@ def main(argv: list[str] | None = None) -> None:
         "profile": used,
         "wall_s": time.perf_counter() - started,
     }
-    config = {"argv": argv, "cases": [c.to_dict() for c in cases], "profiles": profiles}
+    config = {
+        "argv": argv,
+        "cases": [c.to_dict() for c in cases or []],
+        "records": args.records,
+        "profiles": profiles,
+    }
     (out / "validation.json").write_text(json.dumps(payload, indent=1))
     (out / "validation.config.json").write_text(json.dumps(config, indent=1))
     for n, p in profiles.items():

@@ -13,6 +13,7 @@ Trade-off: one subprocess per case costs ~10 s of start-up, but nothing of the v
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -84,6 +85,50 @@ def read_case(case: Case, records: Path) -> CaseResult:
         predicted_s=tuple(float(r["simulated_step_time_s"]) for r in recs),
         measured_breakdown_s=_mean_breakdown([r["breakdown_s"] for r in recs]),
         predicted_breakdown_s=_mean_breakdown([r.get("simulated_breakdown_s") or {} for r in recs]),
+    )
+
+
+def records_case(path: str) -> CaseResult:
+    """The :class:`CaseResult` of an existing ``runtime.train --records`` file (its own predictions,
+    made with whatever profile that run used); the batches key comes from the resolved configuration
+    written beside it. :class:`CaseFailed` when a step has no prediction or the configuration is missing."""
+    from runtime.training.outputs import output_paths
+
+    config_path = output_paths(path)[1]
+    try:
+        recs = load_step_records(path)
+    except ValueError as exc:
+        raise CaseFailed(str(exc)) from None
+    if not config_path.exists():
+        raise CaseFailed(f"{path}: no {config_path.name} beside it (runtime.train --records writes one)")
+    workload = json.loads(config_path.read_text()).get("workload", {})
+    kept = recs[WARMUP_STEPS:] if len(recs) > WARMUP_STEPS + 1 else recs
+    first = recs[0]
+    case = Case(
+        ranks=int(first["num_gpus"]),
+        planner=str(first.get("planner_spec") or first["planner"]),
+        label=f"{Path(path).stem} ({first.get('planner_spec') or first['planner']} @{first['num_gpus']})",
+        trace=str(workload.get("trace", "")),
+        model=str(workload.get("model", first["model"])),
+        tokens_per_batch=int(workload.get("tokens_per_batch", 1)),
+        max_context=int(workload.get("max_context", 1)),
+        seed=int(workload.get("seed", 0)),
+        steps=max(len(recs), WARMUP_STEPS + 2),
+        start_batch=int(first["batch_index"]),
+    )
+    missing = [r for r in kept if r.get("simulated_step_time_s") is None]
+    if missing:
+        note = missing[0].get("simulated_note") or "no prediction"
+        raise CaseFailed(f"{path}: step {missing[0]['step']} has no prediction ({note})")
+    return CaseResult(
+        label=case.label,
+        ranks=case.ranks,
+        planner=case.planner,
+        batches=(*case.batches[:-2], len(recs), case.ranks),
+        measured_s=tuple(float(r["step_time_s"]) for r in kept),
+        predicted_s=tuple(float(r["simulated_step_time_s"]) for r in kept),
+        measured_breakdown_s=_mean_breakdown([r["breakdown_s"] for r in kept]),
+        predicted_breakdown_s=_mean_breakdown([r.get("simulated_breakdown_s") or {} for r in kept]),
     )
 
 

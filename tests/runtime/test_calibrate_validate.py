@@ -70,6 +70,13 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
     first = json.loads(records[0].read_text().splitlines()[0])
     assert first["profile"] == f"cpu-2ranks-tiny ({profile})"  # name (source)
     assert first["profile_fingerprint"] == profile_fingerprint(load_profile(profile))
+    again = _run("runtime.validate", "--records", *map(str, sorted(records)), "-o", str(out / "r"), "--json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    replay = json.loads(again.stdout)  # existing records give the same statistics without running anything
+    assert sorted(c["measured_step_s"] for c in replay["cases"]) == pytest.approx(
+        sorted(c["measured_step_s"] for c in result["cases"])
+    )
+    assert replay["mape"] == pytest.approx(result["mape"])
     one = tmp_path / "one.json"
     one.write_text(json.dumps([{**spec, "planner": "static:degree=2"}]))
     limit = _run("runtime.validate", "--cases", str(one), "--profile", str(profile), "-o", str(out / "w"),

@@ -2,8 +2,7 @@
 
 Single process: the bridged model (NSP's registered attention, here with the one-device reference
 attention plugged in) equals the same model with transformers' own ``sdpa`` attention; what the bridge
-does not support is refused in one line. Multi-rank (one launch per world, 2 and 4 gloo ranks, 8 with
-``NSP_HF_8RANKS=1``): for a
+does not support is refused in one line. Multi-rank (one launch per world: 2, 4 and 8 gloo ranks): for a
 plan from every registered planner on random long-tail batches (dense and MoE), plus nested Ulysses
 and Ring plans with recompute marks and a plan that leaves a rank without rows, the NSP loss equals the
 single-process transformers model's on the same packed batch and weights, and every parameter gradient
@@ -12,7 +11,6 @@ is within 1e-5 (fp32), with FSDP2 and with the all-reduce.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,10 +40,9 @@ pytest.importorskip("transformers")  # the optional 'hf' extra (installed by mak
 
 TOL = 1e-5
 DENSE, MOE = "hf-qwen3-tiny", "hf-qwen3-moe-tiny"
-WORLDS = [2, 4, *([8] if os.environ.get("NSP_HF_8RANKS") else [])]
-"""8 ranks pass too (largest gradient difference 1.9e-8) but take ~50 s on 2 cores: NSP_HF_8RANKS=1 adds them.
-Not made cheap: each rank imports torch and transformers (5.6 s of CPU), so 8 ranks on 2 cores spend
-~22 s before any work; a one-case 8-rank launch measured 27-37 s (load 1-5)."""
+WORLDS = [2, 4, 8]
+"""8 ranks cost ~50 s on 2 cores: each rank imports torch and transformers (5.6 s of CPU), so 8 ranks on
+2 cores spend ~22 s before any work (largest gradient difference at 8 ranks 1.9e-8)."""
 
 
 def _cpu_attention(lengths: list[int]) -> LocalAttention:
