@@ -38,7 +38,8 @@ from nspsim.specs.model import MODEL_PRESETS
 from runtime.calibration.fit import LinkMeasurement, Measurements, build_profile
 from runtime.calibration.measure import CalibrationConfig, calibrate_rank
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
-from runtime.launch import RankEnv, run_ranks
+from runtime.kernels import select_kernel
+from runtime.launch import LaunchError, RankEnv, run_ranks
 
 PROG = "runtime.calibrate"
 MAX_RANKS = 8
@@ -68,6 +69,7 @@ def _check(args: Any) -> None:
         raise ValueError(
             f"--model {args.model!r}: calibration times the built-in runtime model's layers; give tiny or tiny-moe"
         )
+    select_kernel(args.kernel, torch.device("cpu"))  # an unknown or unavailable kernel fails before any launch
     if args.output is not None:
         output_file(args.output, flag="--output", make_parent=True)
 
@@ -200,7 +202,10 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     print(f"{PROG}: measuring on {args.ranks} rank(s) at once ...", file=sys.stderr, flush=True)
     # ranks wait at a barrier while rank 0 measures kernels alone (a minute or more): a long group timeout
-    results = run_ranks(_rank, args.ranks, cfg, timeout_s=1800, comm_timeout_s=900)
+    try:
+        results = run_ranks(_rank, args.ranks, cfg, timeout_s=1800, comm_timeout_s=900)
+    except LaunchError as exc:  # a rank failed: its first line says why
+        fail(PROG, RuntimeError(str(exc).splitlines()[1] if len(str(exc).splitlines()) > 1 else str(exc)), 1)
     name = args.name or f"{CLUSTER}-{args.ranks}ranks-{args.model}"
     profile = build_profile(combine(results, args.model), name=name, provenance=provenance(args, argv), cluster=CLUSTER)
     profile["provenance"]["wall_s"] = round(time.perf_counter() - started, 1)

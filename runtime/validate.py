@@ -73,6 +73,8 @@ def resolve_cases(args: Any) -> list[Case]:
     for n in args.ranks:
         if n < 1 or n > 8 or n & (n - 1):
             raise ValueError(f"--ranks takes powers of two from 1 to 8, got {n}")
+    if not args.case_timeout > 0:
+        raise ValueError(f"--case-timeout must be a positive number of seconds, got {args.case_timeout}")
     if args.max_mape is not None and not args.max_mape > 0:
         raise ValueError(f"--max-mape must be a positive fraction (0.1 for 10%), got {args.max_mape}")
     if args.cases is not None:

@@ -318,13 +318,13 @@ def _barrier(sync: bool = True) -> None:
 SHARING_PASSES = 3
 
 
-def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool) -> dict[int, float]:
+def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str = "auto") -> dict[int, float]:
     """Slowdown of a kernel mix (a decoder layer's forward, an attention forward) when ``n`` ranks run
     it at once against one rank alone, for n = 1, 2, 4, .. world (ranks >= n wait in a collective):
     per pass the mean over the active ranks of their median over 15 runs, divided by the pass's
     n = 1 time; the median over :data:`SHARING_PASSES` interleaved passes (two calibrations of the
     same host gave 1.11 / 2.35 and 1.59 / 3.26 at 2 / 4 ranks with one pass of 7 runs)."""
-    kernel = select_kernel("auto", torch.device("cpu"))
+    kernel = select_kernel(kernel_name, torch.device("cpu"))
     layer = DecoderLayer(spec, rope_theta=1e6)
     n_tok = 1024 if quick else 2048
     h, pos = torch.randn(n_tok, spec.hidden), torch.arange(n_tok)
@@ -365,7 +365,7 @@ def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
     result: dict[str, Any] = {"attention": attention_times(spec, cfg, env.world)}
     result["layers"] = layer_times(spec, cfg)
     _barrier()
-    result["sharing"] = sharing_curve(spec, env, cfg.quick)
+    result["sharing"] = sharing_curve(spec, env, cfg.quick, cfg.kernel)
     result["optimizer_s"] = optimizer_time(spec, env)
     result["step_s"] = step_overhead(env)
     result["links"] = link_times(env, cfg.quick) if env.world > 1 else []

@@ -91,6 +91,8 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
         (["runtime.validate", "--profile", "nope.json"], "cannot read profile nope.json"),
         (["runtime.validate", "--max-mape", "-1"], "--max-mape must be a positive fraction"),
         (["runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
+        (["runtime.calibrate", "--kernel", "nope"], "unknown attention kernel 'nope'"),
+        (["runtime.validate", "--case-timeout", "0"], "--case-timeout must be a positive number of seconds"),
         (["runtime.calibrate", "--model", "qwen3-30b-a3b"], "give tiny or tiny-moe"),
     ],
 )
