@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -299,22 +299,13 @@ def ran_rows(results: pd.DataFrame) -> pd.DataFrame:
 def comm_figure(results: pd.DataFrame, planners: Sequence[str], colors: dict[str, str]) -> go.Figure:
     """Figure 3 (module docstring): exposed SP communication against communication wait, per row."""
     rows = ran_rows(results)
-    fig = go.Figure()
-    for planner in planners:
-        mine = rows[rows["planner"] == planner]
-        if mine.empty:
-            continue
-        fig.add_trace(
-            go.Scatter(
-                x=1e3 * mine["bd_comm_wait"],
-                y=1e3 * mine["bd_sp_exposed_comm"],
-                mode="markers",
-                name=planner,
-                marker={"color": colors[planner], "size": 7, "opacity": 0.7},
-                customdata=mine[["point", "batch_index"]],
-                hovertemplate="point %{customdata[0]}, batch %{customdata[1]}: wait %{x:.1f} ms, SP %{y:.1f} ms",
-            )
-        )
+    fig = _planner_scatter(
+        rows,
+        planners,
+        colors,
+        lambda mine: (1e3 * mine["bd_comm_wait"], 1e3 * mine["bd_sp_exposed_comm"]),
+        "wait %{x:.1f} ms, SP %{y:.1f} ms",
+    )
     fig.update_layout(
         title=f"Exposed SP communication against communication wait: {batch_count(rows)} batches, "
         f"{len(rows)} planner-batch rows<br><sup>critical GPU's step, one marker per planner and batch; "
@@ -326,25 +317,44 @@ def comm_figure(results: pd.DataFrame, planners: Sequence[str], colors: dict[str
     return _no_data(fig, rows.empty)
 
 
-def planning_figure(results: pd.DataFrame, planners: Sequence[str], colors: dict[str, str]) -> go.Figure:
-    """Figure 4 (module docstring): planning time against Load / lower bound, per row."""
-    rows = results[np.isfinite(results["load_over_lower_bound"]) & np.isfinite(results["planning_time_s"])]
+def _planner_scatter(
+    rows: pd.DataFrame,
+    planners: Sequence[str],
+    colors: dict[str, str],
+    xy: Callable[[pd.DataFrame], tuple[Any, Any]],
+    hover: str,
+) -> go.Figure:
+    """One marker per row, one trace per planner; ``xy`` gives a planner's rows' x and y."""
     fig = go.Figure()
     for planner in planners:
         mine = rows[rows["planner"] == planner]
         if mine.empty:
             continue
+        x, y = xy(mine)
         fig.add_trace(
             go.Scatter(
-                x=mine["load_over_lower_bound"],
-                y=1e3 * mine["planning_time_s"],
+                x=x,
+                y=y,
                 mode="markers",
                 name=planner,
                 marker={"color": colors[planner], "size": 7, "opacity": 0.7},
                 customdata=mine[["point", "batch_index"]],
-                hovertemplate="point %{customdata[0]}, batch %{customdata[1]}: Load/LB %{x:.3f}, %{y:.1f} ms",
+                hovertemplate="point %{customdata[0]}, batch %{customdata[1]}: " + hover,
             )
         )
+    return fig
+
+
+def planning_figure(results: pd.DataFrame, planners: Sequence[str], colors: dict[str, str]) -> go.Figure:
+    """Figure 4 (module docstring): planning time against Load / lower bound, per row."""
+    rows = results[np.isfinite(results["load_over_lower_bound"]) & np.isfinite(results["planning_time_s"])]
+    fig = _planner_scatter(
+        rows,
+        planners,
+        colors,
+        lambda mine: (mine["load_over_lower_bound"], 1e3 * mine["planning_time_s"]),
+        "Load/LB %{x:.3f}, %{y:.1f} ms",
+    )
     fig.update_layout(
         title=f"Planning time against Load / lower bound: {batch_count(rows)} batches, {len(rows)} planner-batch "
         "rows<br><sup>routed proxy Load over the batch's lower bound (1 is optimal); one marker per planner and "

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,21 +72,7 @@ def _last_error(log: Path) -> str:
 
 def read_case(case: Case, records: Path) -> CaseResult:
     """The :class:`CaseResult` of a finished case's records."""
-    recs = load_step_records(str(records))[WARMUP_STEPS:]
-    missing = [r for r in recs if r.get("simulated_step_time_s") is None]
-    if missing:
-        note = missing[0].get("simulated_note") or "no prediction"
-        raise CaseFailed(f"case {case.name}: step {missing[0]['step']} has no prediction ({note})")
-    return CaseResult(
-        label=case.name,
-        ranks=case.ranks,
-        planner=case.planner,
-        batches=case.batches,
-        measured_s=tuple(float(r["step_time_s"]) for r in recs),
-        predicted_s=tuple(float(r["simulated_step_time_s"]) for r in recs),
-        measured_breakdown_s=_mean_breakdown([r["breakdown_s"] for r in recs]),
-        predicted_breakdown_s=_mean_breakdown([r.get("simulated_breakdown_s") or {} for r in recs]),
-    )
+    return case_result(case, load_step_records(str(records))[WARMUP_STEPS:], f"case {case.name}")
 
 
 def records_case(path: str) -> CaseResult:
@@ -102,12 +89,12 @@ def records_case(path: str) -> CaseResult:
     if not config_path.exists():
         raise CaseFailed(f"{path}: no {config_path.name} beside it (runtime.train --records writes one)")
     workload = json.loads(config_path.read_text()).get("workload", {})
-    kept = recs[WARMUP_STEPS:] if len(recs) > WARMUP_STEPS + 1 else recs
     first = recs[0]
+    planner = str(first.get("planner_spec") or first["planner"])
     case = Case(
         ranks=int(first["num_gpus"]),
-        planner=str(first.get("planner_spec") or first["planner"]),
-        label=f"{Path(path).stem} ({first.get('planner_spec') or first['planner']} @{first['num_gpus']})",
+        planner=planner,
+        label=f"{Path(path).stem} ({planner} @{first['num_gpus']})",
         trace=str(workload.get("trace", "")),
         model=str(workload.get("model", first["model"])),
         tokens_per_batch=int(workload.get("tokens_per_batch", 1)),
@@ -116,15 +103,22 @@ def records_case(path: str) -> CaseResult:
         steps=max(len(recs), WARMUP_STEPS + 2),
         start_batch=int(first["batch_index"]),
     )
+    kept = recs[WARMUP_STEPS:] if len(recs) > WARMUP_STEPS + 1 else recs
+    return case_result(case, kept, path)
+
+
+def case_result(case: Case, kept: list[dict[str, Any]], where: str) -> CaseResult:
+    """Measured and predicted steps of ``case`` from its ``kept`` step records; :class:`CaseFailed`
+    naming ``where`` when a step has no prediction."""
     missing = [r for r in kept if r.get("simulated_step_time_s") is None]
     if missing:
         note = missing[0].get("simulated_note") or "no prediction"
-        raise CaseFailed(f"{path}: step {missing[0]['step']} has no prediction ({note})")
+        raise CaseFailed(f"{where}: step {missing[0]['step']} has no prediction ({note})")
     return CaseResult(
-        label=case.label,
+        label=case.name,
         ranks=case.ranks,
         planner=case.planner,
-        batches=(*case.batches[:-2], len(recs), case.ranks),
+        batches=case.batches,
         measured_s=tuple(float(r["step_time_s"]) for r in kept),
         predicted_s=tuple(float(r["simulated_step_time_s"]) for r in kept),
         measured_breakdown_s=_mean_breakdown([r["breakdown_s"] for r in kept]),

@@ -53,10 +53,8 @@ from nspsim.cost.profile.ranges import (
     DURATION,
     FLOPS,
     LATENCY,
-    LENGTH,
     SLOWDOWN,
     Plausible,
-    format_number,
 )
 from nspsim.cost.profile.tables import LengthTable, LinkFit, TimeTable, lookup_degree, nearest_key
 from nspsim.jsonfile import read_json
@@ -380,6 +378,3 @@ def _collectives(value: Any, what: str) -> dict[str, dict[int, LinkFit]]:
     if unknown:
         raise ValueError(f"{what}: unknown collective {sorted(unknown)} (known: {', '.join(COLLECTIVES)})")
     return {name: _keyed(fits, f"{what}.{name}", _link) for name, fits in value.items()}
-
-
-_ = (LENGTH, format_number)  # re-exported names used by callers of the ranges
