@@ -7,9 +7,19 @@ sharded token, per decoder layer, are split into
 * ``keep``: the sub-layer checkpoints always stored (layer input and FFN input, hidden-sized each);
   the FFN/MoE internals are recomputed in backward (selective checkpointing), so they only count
   in the one-layer ``working`` set;
-* ``attention``: what the attention core's backward needs (Q, K, V, output in head-sharded layout,
-  log-sum-exp). It is stored for saved nodes and dropped for recompute-marked nodes, whose attention
-  (compute and SP communication) reruns in backward.
+* ``attention``: what the attention core keeps for its backward, for saved nodes only (recompute-marked
+  nodes keep none of it and rerun their attention, compute and SP communication, in backward). It is
+  stated as the runtime keeps it (``runtime/backends``; measured in
+  ``tests/runtime/test_saved_attention_bytes.py``): every node keeps its output O (activation dtype)
+  and the log-sum-exp (fp32, one per query head); a Ulysses node also keeps Q, K and V in head
+  layout, where K and V arrive replicated once the degree exceeds the KV heads (each rank then holds
+  one whole-sequence KV head, so K and V grow with the degree). Ring and leaf nodes read their
+  sequence-layout Q, K, V, the node's inputs, and replicate nothing.
+
+The node's inputs (sequence-layout Q, K, V) and the o_proj input are counted in neither: the model
+assumes selective checkpointing from the layer and FFN inputs, which recomputes them with the other
+per-token intermediates, whereas the runtime (no checkpointing) holds them for every node whatever
+its marks.
 
 B_tok is the token capacity with all attention recomputed (the least memory a plan can use), so a
 plan within B_tok is executable; whether attention can be kept too is the executor's decision
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nspsim.specs.backend import SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import TrainingSpec
@@ -30,7 +41,14 @@ GIB = 1024**3
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryModel:
-    """Byte coefficients of one GPU's memory for a (model, cluster, training) triple."""
+    """Byte coefficients of one GPU's memory for a (model, cluster, training) triple.
+
+    Attention coefficients are bytes per sharded token per layer of a saved node:
+    ``attn_bytes_per_token_layer`` for an SP node (degree >= 2) up to ``num_kv_heads``,
+    ``attn_kv_bytes_per_head_token`` for each KV head replicated past them (0 where the backend does
+    not replicate) and ``attn_leaf_bytes_per_token_layer`` for a degree-1 node (``None``: the SP
+    figure, for hand-built models that do not tell them apart).
+    """
 
     usable_bytes: float
     state_bytes: float
@@ -42,6 +60,21 @@ class MemoryModel:
     num_layers: int
     num_kv_heads: int
     token_budget: int
+    attn_leaf_bytes_per_token_layer: float | None = None
+
+    def __post_init__(self) -> None:
+        coefficients = {
+            "attn_bytes_per_token_layer": self.attn_bytes_per_token_layer,
+            "attn_kv_bytes_per_head_token": self.attn_kv_bytes_per_head_token,
+            "attn_leaf_bytes_per_token_layer": self.attn_leaf_bytes_per_token_layer or 0.0,
+        }
+        for name, value in coefficients.items():
+            if not value >= 0:
+                raise ValueError(f"memory model: {name} must be a byte count >= 0, got {value!r}")
+        if self.num_layers < 1 or self.num_kv_heads < 1:
+            raise ValueError(
+                f"memory model: num_layers and num_kv_heads must be >= 1, got {self.num_layers} and {self.num_kv_heads}"
+            )
 
     @property
     def activation_capacity(self) -> float:
@@ -55,17 +88,24 @@ class MemoryModel:
         return int(self.activation_capacity // (self.keep_bytes_per_token + self.working_bytes_per_token))
 
     def attention_bytes_per_token(self, degree: int) -> float:
-        """Attention bytes kept per sharded token over all layers for a node of ``degree``.
+        """Attention bytes a saved node of ``degree`` keeps per sharded token over all layers.
 
-        Beyond the KV heads, Ulysses replicates KV heads, so K and V grow with the degree.
+        Degree 1 keeps the leaf figure; larger degrees the SP figure plus, past the KV heads, one
+        ``attn_kv_bytes_per_head_token`` per replicated KV head (Ulysses: K and V grow with the degree).
         """
+        if degree < 1:
+            raise ValueError(f"memory model: an SP degree is >= 1, got {degree}")
+        if degree == 1 and self.attn_leaf_bytes_per_token_layer is not None:
+            return self.num_layers * self.attn_leaf_bytes_per_token_layer
         extra_kv_heads = max(0, degree - self.num_kv_heads)
         per_layer = self.attn_bytes_per_token_layer + extra_kv_heads * self.attn_kv_bytes_per_head_token
         return self.num_layers * per_layer
 
     def node_attention_bytes(self, tokens: float, degree: int) -> float:
-        """Attention bytes one rank of a node of ``degree`` keeps for ``tokens`` tokens of its samples
-        (each rank holds 1/degree of the tokens, at :meth:`attention_bytes_per_token` each)."""
+        """Attention bytes one rank of a node of ``degree`` keeps for ``tokens`` tokens of its saved
+        samples (each rank holds 1/degree of the tokens, at :meth:`attention_bytes_per_token` each;
+        exact for Ulysses, whose ranks hold whole samples per head, and the mean rank for Ring and
+        uneven shards)."""
         return tokens / degree * self.attention_bytes_per_token(degree)
 
     def base_bytes(self, tokens: float) -> float:
@@ -105,6 +145,24 @@ def _working_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> float:
     return 2 * widths * training.act_bytes
 
 
+def saved_attention_bytes(model: ModelSpec, training: TrainingSpec) -> tuple[float, float, float]:
+    """What a saved node keeps per sharded token per layer: ``(SP node up to the KV heads, each
+    replicated KV head past them, degree-1 node)``.
+
+    Every node keeps its output (``q_width`` values) and the fp32 log-sum-exp of each query head.
+    Ulysses adds Q, K, V in head layout (its backward kernel runs there) and replicates K and V
+    before the all-to-all once the degree exceeds the KV heads; Ring and leaf nodes read their
+    sequence-layout inputs and replicate nothing.
+    """
+    out_lse = model.q_width * training.act_bytes + 4 * model.num_heads
+    if training.backend is SPBackend.ULYSSES:
+        qkv = (model.q_width + 2 * model.kv_width) * training.act_bytes
+        return out_lse + qkv, 2 * model.head_dim * training.act_bytes, out_lse
+    if training.backend is SPBackend.RING:
+        return out_lse, 0.0, out_lse
+    raise ValueError(f"memory model: no saved-attention layout for SP backend {training.backend!r}")
+
+
 def _more_memory(cluster: ClusterSpec, buffers: float, usable: float) -> str:
     """What can make room, naming only what helps: more GPUs shard the model states further, but not
     the per-layer buffers every GPU holds whole; a cluster preset whose GPUs have more memory helps
@@ -128,7 +186,7 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
     buffers = buffer_bytes_per_gpu(model, training)
     keep = model.num_layers * 2 * model.hidden * training.act_bytes
     working = _working_bytes_per_token(model, training)
-    attn = (2 * model.q_width + 2 * model.kv_width) * training.act_bytes + 4 * model.num_heads
+    attn, attn_kv_head, attn_leaf = saved_attention_bytes(model, training)
     capacity = usable - states - buffers
     if capacity <= 0:
         raise ValueError(
@@ -146,8 +204,9 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
         keep_bytes_per_token=keep,
         working_bytes_per_token=working,
         attn_bytes_per_token_layer=attn,
-        attn_kv_bytes_per_head_token=2 * model.head_dim * training.act_bytes,
+        attn_kv_bytes_per_head_token=attn_kv_head,
         num_layers=model.num_layers,
         num_kv_heads=model.num_kv_heads,
         token_budget=budget,
+        attn_leaf_bytes_per_token_layer=attn_leaf,
     )
