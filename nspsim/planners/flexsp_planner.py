@@ -31,12 +31,29 @@ stopped instead (their result depends on machine load).
 Bucketed sequences count at their bucket's longest length, so the MILP's times and memory are
 conservative; the realised plan places the actual sequences of each bucket on the slots the MILP
 chose, and its proxy Load is evaluated on the actual lengths.
+
+Pruning (same plans, fewer solves): a count's step estimate is the sum of its chunks' micro-batch
+estimates, and each chunk's depends on that chunk alone. :class:`StepFloor` gives, per chunk and
+without solving, a floor no placement FlexSP can make of it goes below: on the forward (likewise
+backward) stage, the busiest GPU carries at least the mean over GPUs holding tokens, which is at
+least ``sum_j min_d d fwd_j(d) / P`` plus the cheapest node latency plus the intercept, and at least
+any one sample's cheapest ``fwd_j(d) + latency(d)`` plus the intercept (``d`` over the allowed sizes
+that hold sample j; groups are disjoint and every sample has >= 1 token); the stage floors go through
+:func:`~nspsim.planners.base.estimate_of`, which is monotone in both. Counts are tried in increasing
+order as before and their chunks longest first; before each solve, the solved chunks' exact
+estimates plus the unsolved chunks' floors are compared with the best step so far, and the count is
+abandoned once that sum exceeds it (by a relative 1e-9, far above rounding). An abandoned count
+could only have lost (its step is at least the sum), and ties still go to the smaller count, so the
+chosen plan is the one the full sweep chooses. Measured (``benchmarks/results/flexsp_speed.md``):
+6.9 of the 15 solves per Figure 7 batch remain (2.3x less CPU), mostly because the longest chunk's
+floor is loose (10-25%: packing and bucketing) while the others' are within a few percent. Trade-off: the
+floors cost a few array passes per count; a plan's ``milp_solves`` now counts the solves made.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -50,15 +67,17 @@ from nspsim.planners.base import (
     Preparation,
     Stopwatch,
     check_count_option,
+    estimate_of,
     finish,
     make_context,
+    micro_batch_estimate,
     step_estimate,
 )
 from nspsim.planners.bucketing import MAX_BUCKETS, Buckets, bucketize
 from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import MAX_MICRO_BATCHES, blaster_split, min_micro_batches
 from nspsim.planners.packing import pack_balanced
-from nspsim.planners.proxy import CostTable
+from nspsim.planners.proxy import CostTable, FloatArray, ProxyLoad
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -68,6 +87,8 @@ MAX_TIME_LIMIT_S = 3600.0
 MAX_WORK_LIMIT = 10**6
 """Largest ``work_limit``: 100,000 times the default (whose solves take ~1 s at 64 GPUs); the time
 limit stops a solve long before."""
+PRUNE_RTOL = 1e-9
+"""A count is abandoned only when its floor exceeds the best step by this relative margin (module doc)."""
 
 
 @dataclass(frozen=True)
@@ -132,12 +153,19 @@ class FlexSPPlanner:
         self.check(workload)
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
+        placement, facts = self.sweep(ctx)
+        return finish(self.name, ctx, placement, started, self._limit_facts(facts))
+
+    def sweep(self, ctx: Context, *, prune: bool = True) -> tuple[Placement, SweepFacts]:
+        """The best count's placement and what the sweep did; ``prune=False`` solves every chunk of
+        every count (the same placement, for checks; module doc "Pruning")."""
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
         last = min(max(first, min(first + 4, self.max_micro_batches)), ctx.table.num_samples)
+        floor = StepFloor.of(ctx, self.sizes(ctx)) if prune else None
         best: tuple[float, Placement] | None = None
-        solves: list[MilpSolution] = []
+        facts = SweepFacts()
         for m in range(first, max(first, last) + 1):
-            placement = self._try_count(ctx, m, solves)
+            placement = self._try_count(ctx, m, facts, floor, None if best is None else best[0])
             if placement is not None:
                 step = step_estimate(ctx, placement)
                 if best is None or step < best[0]:
@@ -147,16 +175,20 @@ class FlexSPPlanner:
                 f"FlexSP found no plan with {first}..{last} micro-batches under B_tok={ctx.budget}; "
                 "raise max_micro_batches or the token budget"
             )
-        return finish(self.name, ctx, best[1], started, self._limit_facts(solves))
+        return best[1], facts
 
-    def _limit_facts(self, solves: list[MilpSolution]) -> dict[str, float | int | str]:
-        """Limits and, over every solve of the sweep, how many the clock stopped (not reproducible)."""
+    def _limit_facts(self, sweep: SweepFacts) -> dict[str, float | int | str]:
+        """Limits and, over every solve of the sweep, how many the clock stopped (not reproducible);
+        how many counts and chunk solves the floors pruned."""
+        solves = sweep.solves
         return {
             "milp_time_limit_s": float(self.time_limit),
             "milp_work_limit": self.work_limit,
             "milp_solves": len(solves),
             "milp_time_limited": sum("time-limit" in s.status for s in solves),
             "milp_work_total": sum(s.work for s in solves),
+            "milp_counts_pruned": sweep.counts_pruned,
+            "milp_solves_pruned": sweep.solves_pruned,
         }
 
     @property
@@ -169,17 +201,29 @@ class FlexSPPlanner:
         low = self.min_group if isinstance(self.min_group, int) else min(2, ctx.workload.tree.spmax)
         return tuple(d for d in ctx.levels if d >= low)
 
-    def _try_count(self, ctx: Context, m: int, solves: list[MilpSolution]) -> Placement | None:
+    def _try_count(
+        self, ctx: Context, m: int, sweep: SweepFacts, floor: StepFloor | None, cutoff: float | None
+    ) -> Placement | None:
+        """Route the m chunks (longest first); ``None`` if one fails or, with a ``floor`` and the best
+        step so far (``cutoff``), once the count cannot beat it."""
         chunks = blaster_split(ctx.table.lengths, m)
         if any(int(ctx.table.lengths[c].sum()) > ctx.num_gpus * ctx.budget for c in chunks):
             return None
+        floors = [0.0] * len(chunks) if floor is None else [floor.micro_batch(c) for c in chunks]
         routed = []
-        for chunk in chunks:
+        exact = 0.0
+        for i, chunk in enumerate(chunks):
+            if floor is not None and cutoff is not None and exact + sum(floors[i:]) > cutoff * (1 + PRUNE_RTOL):
+                sweep.counts_pruned += 1
+                sweep.solves_pruned += len(chunks) - i
+                return None
             r = self._route_chunk(ctx, chunk)
             if r is None:
                 return None
             routed.append(r)
-            solves.append(r.solution)
+            sweep.solves.append(r.solution)
+            if floor is not None:
+                exact += _chunk_estimate(ctx, r)
         return _placement(ctx, routed)
 
     def _route_chunk(self, ctx: Context, chunk: IntArray) -> _Routed | None:
@@ -210,6 +254,73 @@ class FlexSPPlanner:
             )
         degrees, firsts = realise(solved, buckets, chunk, ctx.table)
         return _Routed(chunk, degrees, firsts, solved)
+
+
+@dataclass
+class SweepFacts:
+    """What one sweep over micro-batch counts did: every solve made, and how many counts (and their
+    chunk solves) the floors pruned."""
+
+    solves: list[MilpSolution] = field(default_factory=list)
+    counts_pruned: int = 0
+    solves_pruned: int = 0
+
+
+@dataclass(frozen=True)
+class StepFloor:
+    """Per sorted sample, floors on what it adds to a micro-batch's busiest GPU (module doc
+    "Pruning"): ``work_*`` min over allowed fitting sizes of ``d * cost(d)`` (its share of the GPUs'
+    summed time), ``own_*`` min of ``cost(d) + node latency(d)`` (the time of its own GPUs); the
+    cheapest node latency per pass."""
+
+    ctx: Context
+    work_fwd: FloatArray
+    work_bwd: FloatArray
+    own_fwd: FloatArray
+    own_bwd: FloatArray
+    node_fwd: float
+    node_bwd: float
+
+    @staticmethod
+    def of(ctx: Context, sizes: tuple[int, ...]) -> StepFloor:
+        """Floors of every sample of ``ctx`` over groups of the ``sizes`` that hold it within the budget."""
+        table = ctx.table
+        work_fwd, work_bwd, own_fwd, own_bwd = arrays = [np.full(table.num_samples, np.inf) for _ in range(4)]
+        for d in sizes:
+            fits = table.lengths <= d * table.token_budget
+            fwd, bwd = table.sample_costs(d)
+            lat_fwd, lat_bwd = table.overhead(d)
+            for out, value in zip(arrays, (d * fwd, d * bwd, fwd + lat_fwd, bwd + lat_bwd)):
+                np.minimum(out, np.where(fits, value, np.inf), out=out)
+        latencies = [table.overhead(d) for d in sizes]
+        return StepFloor(
+            ctx,
+            work_fwd,
+            work_bwd,
+            own_fwd,
+            own_bwd,
+            node_fwd=min(lat[0] for lat in latencies),
+            node_bwd=min(lat[1] for lat in latencies),
+        )
+
+    def micro_batch(self, samples: IntArray) -> float:
+        """No FlexSP placement of ``samples`` (sorted-space indices, at least one) as one micro-batch
+        has a step estimate below this."""
+        gpus = self.ctx.num_gpus
+        ifwd, ibwd = self.ctx.table.intercept
+        fwd = max(float(self.work_fwd[samples].sum()) / gpus + self.node_fwd, float(self.own_fwd[samples].max()))
+        bwd = max(float(self.work_bwd[samples].sum()) / gpus + self.node_bwd, float(self.own_bwd[samples].max()))
+        stages = ProxyLoad(d_fwd=np.array([fwd + ifwd]), d_bwd=np.array([bwd + ibwd]), tokens=np.ones(1))
+        return estimate_of(self.ctx, stages)
+
+
+def _chunk_estimate(ctx: Context, r: _Routed) -> float:
+    """The step estimate of one routed chunk as its own micro-batch (what :func:`step_estimate` adds)."""
+    n = ctx.table.num_samples
+    degrees, firsts = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    mask = np.zeros(n, dtype=bool)
+    degrees[r.samples], firsts[r.samples], mask[r.samples] = r.degrees, r.firsts, True
+    return micro_batch_estimate(ctx, degrees, firsts, mask)
 
 
 def _problem(ctx: Context, buckets: Buckets, sizes: tuple[int, ...]) -> MilpProblem:
