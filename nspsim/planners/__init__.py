@@ -22,6 +22,7 @@ from nspsim.planners.base import Planner
 from nspsim.planners.basp_planner import BASPPlanner
 from nspsim.planners.flexsp_planner import FlexSPPlanner
 from nspsim.planners.greedy_planner import GreedyPlanner
+from nspsim.planners.megatron_cp_planner import MegatronCPPlanner
 from nspsim.planners.nsp_planner import NSP2LPlanner, NSPPlanner
 from nspsim.planners.static_planner import StaticPlanner
 
@@ -32,6 +33,7 @@ _REGISTRY: dict[str, type[Any]] = {
     "nsp2l": NSP2LPlanner,
     "nsp": NSPPlanner,
     "greedy": GreedyPlanner,
+    "megatron-cp": MegatronCPPlanner,
 }
 
 PLANNER_NAMES: tuple[str, ...] = tuple(_REGISTRY)
