@@ -78,7 +78,15 @@ def test_planner_specs() -> None:
 def test_specs_are_prepared_as_their_planner_declares() -> None:
     """Marks and issue order follow the planner's ``preparation``; the nesting planners (what compare
     once listed by name) declare both, the baselines neither, and only ablations override it."""
-    expected = {"nsp": True, "nsp2l": True, "greedy": True, "static": False, "flexsp": False, "basp": False}
+    expected = {
+        "nsp": True,
+        "nsp2l": True,
+        "greedy": True,
+        "static": False,
+        "flexsp": False,
+        "basp": False,
+        "megatron-cp": False,
+    }
     for name in PLANNER_NAMES:
         declared = get_planner(name).preparation
         spec = parse_planner_spec(name)
@@ -314,3 +322,57 @@ def test_step_times_are_formatted_by_magnitude_in_the_table_and_report() -> None
     assert rows[0].split()[1] == "step" and "300 us" in rows[1] and "250 us" in rows[2]
     assert "0.0003" not in format_table(res)
     assert "<td>300 us</td>" in results_table(res) and "<td>250 us</td>" in results_table(res)
+
+
+# ---- static-paper: the paper's Static SP (token packing), and the --baseline choice -----------------
+TINY = WorkloadConfig(
+    model="tiny",
+    cluster="cpu",
+    trace="code",
+    tokens_per_batch=64 * 1024,
+    max_context=32 * 1024,
+    gpus=4,
+    token_budget=12000,
+)  # SP1 cannot hold a 14.5K sample of batch 0 or 1
+
+
+def test_static_paper_is_the_fastest_token_packed_fixed_degree_and_can_be_the_baseline() -> None:
+    assert parse_planner_spec("static-paper").options == {"packing": "tokens"}
+    with pytest.raises(ValueError, match="static-paper sweeps the degree and takes no options"):
+        parse_planner_spec("static-paper:degree=4")
+    fixed = ("static-2:packing=tokens", "static-4:packing=tokens")
+    config = CompareConfig(
+        workload=TINY,
+        planners=("static-best", "static-paper", *fixed),
+        iters=2,
+        timeline_iteration=None,
+        baseline="static-paper",
+    )
+    result = run_compare(config)
+    means = {s.planner: s.mean_step_time_s for s in result.summaries}
+    assert means["static-paper"] == min(means[f] for f in fixed)  # type: ignore[type-var]
+    degree = result.config["static_paper_degree"]
+    assert means["static-paper"] == means[f"static-{degree}:packing=tokens"]
+    assert result.static_paper_ineligible.keys() == {1} and result.static_best_ineligible.keys() == {1}
+    assert result.baseline == result.config["baseline"] == "static-paper"
+    norm = {s.planner: s.normalized_to_static for s in result.summaries}
+    assert norm["static-paper"] == 1.0
+    assert norm["static-best"] == pytest.approx(means["static-best"] / means["static-paper"])  # type: ignore[operator]
+    data = result.to_dict()
+    assert [r["planner"] for r in data["results"]][:2] == ["static-best", "static-paper"]
+    assert set(data["static_paper_ineligible"]) == {"1"}
+    assert CompareConfig(workload=TINY, planners=("nsp", "static-paper")).baseline is None
+    with pytest.raises(ValueError, match="baseline 'static-best' is not one of the compared planners"):
+        CompareConfig(workload=TINY, planners=("static-paper", "nsp"), baseline="static-best")
+
+
+def test_cli_baseline_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["compare", "--quiet", "--model", "tiny", "--cluster", "cpu", "--trace", "code", "--gpus", "4"]
+    args += ["--tokens-per-batch", "64k", "--max-context", "32k", "--iters", "1"]
+    assert main([*args, "--planners", "static-2,static-4", "--baseline", "static-8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("nspsim: error: baseline 'static-8' is not one of the compared planners")
+    assert "\n" not in err
+    assert main([*args, "--planners", "static-2,static-4", "--baseline", "static-4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["baseline"] == "static-4" and data["results"][1]["normalized_to_static"] == 1.0

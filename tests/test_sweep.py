@@ -21,8 +21,8 @@ from nspsim.cli.main import main
 from nspsim.compare import CompareConfig, run_compare
 from nspsim.compare.specs import parse_planner_spec
 from nspsim.sweep import Cache, CodeVersions, build_rows, code_versions, execute, load_spec, parse_spec, plan_sweep
-from nspsim.sweep.keys import code_version, plan_key, point_key, sim_key, source_files, workload_identity
-from nspsim.sweep.results import ROW_COLUMNS, SUMMARY_SCHEMA, summarise
+from nspsim.sweep.keys import batch_content, code_version, plan_key, point_key, sim_key, source_files, workload_identity
+from nspsim.sweep.results import ROW_COLUMNS, SUMMARY_SCHEMA, resolved_config, summarise
 from nspsim.workload import WorkloadConfig
 
 FIXED = {"model": "tiny", "cluster": "cpu", "trace": "code", "tokens_per_batch": "64k", "max_context": "32k"}
@@ -187,6 +187,15 @@ def test_keys_change_with_what_determines_a_unit_and_only_then(tmp_path: Path) -
         sim_key(base, replace(nsp, tree_recompute=False), versions),
     }
     assert len(sims) == 4
+    # with the batch's content the key holds it instead of max_context: identical batches share a key
+    content = batch_content([100, 50], 0, 0)
+    wide = replace(config, max_context=65536)
+    assert plan_key(workload_identity(config), nsp, 3, versions, content) == plan_key(
+        workload_identity(wide), nsp, 3, versions, content
+    )
+    assert plan_key(workload_identity(config), nsp, 3, versions, content) != plan_key(
+        workload_identity(config), nsp, 3, versions, batch_content([100, 50], 1, 70_000)
+    )
     # a profile file is keyed by its content, not only its path
     profile = tmp_path / "p.json"
     profile.write_text("{}")
@@ -242,6 +251,30 @@ def test_rerun_computes_nothing_and_force_everything(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(rows.drop(columns="cached"), rows2.drop(columns="cached"))
     forced, _ = run(spec, tmp_path / "c", force=True)
     assert forced.computed == first.units and forced.plans_reused == 0
+
+
+def test_points_that_differ_only_in_max_context_share_identical_batches(tmp_path: Path) -> None:
+    """The code trace at 32K and 48K max context on 64K-token batches: batches without a sample above
+    32K come out identical and run once; the others differ and run for each point."""
+    fixed = {k: v for k, v in FIXED.items() if k != "max_context"}
+    data = {"workload": fixed, "axes": {"max_context": ["32k", "48k"]}, "run": {"planners": ["nsp"], "iters": 4}}
+    plan, rows = run(parse_spec(data, name="t"), tmp_path / "c")
+    a, b = plan.points
+    same = [x.content == y.content for x, y in zip(a.batches, b.batches)]
+    assert any(same) and not all(same)  # the case has both kinds
+    assert plan.units == len(plan.tasks) == 8 - sum(same)
+    for i, shared in enumerate(same):
+        assert (plan.unit_keys[(0, "nsp", i)] == plan.unit_keys[(1, "nsp", i)]) is shared
+    # each point's rows equal compare's on it
+    for point, ctx in ((0, 32 * 1024), (1, 48 * 1024)):
+        config = CompareConfig(
+            workload=WorkloadConfig(model="tiny", cluster="cpu", trace="code", tokens_per_batch=65536, max_context=ctx),
+            planners=("nsp",),
+            iters=4,
+            timeline_iteration=None,
+        )
+        expected = [r.step_time_s for r in sorted(run_compare(config).records, key=lambda r: r.iteration)]
+        assert rows[rows["point"] == point]["step_time_s"].tolist() == pytest.approx(expected, rel=1e-12)
 
 
 def test_simulator_change_reuses_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -404,3 +437,28 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["sweep", str(spec_ok), "--engine", "ray", "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'nspsim[distributed]'" in err and err.count("\n") == 1
+
+
+# ---- static-paper (the paper's token-packed Static SP) and [run] baseline -----------------------------
+def test_static_paper_units_and_baseline_equal_compare(tmp_path: Path) -> None:
+    spec = spec_of(
+        workload={"token_budget": 12000},
+        run={"planners": ["static-best", "static-paper", "nsp"], "baseline": "static-paper"},
+    )
+    assert spec.run.baseline == "static-paper" and spec.to_dict()["run"]["baseline"] == "static-paper"
+    plan, df = run(spec, tmp_path / "c")
+    assert not df["error"].any() and set(df["baseline"]) == {"static-paper"}
+    points = resolved_config(plan)["points"]
+    for point, config in enumerate(spec.points()):
+        result = run_compare(spec.run.compare_config(config))
+        assert points[point]["static_paper_degree"] == result.config["static_paper_degree"]
+        assert points[point]["static_best_degree"] == result.config["static_best_degree"]
+        ours = df[df["point"] == point]
+        for record in result.records:
+            row = ours[(ours["planner"] == record.planner) & (ours["iteration"] == record.iteration)].iloc[0]
+            assert row["step_time_s"] == record.step_time_s and row["plan_hash"] == record.plan_hash
+        assert (ours[ours["planner"] == "static-paper"]["normalized"] == 1.0).all()
+    with pytest.raises(ValueError, match=r"\[run\]: baseline 'static' is not one of the compared planners"):
+        spec_of(run={"baseline": "static", "planners": ["static-best", "nsp"]})
+    with pytest.raises(ValueError, match=r"\[run\] baseline: a compared planner label"):
+        spec_of(run={"baseline": 3})

@@ -2,11 +2,11 @@
 
 Three parts, in the order a comparison uses them:
 
-* :mod:`nspsim.compare.specs`: planner spec labels (``static-best``, ``static-<d>``, registered
+* :mod:`nspsim.compare.specs`: planner spec labels (``static-best``, ``static-paper``, ``static-<d>``, registered
   planners, NSP ablations, ``name:key=value`` options) and the validated :class:`CompareConfig`;
   every spec and option is checked before anything runs;
 * :mod:`nspsim.compare.runner`: :func:`run_compare`, the loop that plans, prepares (as each planner
-  declares) and simulates every spec on the same K batches, with the static-best sweep;
+  declares) and simulates every spec on the same K batches, with the static-best and static-paper sweeps;
 * :mod:`nspsim.compare.summary`: the typed records (:class:`IterationRecord`,
   :class:`PlannerSummary`, :class:`CompareResult`), routing counts and the normalisation rule.
 

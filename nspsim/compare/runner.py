@@ -13,7 +13,9 @@ on the same K batches and the one with the least mean simulated step time is kep
 cannot hold some sample (not planned at all), or runs out of memory on any batch, is not eligible (a
 fixed degree must run the whole run); the note and ``CompareResult.static_best_ineligible`` say which
 degrees were passed over and why. If none is eligible, the comparison stops with a one-line error. It
-runs first, so a failing sweep wastes nothing else.
+runs first, so a failing sweep wastes nothing else. ``static-paper`` (the paper's Static SP: token
+packing, :data:`nspsim.compare.specs.SWEPT_STATIC`) is swept and chosen the same way, right after it
+(``CompareResult.static_paper_ineligible``, ``static_paper_degree`` in the resolved config).
 
 Before anything runs, every spec's planner checks its options against the workload
 (:meth:`nspsim.planners.base.Planner.check`: e.g. a fixed degree or FlexSP's ``min_group`` above
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from nspsim.compare.specs import CompareConfig, PlannerSpec, parse_planner_spec
+from nspsim.compare.specs import SWEPT_STATIC, CompareConfig, PlannerSpec, parse_planner_spec
 from nspsim.compare.summary import (
     BatchDrops,
     CompareResult,
@@ -53,21 +55,22 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     workload = build_workload(config.workload)
     specs = {label: parse_planner_spec(label, config.mode, config.planner_options) for label in config.planners}
     for spec in specs.values():  # options that cannot apply to this workload fail before anything runs
-        if spec.label != "static-best":
+        if spec.label not in SWEPT_STATIC:
             get_planner(spec.planner, **spec.options).check(workload)
     batches = [workload.sampler.batch(config.first_batch + i) for i in range(config.iters)]
     runner = _Runner(workload, batches, config, progress)
     runs: dict[str, tuple[list[IterationRecord], str]] = {}
-    for label in sorted(config.planners, key=lambda p: p != "static-best"):  # a failing sweep fails first
+    for label in sorted(config.planners, key=lambda p: p not in SWEPT_STATIC):  # a failing sweep fails first
         runs[label] = runner.run(specs[label])
     records = [r for label in config.planners for r in runs[label][0]]
-    baseline = baseline_of(config.planners)
+    baseline = baseline_of(config.planners, config.baseline)
     summaries = summarise(config.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
     resolved = {
         **config.to_dict(),
         "workload": config.workload.to_dict(),
         "baseline": baseline,
-        "static_best_degree": runner.best_degree,
+        "static_best_degree": runner.best_degrees.get("static-best"),
+        "static_paper_degree": runner.best_degrees.get("static-paper"),
         "token_budget": workload.token_budget,
         "memory_token_budget": workload.memory.derived_token_budget,
         "spmax": workload.tree.spmax,
@@ -79,7 +82,8 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         records=tuple(records),
         timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines},
         drops=BatchDrops.of_batches(batches),
-        static_best_ineligible=dict(runner.ineligible),
+        static_best_ineligible=dict(runner.ineligible_by.get("static-best", {})),
+        static_paper_ineligible=dict(runner.ineligible_by.get("static-paper", {})),
     )
 
 
@@ -98,15 +102,25 @@ class _Runner:
         self.total = self._total_steps()
         self.done = 0
         self.timelines: dict[str, StepResult] = {}
-        self.best_degree: int | None = None
-        self.ineligible: dict[int, str] = {}  # static-best: degree -> why it was passed over
+        self.best_degrees: dict[str, int] = {}  # static-best, static-paper: the chosen degree
+        self.ineligible_by: dict[str, dict[int, str]] = {}  # the same: degree -> why it was passed over
         self.simulators: dict[tuple[str, bool], Simulator] = {}
         self.results: dict[tuple[str, str], tuple[StepResult, bool]] = {}
 
+    @property
+    def best_degree(self) -> int | None:
+        """The degree static-best chose (``None`` before it ran)."""
+        return self.best_degrees.get("static-best")
+
+    @property
+    def ineligible(self) -> dict[int, str]:
+        """The degrees static-best passed over, with why."""
+        return self.ineligible_by.get("static-best", {})
+
     def _total_steps(self) -> int:
-        sweeps = len(self.workload.tree.degrees) if "static-best" in self.config.planners else 0
-        others = len(self.config.planners) - (1 if sweeps else 0)
-        return (sweeps + others) * len(self.batches)
+        swept = sum(label in SWEPT_STATIC for label in self.config.planners)
+        others = len(self.config.planners) - swept
+        return (swept * len(self.workload.tree.degrees) + others) * len(self.batches)
 
     def _tick(self, label: str) -> None:
         self.done += 1
@@ -138,8 +152,8 @@ class _Runner:
             del self.results[key]
 
     def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
-        """Records of ``spec`` on every batch, and a note (how static-best chose its degree)."""
-        if spec.label == "static-best":
+        """Records of ``spec`` on every batch, and a note (how static-best or static-paper chose its degree)."""
+        if spec.label in SWEPT_STATIC:
             records, kept, note = self._static_best(spec)
         else:
             (records, kept), note = self._run_fixed(spec), ""
@@ -161,34 +175,33 @@ class _Runner:
     def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None, str]:
         """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
         degree cannot be the fixed degree of the run); ``ValueError`` when no degree does. Every degree
-        passed over is in ``self.ineligible`` with the reason, and in the note."""
+        passed over is in ``self.ineligible_by[spec.label]`` with the reason, and in the note."""
         runs: dict[int, tuple[list[IterationRecord], StepResult | None]] = {}
+        ineligible = self.ineligible_by.setdefault(spec.label, {})
         for degree in self.workload.tree.degrees:
             ticks = self.done
             reason = self._cannot_hold(degree)
             if reason is None:
                 try:
-                    runs[degree] = self._run_fixed(replace(spec, options={"degree": degree}))
+                    runs[degree] = self._run_fixed(replace(spec, options={**spec.options, "degree": degree}))
                 except ValueError as exc:
                     reason = " ".join(str(exc).split())
             if reason is not None:
-                self.ineligible[degree] = reason
+                ineligible[degree] = reason
                 while self.done < ticks + len(self.batches):
                     self._tick(spec.label)
         for d, (recs, _) in runs.items():
             failed = [r.batch_index for r in recs if r.oom]
             if failed:
                 listed = ", ".join(map(str, failed[:5])) + (", ..." if len(failed) > 5 else "")
-                self.ineligible[d] = f"out of memory on {len(failed)} of {len(recs)} batches (batch {listed})"
+                ineligible[d] = f"out of memory on {len(failed)} of {len(recs)} batches (batch {listed})"
         means = {
-            d: m
-            for d, (recs, _) in runs.items()
-            if d not in self.ineligible and (m := mean_step_time(recs)) is not None
+            d: m for d, (recs, _) in runs.items() if d not in ineligible and (m := mean_step_time(recs)) is not None
         }
-        passed_over = "; ".join(f"SP{d} {why}" for d, why in sorted(self.ineligible.items()))
+        passed_over = "; ".join(f"SP{d} {why}" for d, why in sorted(ineligible.items()))
         if not means:
-            raise ValueError(f"static-best: no fixed SP degree runs every batch: {passed_over}")
-        best = self.best_degree = min(means, key=lambda d: means[d])
+            raise ValueError(f"{spec.label}: no fixed SP degree runs every batch: {passed_over}")
+        best = self.best_degrees[spec.label] = min(means, key=lambda d: means[d])
         tried = ", ".join(f"SP{d} {format_seconds(m)}" for d, m in sorted(means.items()))
         records, kept = runs[best]
         note = f"fastest fixed degree SP{best} ({tried})" + (f"; not eligible: {passed_over}" if passed_over else "")

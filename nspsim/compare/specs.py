@@ -5,8 +5,12 @@ A label is one of
 
 * a registered planner name (``static``, ``flexsp``, ``basp``, ``nsp2l``, ``nsp``, ``greedy``, ...);
 * ``static-<d>``: Static SP with the fixed degree d;
-* ``static-best``: the paper's Static SP baseline, the fastest *fixed* degree over the whole run
-  (the sweep is :mod:`nspsim.compare.runner`'s);
+* ``static-best``: the fastest *fixed* degree over the whole run, samples packed by cost-model load
+  (the sweep is :mod:`nspsim.compare.runner`'s): the stronger, load-balanced Static SP;
+* ``static-paper``: the paper's Static SP, the same sweep with the FlexSP artifact's token packing
+  (``packing="tokens"``, :mod:`nspsim.planners.token_packing`). The paper "sweep[s] SP degrees that
+  fit in memory and select[s] the fastest configuration" (section 6.1), so the degree is chosen as
+  static-best's is;
 * an NSP ablation (paper section 6.4): ``nsp-no-recompute`` (no tree-level marks: full recomputation
   when memory forces it), ``nsp-no-overlap`` (phase streaming off), ``nsp-greedy`` (the ``greedy``
   planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model");
@@ -33,6 +37,8 @@ MAX_ITERS = 100_000  # batches are drawn up front; 10**9 would look like a hang 
 # Seconds per MILP solve (the artifact's); a safety net: FlexSP's deterministic work limit stops first.
 DEFAULT_FLEXSP_TIME_LIMIT_S = 10.0
 MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
+# Labels that sweep every fixed degree over the run and keep the fastest: label -> static options.
+SWEPT_STATIC: dict[str, dict[str, Any]] = {"static-best": {}, "static-paper": {"packing": "tokens"}}
 ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # label: (planner, planner options, overrides of the planner's preparation and the mode)
     "nsp-no-recompute": ("nsp", {}, {"tree_recompute": False}),
@@ -81,8 +87,8 @@ def parse_planner_spec(
     gives per-planner options used when the label does not set them.
     """
     name, _, text = label.partition(":")
-    if name == "static-best" and text:
-        raise ValueError(f"planner spec {label!r}: static-best sweeps the degree and takes no options")
+    if name in SWEPT_STATIC and text:
+        raise ValueError(f"planner spec {label!r}: {name} sweeps the degree and takes no options")
     spec = _base_spec(name, mode)
     options = {**(defaults or {}).get(spec.planner, {}), **spec.options, **_parse_options(label, text)}
     return replace(spec, label=label, options=options)
@@ -100,13 +106,15 @@ def _base_spec(label: str, mode: str) -> PlannerSpec:
         planner, options, overrides = ABLATIONS[label]
         _check_registered(planner, label)
         return replace(_declared_spec(label, planner, options, mode), **overrides)
-    if label.startswith("static-") and label != "static-best":
+    if label in SWEPT_STATIC:
+        return _declared_spec(label, "static", dict(SWEPT_STATIC[label]), mode)
+    if label.startswith("static-"):
         degree = label.removeprefix("static-")
         if not degree.isdigit():
-            raise ValueError(f"planner spec {label!r}: expected static-<degree>, e.g. static-8, or static-best")
+            raise ValueError(
+                f"planner spec {label!r}: expected static-<degree>, e.g. static-8, static-best or static-paper"
+            )
         return _declared_spec(label, "static", {"degree": int(degree)}, mode)
-    if label == "static-best":
-        return _declared_spec(label, "static", {}, mode)
     _check_registered(label, label)
     return _declared_spec(label, label, {}, mode)
 
@@ -126,7 +134,7 @@ def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str)
 
 def _check_registered(planner: str, label: str) -> None:
     if planner not in PLANNER_NAMES:
-        known = ", ".join([*PLANNER_NAMES, "static-best", "static-<d>", *ABLATIONS])
+        known = ", ".join([*PLANNER_NAMES, *SWEPT_STATIC, "static-<d>", *ABLATIONS])
         raise ValueError(f"planner {label!r} is not available (known: {known})")
 
 
@@ -143,6 +151,7 @@ class CompareConfig:
     first_batch: int = 0
     mode: str = SimMode.STREAM
     timeline_iteration: int | None = 0
+    baseline: str | None = None  # the label to normalise to; None: compare's rule (summary.baseline_of)
 
     def __post_init__(self) -> None:
         if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
@@ -177,6 +186,11 @@ class CompareConfig:
             get_planner(name, **options)
         for label in self.planners:
             parse_planner_spec(label, self.mode, self.planner_options)
+        if self.baseline is not None and self.baseline not in self.planners:
+            raise ValueError(
+                f"baseline {self.baseline!r} is not one of the compared planners ({', '.join(self.planners)}): "
+                "add it to the planners or leave the baseline out"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""

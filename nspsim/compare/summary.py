@@ -1,9 +1,11 @@
 """What a comparison reports: one record per planner and batch, the per-planner summary and the whole
 result, plus the routing histogram and the normalisation rule they use.
 
-Normalisation is to ``static-best`` when it is compared, else to ``static`` (per-batch automatic
-degree), else to the first planner. ``normalized_to_static`` is the planner's summed step time over
-the baseline's on the iterations where *both* ran in memory (the paper's Figure 7 form on the same
+Normalisation is to the configured baseline when one is named (``CompareConfig.baseline``, e.g.
+``static-paper``, the paper's Static SP), else to ``static-best`` when it is compared, else to
+``static-paper``, else to ``static`` (per-batch automatic degree), else to the first planner.
+``normalized_to_static`` is the planner's summed step time over the baseline's on the iterations
+where *both* ran in memory (the paper's Figure 7 form on the same
 batches; ``normalized_iterations`` says how many), ``speedup_vs_static`` its inverse. Sums rather
 than a mean of per-batch ratios: the batches are the same, so this is the ratio of mean step times,
 and a long batch weighs what it costs. ``mean_step_time_s`` averages the iterations that fit;
@@ -198,6 +200,7 @@ class CompareResult:
     timelines: dict[str, StepResult]
     drops: BatchDrops | None = None
     static_best_ineligible: dict[int, str] = field(default_factory=dict)  # degree -> why it could not be chosen
+    static_paper_ineligible: dict[int, str] = field(default_factory=dict)  # the same for static-paper
 
     @property
     def all_out_of_memory(self) -> bool:
@@ -229,6 +232,7 @@ class CompareResult:
             "iterations": [asdict(r) for r in self.records],
             "batches": None if self.drops is None else self.drops.to_dict(),
             "static_best_ineligible": {str(d): why for d, why in sorted(self.static_best_ineligible.items())},
+            "static_paper_ineligible": {str(d): why for d, why in sorted(self.static_paper_ineligible.items())},
             "all_out_of_memory": self.all_out_of_memory,
             "no_result": self.no_result,
         }
@@ -253,10 +257,19 @@ def routing_counts(plan: Plan) -> dict[str, dict[int, int]]:
     return out
 
 
-def baseline_of(planners: Iterable[str]) -> str:
-    """The label everything is normalised to (module docstring)."""
+BASELINE_ORDER = ("static-best", "static-paper", "static")
+"""The labels normalised to when no baseline is named, the first compared one winning."""
+
+
+def baseline_of(planners: Iterable[str], preferred: str | None = None) -> str:
+    """The label everything is normalised to: ``preferred`` when given (it must be compared), else
+    the first of :data:`BASELINE_ORDER` compared, else the first planner (module docstring)."""
     labels = list(planners)
-    return next((b for b in ("static-best", "static") if b in labels), labels[0])
+    if preferred is not None:
+        if preferred not in labels:
+            raise ValueError(f"baseline {preferred!r} is not one of the compared planners ({', '.join(labels)})")
+        return preferred
+    return next((b for b in BASELINE_ORDER if b in labels), labels[0])
 
 
 def mean_step_time(records: list[IterationRecord]) -> float | None:

@@ -17,6 +17,13 @@ sample and keeps the one with the smallest step estimate (per-micro-batch FSDP i
 :mod:`nspsim.planners.base`). A fixed degree that cannot hold a sample raises ``ValueError`` so a sweep
 over fixed degrees (``compare``'s "fastest fixed degree over a run") can skip it. Trade-off: packing
 by the cost model balances FLOPs, not tokens; the token budget is the only memory guard.
+
+``packing="tokens"`` replaces the load-balanced packing by the FlexSP artifact's token packing for its
+static-SP baseline (:mod:`nspsim.planners.token_packing`: best fit decreasing into groups of 90% of
+their token budget, the bins filling micro-batches in order, no cost model), the rule behind the
+paper's Static SP; ``degree="auto"`` then keeps the degree whose token packing has the smallest step
+estimate (the artifact's ``adaptive`` rule chooses by its cost model's time too). The default
+``packing="load"`` is the stronger, load-balanced variant.
 """
 
 from __future__ import annotations
@@ -41,9 +48,13 @@ from nspsim.planners.base import (
     step_estimate,
 )
 from nspsim.planners.packing import pack_balanced
+from nspsim.planners.token_packing import pack_by_tokens
 from nspsim.sp_tree import is_power_of_two
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
+
+PACKINGS = ("load", "tokens")
+"""How samples are packed onto a degree's groups: by cost-model load (LPT) or by tokens (the artifact)."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +104,15 @@ def pack_single_pass(ctx: Context, degree: int, select: IntArray) -> IntArray | 
     return None if units is None else units * degree
 
 
-def pack_degree(ctx: Context, degree: int, select: IntArray | None = None) -> Placement:
-    """Static placement at ``degree`` of the selected sorted samples (all by default)."""
+def pack_degree(ctx: Context, degree: int, select: IntArray | None = None, packing: str = "load") -> Placement:
+    """Static placement at ``degree`` of the selected sorted samples (all by default), packed by
+    ``packing`` (:data:`PACKINGS`, module doc)."""
     sel = np.arange(ctx.table.num_samples) if select is None else select
     check_degree(ctx, degree, int(sel[0]))
     groups = ctx.num_gpus // degree
+    if packing == "tokens":
+        lengths, ids = ctx.table.lengths[sel], ctx.table.order[sel]
+        return _placement(ctx, degree, groups, sel, pack_by_tokens(lengths, ids, degree, groups, ctx.budget))
     tokens = float(ctx.table.lengths[sel].sum())
     m = max(1, math.ceil(tokens / (ctx.num_gpus * ctx.budget * (1 + 1e-9))))
     while True:
@@ -118,13 +133,13 @@ def _placement(ctx: Context, degree: int, groups: int, sel: IntArray, units: Int
     return Placement(degrees, firsts, mbs, {"static_degree": degree})
 
 
-def sweep(ctx: Context, degrees: tuple[int, ...] | None = None) -> list[StaticCandidate]:
-    """Packings at every degree that holds the longest sample (or at ``degrees``)."""
+def sweep(ctx: Context, degrees: tuple[int, ...] | None = None, packing: str = "load") -> list[StaticCandidate]:
+    """Packings (by ``packing``) at every degree that holds the longest sample (or at ``degrees``)."""
     longest = int(ctx.table.lengths[0])
     chosen = degrees or tuple(d for d in ctx.levels if longest <= d * ctx.budget)
     out = []
     for d in chosen:
-        placement = pack_degree(ctx, d)
+        placement = pack_degree(ctx, d, packing=packing)
         out.append(StaticCandidate(d, placement, proxy_load(ctx, placement), step_estimate(ctx, placement)))
     return out
 
@@ -136,9 +151,12 @@ def best(candidates: list[StaticCandidate]) -> StaticCandidate:
 
 @dataclass(frozen=True, kw_only=True)
 class StaticPlanner:
-    """Static SP with ``degree="auto"`` (best admissible degree for the batch) or a fixed int."""
+    """Static SP with ``degree="auto"`` (best admissible degree for the batch) or a fixed int, packed
+    by ``packing``: ``"load"`` (cost-model load balance, the default) or ``"tokens"`` (the FlexSP
+    artifact's token packing, the paper's Static SP; module doc)."""
 
     degree: int | str = "auto"
+    packing: str = "load"
     name: ClassVar[str] = "static"
     preparation: ClassVar[Preparation] = AS_PLANNED
 
@@ -147,6 +165,8 @@ class StaticPlanner:
             isinstance(self.degree, bool) or not isinstance(self.degree, int) or not is_power_of_two(self.degree)
         ):
             raise ValueError(f"static option degree must be 'auto' or a power of two, got {self.degree!r}")
+        if self.packing not in PACKINGS:
+            raise ValueError(f"static option packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
 
     def check(self, workload: Workload) -> None:
         """A fixed degree must be admissible on ``workload`` (a power of two <= spmax)."""
@@ -158,5 +178,9 @@ class StaticPlanner:
         self.check(workload)
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
-        placement = pack_degree(ctx, self.degree) if isinstance(self.degree, int) else best(sweep(ctx)).placement
-        return finish(self.name, ctx, placement, started, {"degree_option": str(self.degree)})
+        if isinstance(self.degree, int):
+            placement = pack_degree(ctx, self.degree, packing=self.packing)
+        else:
+            placement = best(sweep(ctx, packing=self.packing)).placement
+        extra = {"degree_option": str(self.degree), "packing": self.packing}
+        return finish(self.name, ctx, placement, started, extra)

@@ -2,10 +2,12 @@
 
 :func:`plan_sweep` builds every point's workload (a point that cannot be built is recorded with its
 error and the others go on), draws its batches' statistics, expands each planner label into units
-(one per batch; ``static-best`` into one fixed-degree Static unit per admissible degree and batch,
-the degree chosen afterwards as compare chooses it), keys them (:mod:`nspsim.sweep.keys`) and looks
+(one per batch; ``static-best`` and ``static-paper`` into one fixed-degree Static unit per admissible
+degree and batch, the degree chosen afterwards as compare chooses it), keys them (:mod:`nspsim.sweep.keys`) and looks
 each up in the cache: a cached simulation is done, a cached plan is handed to the worker so only the
-simulation runs. Identical units of different labels (``static-8`` and static-best's SP8) run once.
+simulation runs. Identical units of different labels (``static-8`` and static-best's SP8) run once,
+and so do the units of points that differ only in max context on batches that came out identical
+(:func:`nspsim.sweep.keys.plan_key` keys a batch by its content).
 :func:`execute` runs the missing units on an engine and writes each result to the cache as it
 arrives, so an interrupted sweep keeps everything finished before the interruption:
 
@@ -30,10 +32,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nspsim.compare.specs import PlannerSpec, parse_planner_spec
+from nspsim.compare.specs import SWEPT_STATIC, PlannerSpec, parse_planner_spec
 from nspsim.compare.summary import baseline_of
 from nspsim.sweep.cache import Cache
-from nspsim.sweep.keys import CodeVersions, code_versions, plan_key, point_key, sim_key, workload_identity
+from nspsim.sweep.keys import (
+    CodeVersions,
+    batch_content,
+    code_versions,
+    plan_key,
+    point_key,
+    sim_key,
+    workload_identity,
+)
 from nspsim.sweep.spec import SweepSpec
 from nspsim.sweep.work import UnitOutcome, UnitTask, run_unit, workload_of
 from nspsim.trace.batching import Batch
@@ -56,6 +66,7 @@ class BatchStats:
     share_over_128k: float
     dropped_samples: int
     dropped_tokens: int
+    content: str = ""  # :func:`nspsim.sweep.keys.batch_content`
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +91,7 @@ class SweepPlan:
     points: list[PointInfo]
     specs: dict[str, PlannerSpec]
     baseline: str
-    unit_keys: dict[tuple[int, str, int], str]  # (point, label or "static-best@<d>", iteration) -> sim key
+    unit_keys: dict[tuple[int, str, int], str]  # (point, label or "static-best@<d>" etc., iteration) -> sim key
     records: dict[str, dict[str, Any]]  # sim key -> record (cached ones, then computed ones)
     cached: set[str]
     tasks: list[UnitTask]
@@ -94,9 +105,9 @@ class SweepPlan:
         return len(set(self.unit_keys.values()))
 
 
-def degree_label(degree: int) -> str:
-    """The internal unit label of static-best's fixed degree ``degree``."""
-    return f"static-best@{degree}"
+def degree_label(degree: int, label: str = "static-best") -> str:
+    """The internal unit label of ``label``'s (static-best's or static-paper's) fixed degree ``degree``."""
+    return f"{label}@{degree}"
 
 
 def plan_sweep(
@@ -116,13 +127,15 @@ def plan_sweep(
         points.append(point)
         if point.error:
             continue
-        labelled = [(label, s) for label, s in specs.items() if label != "static-best"]
-        if "static-best" in specs:
-            best = specs["static-best"]
-            labelled += [(degree_label(d), replace(best, options={"degree": d})) for d in point.degrees]
+        labelled = [(label, s) for label, s in specs.items() if label not in SWEPT_STATIC]
+        for swept in (label for label in specs if label in SWEPT_STATIC):
+            best = specs[swept]
+            labelled += [
+                (degree_label(d, swept), replace(best, options={**best.options, "degree": d})) for d in point.degrees
+            ]
         for label, s in labelled:
             for i, stats in enumerate(point.batches):
-                pk = plan_key(identity, s, stats.batch_index, versions)
+                pk = plan_key(identity, s, stats.batch_index, versions, stats.content or None)
                 sk = sim_key(pk, s, versions)
                 unit_keys[(index, label, i)] = sk
                 if sk not in tasks:
@@ -146,7 +159,7 @@ def plan_sweep(
         versions=versions,
         points=points,
         specs=specs,
-        baseline=baseline_of(run.planners),
+        baseline=baseline_of(run.planners, run.baseline),
         unit_keys=unit_keys,
         records=records,
         cached=set(records),
@@ -178,6 +191,7 @@ def _stats(batch: Batch) -> BatchStats:
         share_over_128k=sum(1 for n in lengths if n > LONG_SAMPLE) / len(lengths),
         dropped_samples=batch.dropped_samples,
         dropped_tokens=batch.dropped_tokens,
+        content=batch_content(lengths, batch.dropped_samples, batch.dropped_tokens),
     )
 
 

@@ -6,7 +6,11 @@ A unit is one (point, planner spec, batch). Two keys, so that plans outlive simu
   it names: a trace, profile or model file, so editing a file re-keys it), the planner and its
   options, the absolute batch index, and the *planner-side code version*: a hash of every nspsim
   source and data file except ``simulator/``, ``compare/``, ``sweep/`` and ``cli/``, plus the built-in
-  trace data (``traces/``);
+  trace data (``traces/``). Given the batch's content (:func:`batch_content`: its lengths and what
+  ``max_context`` dropped), the key holds that instead of ``max_context``, which only decides which
+  samples a batch keeps: points that differ only in max context share every batch that came out
+  identical (Figure 7's 192K and 384K wikipedia batches all do: no sample above 192K is drawn), so
+  its plan and simulation run once; the row of each point still carries its own batch statistics;
 * simulation key = plan key + the preparation (tree-level recompute, optimised issue order) + the
   simulator mode + the *simulator-side code version*: ``simulator/``, ``compare/`` and
   ``sweep/work.py`` (the unit function).
@@ -114,15 +118,29 @@ def point_key(identity: dict[str, Any]) -> str:
     return digest({"kind": "point", "workload": identity})
 
 
-def plan_key(identity: dict[str, Any], spec: PlannerSpec, batch_index: int, versions: CodeVersions) -> str:
-    """Key of the plan of ``spec``'s planner on batch ``batch_index`` of the workload (module docstring)."""
+def batch_content(lengths: Iterable[int], dropped_samples: int, dropped_tokens: int) -> str:
+    """Digest of a batch's content: its lengths in draw order and what ``max_context`` dropped."""
+    return digest({"kind": "batch", "lengths": list(lengths), "dropped": [dropped_samples, dropped_tokens]})
+
+
+def plan_key(
+    identity: dict[str, Any],
+    spec: PlannerSpec,
+    batch_index: int,
+    versions: CodeVersions,
+    content: str | None = None,
+) -> str:
+    """Key of the plan of ``spec``'s planner on batch ``batch_index`` of the workload; with the batch's
+    ``content`` (:func:`batch_content`) the key holds it in place of ``max_context`` (module docstring)."""
+    workload = identity if content is None else {k: v for k, v in identity.items() if k != "max_context"}
     return digest(
         {
             "kind": "plan",
-            "workload": identity,
+            "workload": workload,
             "planner": spec.planner,
             "options": spec.options,
             "batch_index": batch_index,
+            **({} if content is None else {"batch": content}),
             "code": versions.planner,
         }
     )

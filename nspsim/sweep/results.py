@@ -5,9 +5,10 @@ Rows (``results.parquet``, columns :data:`ROW_COLUMNS`): the point and its key, 
 (compare's rule, :func:`nspsim.compare.baseline_of`), the step time (NaN when out of memory or
 failed) and ``normalized`` = step time / the baseline's on the same batch, the breakdown
 (``bd_<category>``), planning figures, the batch's statistics and whether the unit came from the
-cache. ``static-best`` takes, per point, the fixed degree compare would choose: among the degrees that
-hold every sample and fit in memory on every batch, the least mean step time; a point where none is
-eligible gets static-best rows with that error. A failed unit's row carries the error and NaNs.
+cache. ``static-best`` (and ``static-paper``, the paper's token-packed Static SP) takes, per point,
+the fixed degree compare would choose: among the degrees that hold every sample and fit in memory on
+every batch, the least mean step time; a point where none is eligible gets rows of that label with
+that error. A failed unit's row carries the error and NaNs.
 
 Summary (``summary.parquet`` and ``summary.csv``): per point and planner, ``normalized`` is compare's
 ratio of sums over the batches where both the planner and the baseline ran, ``normalized_min`` /
@@ -27,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nspsim.compare.specs import SWEPT_STATIC
 from nspsim.jsonfile import dumps_json
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sweep.engine import PointInfo, SweepPlan, degree_label
@@ -108,20 +110,20 @@ def workload_columns(config: WorkloadConfig) -> dict[str, Any]:
     return data
 
 
-def static_best(plan: SweepPlan, point: PointInfo) -> tuple[int | None, str]:
-    """The degree static-best takes at ``point`` (compare's rule, module docstring) and a note; ``None``
-    and the reason when no degree is eligible or one of its units failed."""
+def static_best(plan: SweepPlan, point: PointInfo, label: str = "static-best") -> tuple[int | None, str]:
+    """The degree ``label`` (static-best or static-paper) takes at ``point`` (compare's rule, module
+    docstring) and a note; ``None`` and the reason when no degree is eligible or one of its units failed."""
     iters = len(point.batches)
     means: dict[int, float] = {}
     passed: list[str] = []
     for d in point.degrees:
-        keys = [plan.unit_keys[(point.index, degree_label(d), i)] for i in range(iters)]
+        keys = [plan.unit_keys[(point.index, degree_label(d, label), i)] for i in range(iters)]
         failed = next(
             (plan.errors.get(k, "not computed (the sweep was interrupted)") for k in keys if k not in plan.records),
             None,
         )
         if failed is not None:
-            return None, f"static-best: the fixed degree SP{d} failed: {failed}"
+            return None, f"{label}: the fixed degree SP{d} failed: {failed}"
         records = [plan.records[k] for k in keys]
         reason = next((r["ineligible"] for r in records if "ineligible" in r), None)
         oom = [r["batch_index"] for r in records if reason is None and r["oom"]]
@@ -133,19 +135,27 @@ def static_best(plan: SweepPlan, point: PointInfo) -> tuple[int | None, str]:
             continue
         means[d] = float(np.mean([r["step_time_s"] for r in records]))
     if not means:
-        return None, f"static-best: no fixed SP degree runs every batch: {'; '.join(passed)}"
+        return None, f"{label}: no fixed SP degree runs every batch: {'; '.join(passed)}"
     best = min(means, key=lambda d: means[d])
     tried = ", ".join(f"SP{d} {m:.4g} s" for d, m in sorted(means.items()))
     return best, f"fastest fixed degree SP{best} ({tried})" + (f"; not eligible: {'; '.join(passed)}" if passed else "")
+
+
+def swept_degrees(plan: SweepPlan, point: PointInfo) -> dict[str, tuple[int | None, str]]:
+    """:func:`static_best` of every swept label (static-best, static-paper) the sweep runs at ``point``."""
+    if point.error:
+        return {}
+    return {label: static_best(plan, point, label) for label in plan.specs if label in SWEPT_STATIC}
 
 
 def build_rows(plan: SweepPlan) -> list[dict[str, Any]]:
     """Every row (module docstring), in point, planner, iteration order."""
     rows: list[dict[str, Any]] = []
     for point in plan.points:
-        best, note = static_best(plan, point) if "static-best" in plan.specs and not point.error else (None, "")
+        chosen = swept_degrees(plan, point)
         point_rows = []
         for label in plan.spec.run.planners:
+            best, note = chosen.get(label, (None, ""))
             for i in range(plan.spec.run.iters):
                 point_rows.append(_row(plan, point, label, i, best, note))
         base = {r["iteration"]: r["step_time_s"] for r in point_rows if r["planner"] == plan.baseline}
@@ -172,8 +182,8 @@ def _row(plan: SweepPlan, point: PointInfo, label: str, i: int, best: int | None
     }
     key, error = None, point.error
     if not error:
-        if label == "static-best":
-            key = None if best is None else plan.unit_keys[(point.index, degree_label(best), i)]
+        if label in SWEPT_STATIC:
+            key = None if best is None else plan.unit_keys[(point.index, degree_label(best, label), i)]
             error = note if best is None else ""
         else:
             key = plan.unit_keys[(point.index, label, i)]
@@ -263,7 +273,11 @@ def resolved_config(plan: SweepPlan, source: str | None = None) -> dict[str, Any
     """What ``sweep.config.json`` holds: the spec, baseline, code versions and every point."""
     points = []
     for point in plan.points:
-        best, note = static_best(plan, point) if "static-best" in plan.specs and not point.error else (None, "")
+        chosen = swept_degrees(plan, point)
+        best, note = chosen.get("static-best", (None, ""))
+        paper = {}
+        if "static-paper" in chosen:
+            paper = {"static_paper_degree": chosen["static-paper"][0], "static_paper_note": chosen["static-paper"][1]}
         points.append(
             {
                 "point": point.index,
@@ -272,6 +286,7 @@ def resolved_config(plan: SweepPlan, source: str | None = None) -> dict[str, Any
                 "error": point.error,
                 "static_best_degree": best,
                 "static_best_note": note,
+                **paper,
             }
         )
     return {

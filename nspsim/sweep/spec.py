@@ -18,6 +18,7 @@ Form (every table optional except that a sweep needs a workload to start from; a
     first_batch = 0
     mode = "stream"
     planner_options = { flexsp = { time_limit = 10 } }
+    baseline = "static-paper" # optional: the planner to normalise to (compare's --baseline)
 
 Paths (a trace, profile or model file) are relative to the current directory, as the CLI's flags are.
 Everything is checked when the spec is read, before anything runs: an unknown table or key, an empty
@@ -51,7 +52,7 @@ TOKEN_FIELDS = ("tokens_per_batch", "max_context", "token_budget")
 INT_FIELDS = ("gpus", "seed", "spmax")
 STR_FIELDS = ("trace", "model", "cluster", "backend", "profile")
 WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
-RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options")
+RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline")
 TABLES = ("workload", "zip", "axes", "run")
 
 
@@ -64,6 +65,7 @@ class RunSpec:
     first_batch: int = 0
     mode: str = SimMode.STREAM
     planner_options: dict[str, dict[str, Any]] = field(default_factory=lambda: CompareConfig().planner_options)
+    baseline: str | None = None  # None: compare's rule (nspsim.compare.summary.baseline_of)
 
     def __post_init__(self) -> None:
         try:
@@ -81,6 +83,7 @@ class RunSpec:
             first_batch=self.first_batch,
             mode=self.mode,
             timeline_iteration=None,
+            baseline=self.baseline,
         )
 
 
@@ -169,6 +172,7 @@ class SweepSpec:
                 "first_batch": self.run.first_batch,
                 "mode": str(self.run.mode),
                 "planner_options": self.run.planner_options,
+                **({"baseline": self.run.baseline} if self.run.baseline is not None else {}),
             },
         }
 
@@ -253,6 +257,10 @@ def _run(data: dict[str, Any]) -> RunSpec:
         if not isinstance(data["mode"], str):
             raise ValueError(f"[run] mode: a simulation mode name, got {data['mode']!r}")
         kwargs["mode"] = data["mode"]
+    if "baseline" in data:
+        if not isinstance(data["baseline"], str):
+            raise ValueError(f'[run] baseline: a compared planner label, e.g. "static-paper", got {data["baseline"]!r}')
+        kwargs["baseline"] = data["baseline"]
     if "planner_options" in data:
         options = data["planner_options"]
         if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):

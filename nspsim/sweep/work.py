@@ -7,9 +7,10 @@ and returns a :class:`UnitOutcome` (the new plan's JSON when it planned, the sim
 the error), and writes nothing: the driver owns the cache. An exception inside a unit becomes the
 outcome's one-line error, so one bad unit never stops a sweep; ``KeyboardInterrupt`` still does.
 
-A fixed-degree Static unit (``static`` with a ``degree`` option, what ``static-best`` tries on every
-degree) whose degree cannot hold the batch's longest sample has a deterministic answer, recorded as
-``ineligible`` (and cached) rather than as a failure, as compare passes such a degree over.
+A fixed-degree Static unit (``static`` with a ``degree`` option, what ``static-best`` and
+``static-paper`` try on every degree) whose degree cannot hold the batch's longest sample has a
+deterministic answer, recorded as ``ineligible`` (and cached) rather than as a failure, as compare
+passes such a degree over.
 
 Per process, :func:`workload_of` memoises :func:`nspsim.workload.build_workload` by config and
 simulators by (config, mode), so a worker that runs many units of a point builds them once.

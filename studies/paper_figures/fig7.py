@@ -1,10 +1,14 @@
 """Figure 7 of the NSP paper: end-to-end step time of every strategy, both Qwen3 MoE models x 192K /
-384K max context x the three traces, normalised to ``static-best`` per configuration.
+384K max context x the three traces, normalised per configuration to the paper's Static SP.
 
 The sweep is ``studies/sweeps/fig7.toml`` (one spec: the model and its cluster are a zip, crossed with
-context and trace; 64 GPUs, 2M tokens per batch; 20 batches, ``--quick`` 1). ``static-best`` is
-compare's baseline: the load-balanced fixed-degree Static SP whose degree is the fastest over the
-configuration's batches (the paper's Static SP). Each bar is compare's ratio of sums over the batches;
+context and trace; 64 GPUs, 2M tokens per batch; 20 batches, ``--quick`` 1). The baseline is
+``static-paper`` whenever the sweep runs it (the spec names it, ``[run] baseline``; a spec without it
+gets it here): the paper's Static SP, the fixed degree fastest over the configuration's batches with
+samples packed by tokens as the FlexSP artifact packs its static baseline
+(:mod:`nspsim.planners.token_packing`). ``static-best``, the same sweep with load-balanced packing,
+stays as the stronger variant; a spec without static-paper is normalised to it, as compare does.
+Each bar is compare's ratio of sums over the batches;
 its whisker the per-batch min-max. Beside ours, per (model, context) panel, the paper's decoded bar
 groups (values high; which panel a group belongs to is a low-confidence reading, and the panel's
 traces are not named, so they stand as one "paper" category). Trade-off: a panel's paper values are
@@ -44,8 +48,10 @@ SPEC_PATH = Path(__file__).resolve().parents[1] / "sweeps" / "fig7.toml"
 FULL_ITERS = 20
 QUICK_ITERS = 1
 QUICK_CONTEXT = 384 * 1024
-PLANNERS = ("static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
+PLANNERS = ("static-paper", "static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
+PAPER_BASELINE = "static-paper"
 COLORS = {
+    "static-paper": "#525252",
     "static-best": "#7f7f7f",
     "static": "#bcbd22",
     "flexsp": "#1f77b4",
@@ -54,10 +60,22 @@ COLORS = {
     "nsp": "#d62728",
 }
 PAPER_X = "paper (decoded)"
-BASELINE_TEXT = (
-    "normalised per configuration to static-best: compare's load-balanced fixed-degree Static SP at the degree "
-    "fastest over the configuration's batches (the paper's Static SP)"
-)
+BASELINE_TEXTS = {
+    "static-paper": (
+        "normalised per configuration to static-paper, the paper's Static SP: the fixed degree fastest over the "
+        "configuration's batches, samples packed by tokens as the FlexSP artifact packs its static baseline "
+        "(static-best: the same with load-balanced packing)"
+    ),
+    "static-best": (
+        "normalised per configuration to static-best: compare's load-balanced fixed-degree Static SP at the degree "
+        "fastest over the configuration's batches (the sweep has no static-paper, the paper's token-packed one)"
+    ),
+}
+
+
+def baseline_text(baseline: str) -> str:
+    """What the figure says it is normalised to."""
+    return BASELINE_TEXTS.get(baseline, f"normalised per configuration to {baseline}")
 
 
 def build_spec(quick: bool, path: Path | None = None) -> SweepSpec:
@@ -65,18 +83,23 @@ def build_spec(quick: bool, path: Path | None = None) -> SweepSpec:
     batch of the 384K configurations only (the same units as the full run's, planners unchanged: one
     batch of all 12 costs ~160 CPU-s, mostly FlexSP's MILP solves)."""
     spec = load_spec(path or SPEC_PATH)
+    run = spec.run
+    if run.baseline is None and PAPER_BASELINE in run.planners:
+        run = replace(run, baseline=PAPER_BASELINE)
     if not quick:
-        return replace(spec, run=replace(spec.run, iters=FULL_ITERS), name=NAME)
+        return replace(spec, run=replace(run, iters=FULL_ITERS), name=NAME)
     axes = dict(spec.axes)
     if "max_context" in axes:
         axes["max_context"] = tuple(c for c in axes["max_context"] if c == QUICK_CONTEXT) or axes["max_context"][-1:]
-    return replace(spec, axes=axes, run=replace(spec.run, iters=QUICK_ITERS), name=NAME)
+    return replace(spec, axes=axes, run=replace(run, iters=QUICK_ITERS), name=NAME)
 
 
 def configurations(run: SweepRun) -> list[dict[str, Any]]:
-    """Per (model, context, trace) configuration: static-best's degree and step, every planner's
-    normalised time (ratio of sums) with its per-batch spread, and the paper's panel values."""
-    degrees = {p["point"]: p["static_best_degree"] for p in _points(run)}
+    """Per (model, context, trace) configuration: static-best's and static-paper's degrees, every
+    planner's normalised time (ratio of sums) with its per-batch spread, and the paper's panel values."""
+    points = _points(run)
+    degrees = {p["point"]: p["static_best_degree"] for p in points}
+    paper_degrees = {p["point"]: p.get("static_paper_degree") for p in points}
     out = []
     for point, summary in run.summary.groupby("point", sort=True):
         first = summary.iloc[0]
@@ -100,7 +123,9 @@ def configurations(run: SweepRun) -> list[dict[str, Any]]:
                 "cluster": first["cluster"],
                 "max_context": int(first["max_context"]),
                 "trace": first["trace"],
+                "baseline": first["baseline"],
                 "static_best_degree": degrees.get(int(point)),
+                "static_paper_degree": paper_degrees.get(int(point)),
                 "planners": planners,
                 "nsp_vs_flexsp": flex / nsp if flex and nsp and math.isfinite(flex / nsp) else math.nan,
                 "paper_groups": groups,
@@ -131,7 +156,7 @@ def paper_panel(model: str, max_context: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-def figure(configs: list[dict[str, Any]], batches: int) -> go.Figure:
+def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BASELINE) -> go.Figure:
     """Four panels (model x context): bars of normalised step time per trace and planner, min-max
     whiskers over the batches, and the paper's decoded panel values (hatched, mean with range)."""
     panels = sorted({(c["model"], c["max_context"]) for c in configs}, key=lambda mc: (mc[1], mc[0]))
@@ -155,7 +180,7 @@ def figure(configs: list[dict[str, Any]], batches: int) -> go.Figure:
                 minus.append(y - sp["min"] if math.isfinite(y) and math.isfinite(sp["min"]) else 0)
                 patterns.append("")
                 texts.append(f"{planner} {c['trace']}: {fmt(y)} (batches {fmt(sp['min'])}-{fmt(sp['max'])})")
-            decoded = paper.get(planner, {}).get("normalized") or ([1.0] if planner == "static-best" else [])
+            decoded = paper.get(planner, {}).get("normalized") or ([1.0] if planner == baseline else [])
             if decoded:
                 mean = sum(decoded) / len(decoded)
                 xs.append(PAPER_X)
@@ -182,7 +207,7 @@ def figure(configs: list[dict[str, Any]], batches: int) -> go.Figure:
                 col=col,
             )
         fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1}, row=row, col=col)
-    fig.update_yaxes(title_text="step time / static-best", range=[0.5, 1.15], col=1)
+    fig.update_yaxes(title_text=f"step time / {baseline}", range=[0.5, 1.15], col=1)
     fig.update_layout(
         barmode="group",
         height=170 + 380 * n_rows,
@@ -190,9 +215,9 @@ def figure(configs: list[dict[str, Any]], batches: int) -> go.Figure:
         margin={"t": 130},
         title={
             "text": (
-                "NSP paper Figure 7: step time normalised to static-best, per configuration<br><sup>static-best = "
-                "compare's load-balanced fixed-degree Static SP at the degree fastest over the batches (the paper's "
-                f"Static SP); bars: ratio of sums over {batches} batch(es), whiskers: per-batch min-max<br>hatched: "
+                f"NSP paper Figure 7: step time normalised to {baseline}, per configuration<br><sup>"
+                f"{baseline_text(baseline)}; bars: ratio of sums over {batches} batch(es), whiskers: per-batch "
+                "min-max<br>hatched: "
                 f"{PAPER_SOURCE.format(n=7)}: the panel's bar groups as 1/speedup (mean, range; values high, "
                 "panel mapping low)</sup>"
             ),
@@ -203,20 +228,22 @@ def figure(configs: list[dict[str, Any]], batches: int) -> go.Figure:
     return fig
 
 
-def tables(configs: list[dict[str, Any]], batches: int) -> list[str]:
-    """Ours per configuration, then the paper's decoded groups per panel."""
-    header = ["model, context, trace", "static-best step (s), degree", *PLANNERS[1:], "NSP speedup", "NSP vs FlexSP"]
+def tables(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BASELINE) -> list[str]:
+    """Ours per configuration (the baseline's step and degree first), then the paper's decoded groups
+    per panel."""
+    others = [p for p in PLANNERS if p != baseline]
+    header = ["model, context, trace", f"{baseline} step (s), degree", *others, "NSP speedup", "NSP vs FlexSP"]
+    degree_key = {"static-best": "static_best_degree", "static-paper": "static_paper_degree"}.get(baseline, "")
     body = []
     for c in configs:
         p = c["planners"]
-        best = p.get("static-best", {})
+        base = p.get(baseline, {})
+        degree = c.get(degree_key)
         cells = [
             f"{c['model']}, {format_tokens(c['max_context'])}, {c['trace']}",
-            f"{fmt(best.get('mean_step_time_s'), '.2f')}, SP{c['static_best_degree']}"
-            if c["static_best_degree"]
-            else "-",
+            f"{fmt(base.get('mean_step_time_s'), '.2f')}" + (f", SP{degree}" if degree else ""),
         ]
-        for planner in PLANNERS[1:]:
+        for planner in others:
             q = p.get(planner)
             sp = q["spread"] if q else {"min": math.nan, "max": math.nan}
             cells.append(f"{fmt(q['normalized'])} [{fmt(sp['min'], '.2f')}-{fmt(sp['max'], '.2f')}]" if q else "-")
@@ -226,7 +253,8 @@ def tables(configs: list[dict[str, Any]], batches: int) -> list[str]:
     ours = html_table(
         header,
         body,
-        f"Ours: {BASELINE_TEXT}; each cell is the ratio of sums over {batches} batch(es) [per-batch min-max].",
+        f"Ours: {baseline_text(baseline)}; each cell is the ratio of sums over {batches} batch(es) "
+        "[per-batch min-max].",
     )
     paper_rows = []
     for g in range(1, 13):
@@ -252,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     run = run_spec(spec, args.out, jobs=args.jobs)
     configs = configurations(run)
     batches = spec.run.iters
+    baseline = run.plan.baseline
     data = {
         "figure": 7,
-        "baseline": "static-best",
-        "baseline_note": BASELINE_TEXT,
+        "baseline": baseline,
+        "baseline_note": baseline_text(baseline),
         "batches": batches,
         "configurations": configs,
         "paper": {
@@ -276,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         NAME,
         run,
-        figure(configs, batches),
-        tables(configs, batches),
+        figure(configs, batches, baseline),
+        tables(configs, batches, baseline),
         data,
         {"quick": args.quick, "iters": batches},
     )

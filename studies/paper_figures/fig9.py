@@ -103,7 +103,7 @@ def routing(run: SweepRun, cache: Cache) -> dict[str, list[dict[str, dict[str, i
         spec = plan.specs[label]
         per_batch = []
         for stats in point.batches:
-            text = cache.plan_text(plan_key(identity, spec, stats.batch_index, plan.versions))
+            text = cache.plan_text(plan_key(identity, spec, stats.batch_index, plan.versions, stats.content or None))
             if text is None:
                 raise ValueError(
                     f"{label} batch {stats.batch_index}: no cached plan (the unit failed; see the sweep's rows)"

@@ -115,6 +115,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         mode=args.mode,
         planner_options={"flexsp": {"time_limit": args.flexsp_time_limit}},
         timeline_iteration=0 if args.output is not None else None,
+        baseline=args.baseline,
     )
     path = None
     if args.output is not None:
@@ -229,7 +230,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--planners",
         default=None,
         help="comma-separated planner specs (default: static-best and every registered main planner); "
-        f"also static-<d>, the ablations {', '.join(ABLATIONS)}, and options as name:key=value+key=value",
+        f"also static-<d>, static-paper (the paper's Static SP: token packing), the ablations "
+        f"{', '.join(ABLATIONS)}, and options as name:key=value+key=value",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="LABEL",
+        help="the compared planner to normalise to, e.g. static-paper (default: static-best if compared, else "
+        "static-paper, else static, else the first planner)",
     )
     p.add_argument(
         "--flexsp-time-limit",
