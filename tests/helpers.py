@@ -19,6 +19,7 @@ TOY_GPU = GpuSpec(
     attn_bwd_flops=0.5e12,
     hbm_bytes=1e9,
     hbm_bw=1e11,
+    gemm_tile_rows=1,  # no tile padding: non-attention time exactly linear in tokens
 )
 
 

@@ -92,19 +92,28 @@ def model_workload(
 
 
 def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> float:
-    """What NSP's final choice minimises for a single-pass plan: its proxy Load, or on a memory-bound
-    batch Load plus estimated recomputation (nspsim.planners.remat_estimate) under ``wl``'s memory,
-    with the cost table built at NSP's routing ``budget`` (default B_tok) as NSP builds it."""
+    """What NSP's final choice minimises: its proxy Load, or on a memory-bound batch the summed
+    recompute-aware step estimate of its micro-batches (Load plus the recomputation the tree marking
+    implies, with FSDP floors; nspsim.planners.nsp_planner.recompute_aware_estimate) under ``wl``'s
+    memory, the cost table built at ``budget`` (default B_tok; no cost depends on it)."""
+    from nspsim.planners.base import Context, estimate_of
     from nspsim.planners.proxy import CostTable
-    from nspsim.planners.remat_estimate import remat_aware_load
+    from nspsim.planners.remat_estimate import remat_per_gpu, selected_loads
     from nspsim.planners.token_balance import is_memory_bound
 
-    lengths, degrees, firsts, _ = plan.arrays
+    lengths, degrees, firsts, mbs = plan.arrays
     if not is_memory_bound(wl, int(np.sum(lengths))):
         return float(plan.metadata["load_s"])
     table = CostTable(wl.cost, wl.tree, lengths, wl.token_budget if budget is None else budget)
-    select = np.arange(table.num_samples)
-    return remat_aware_load(table, wl.memory, wl.cost, select, degrees[table.order], firsts[table.order])
+    ctx = Context(batch=batch_of([int(x) for x in lengths]), workload=wl, table=table)
+    deg, first, mb = degrees[table.order], firsts[table.order], mbs[table.order]
+    total = 0.0
+    for m in range(plan.num_micro_batches):
+        select = np.flatnonzero(mb == m).astype(np.int64)
+        loads = selected_loads(table, select, deg[select], first[select])
+        extra = remat_per_gpu(table, wl.memory, wl.cost, select, deg[select], first[select], loads.tokens)
+        total += estimate_of(ctx, loads, extra)
+    return total
 
 
 def static_scores(lengths: Sequence[int], packing: Workload, scoring: Workload, budget: int) -> list[float]:

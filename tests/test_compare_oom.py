@@ -225,10 +225,12 @@ def test_a_token_budget_above_memory_warns_and_a_run_with_no_result_exits_1(
 ) -> None:
     """The issue's case: --token-budget 2G on Qwen3-235B/H200 exited 0 with "OOM 1/1" and 0.0% shares
     everywhere and a report that did not say so. Now: a warning, "-" shares, a NO RESULT line, a
-    banner in the report, and exit status 1."""
+    banner in the report, and exit status 1. (NSP is not among the planners: on a memory-bound batch
+    its token-balance ratio caps the tokens per GPU whatever the budget, so it finds a plan that fits.)"""
     report = tmp_path / "r.html"
     argv = ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--tokens-per-batch", "4M", "--token-budget", "2G"]
-    code = main(["compare", *argv, "--iters", "1", "--planners", "static,nsp", "--quiet", "-o", str(report)])
+    planners = "static,static:degree=32"
+    code = main(["compare", *argv, "--iters", "1", "--planners", planners, "--quiet", "-o", str(report)])
     out, err = capsys.readouterr()
     assert code == EXIT_ALL_OUT_OF_MEMORY == 1
     lines = err.splitlines()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from helpers import toy_cluster, toy_cost, toy_model
+from helpers import TOY_GPU, toy_cluster, toy_cost, toy_model
+from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.backends import BACKENDS, COSTS, SPBackend, backend_cost
 from nspsim.cost.comm import alltoall_traffic, ring_collective_traffic, ring_traffic
 from nspsim.cost.interface import CostModel
 from nspsim.cost.profile import LengthTable, Profile
+from nspsim.specs.model import ModelSpec, MoESpec
 from nspsim.specs.training import TrainingSpec
 
 L = np.array([1000])
@@ -93,6 +96,35 @@ def test_non_attention_dense() -> None:
     assert c.fwd_compute == pytest.approx(4.096e-5)
     assert c.bwd_compute == pytest.approx(2 * 4.096e-5 + 2 * 3 * 64 * 128 * 1000 / 2e12)
     assert c.fwd_comm == 0 and c.bwd_comm == 0
+
+
+def test_tile_padding_is_half_a_tile_per_gemm_and_per_local_expert() -> None:
+    # Tiles of 129 rows waste 64 rows per GEMM on average.
+    gpu = replace(TOY_GPU, gemm_tile_rows=129)
+    dense = replace(toy_cost(), cluster=replace(toy_cluster(), gpu=gpu))
+    c = dense.non_attention(1000)
+    assert c.fwd_compute == pytest.approx((1000 + 64) * 81_920 / 2e12)
+    ffn = 2 * 3 * 64 * 128
+    assert c.bwd_compute == pytest.approx((1000 + 64) * (2 * 81_920 + ffn) / 2e12)
+    # MoE: 8 experts over EP 2 = 4 local experts, each with a ragged last tile per GEMM; the router
+    # and attention projections are dense GEMMs (one ragged tile each).
+    moe = ModelSpec(
+        name="toy-moe", num_layers=1, hidden=64, num_heads=4, num_kv_heads=4, head_dim=16, vocab=10,
+        qk_norm=False, moe=MoESpec(num_experts=8, top_k=2, expert_ffn=32),
+    )  # fmt: skip
+    cost = AnalyticCostModel(
+        model=moe,
+        cluster=replace(toy_cluster(), gpu=gpu),
+        training=TrainingSpec(expert_parallel=2),
+        moe_gemm_efficiency=1.0,
+    )
+    expert, router, attn = 2 * 3 * 64 * 32, 2 * 64 * 8, 2 * (64 * 64 + 2 * 64 * 64 + 64 * 64)
+    fwd_pad, bwd_pad = cost.tile_padding_flops()
+    assert fwd_pad == pytest.approx(64 * (attn + router + 4 * expert))
+    assert bwd_pad == pytest.approx(64 * (2 * (attn + router + 4 * expert) + 4 * expert))
+    no_pad = replace(cost, cluster=replace(toy_cluster(), gpu=TOY_GPU))
+    assert cost.non_attention(500).fwd_compute - no_pad.non_attention(500).fwd_compute == pytest.approx(fwd_pad / 2e12)
+    assert cost.non_attention(0).fwd_compute == 0.0  # a GPU without tokens runs no GEMM
 
 
 def test_fsdp_ring_over_hosts() -> None:

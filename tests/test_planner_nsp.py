@@ -81,7 +81,7 @@ def test_scores_equal_the_critical_load_after_each_placement(lookahead: bool) ->
         cost, latency = level_cost[layout.level_of], level_latency[layout.level_of]
         length, budget, rest = int(rng.integers(1, 300)), 150.0, float(rng.uniform(0, 50))
         item = Placing(length, level_cost, level_latency, rest)
-        score, added, new_block, delta, feasible = _scores(beam, item, layout, budget, True, lookahead)
+        score, added, new_block, delta, feasible, _ = _scores(beam, item, layout, budget, True, lookahead)
         for s in range(beam.size):
             for u in range(layout.size):
                 d, f = int(layout.degree[u]), int(layout.first[u])

@@ -13,7 +13,8 @@ process CPU time, which other processes on a shared machine disturb less. Buildi
 and evaluating the metadata is the contract's cost, the same for every planner, and is excluded.
 
 Step estimate (used to choose micro-batch counts and the static degree): per micro-batch,
-``max(max_p D_fwd, layers * allgather) + max(max_p D_bwd, layers * (allgather + reduce_scatter))``:
+``max(max_p D_fwd, layers * allgather) + max(max_p D_bwd, layers * (allgather + reduce_scatter))``
+plus the cost model's fixed cost per micro-batch (``micro_batch_overhead``):
 FSDP collectives are hidden behind a pass's compute when it is longer, and every extra micro-batch
 repeats them (the NSP paper's main argument against micro-batching). It ignores overlap inside a pass,
 which the simulator models.
@@ -180,12 +181,15 @@ def micro_batch_estimate(ctx: Context, degrees: IntArray, firsts: IntArray, mask
     return estimate_of(ctx, ctx.table.evaluate(degrees, firsts, mask))
 
 
-def estimate_of(ctx: Context, loads: ProxyLoad) -> float:
-    """:func:`micro_batch_estimate` of one micro-batch's already evaluated proxy stage times."""
-    fsdp = ctx.workload.cost.fsdp()
-    layers = ctx.workload.cost.num_layers
-    gather, bwd_comm = layers * fsdp.allgather, layers * (fsdp.allgather + fsdp.reduce_scatter)
-    return max(float(loads.d_fwd.max()), gather) + max(float(loads.d_bwd.max()), bwd_comm)
+def estimate_of(ctx: Context, loads: ProxyLoad, remat: npt.NDArray[np.float64] | None = None) -> float:
+    """:func:`micro_batch_estimate` of one micro-batch's already evaluated proxy stage times, plus the
+    cost model's fixed cost per micro-batch; ``remat`` (seconds per GPU) adds recomputation to the
+    backward stage (:mod:`nspsim.planners.remat_estimate`)."""
+    cost = ctx.workload.cost
+    fsdp = cost.fsdp()
+    gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
+    bwd = loads.d_bwd if remat is None else loads.d_bwd + remat
+    return max(float(loads.d_fwd.max()), gather) + max(float(bwd.max()), bwd_comm) + cost.micro_batch_overhead()
 
 
 def static_floor(ctx: Context, samples: IntArray, degree: int) -> float:

@@ -13,6 +13,15 @@ all levels together (nodes laid out level by level, largest degree first):
 * a candidate is feasible if ``blockmax(T)_u + L_j / d <= B_tok``, L_j fits the degree, and, with
   the monotone-SP option, d is no larger than the degree of the state's previous (longer) sample.
 
+Recompute-aware scoring (memory-bound batches, ``Placing.memory`` given): a state also carries the
+attention bytes per GPU its placed samples keep, in placement order (longest first, so roughly the
+executor's roots-first marking, :mod:`nspsim.execution.recompute`). Placing j on u keeps its attention
+if ``blockmax(saved)_u + bytes_j(d)`` fits the free bytes (activation capacity minus the routing
+budget's base activations, what every GPU has once it is filled to the budget); otherwise the sample
+will rerun its attention in backward, so delta gains its recompute pass on u. States are then
+scored with the recomputation they imply, and the search prefers a node whose memory can still keep
+the sample (a larger degree, or a less crowded subtree) when that is cheaper than recomputing.
+
 The w feasible candidates with the smallest *score* survive. The score is the critical load
 max_p C'_p, as in the paper; with ``lookahead`` it is max(max_p C'_p, (sum_p C'_p + R) / P), where R
 is the remaining samples' cost on single GPUs: the load every GPU must at least reach once the rest
@@ -84,23 +93,26 @@ def node_layout(num_gpus: int, levels: tuple[int, ...]) -> NodeLayout:
 @dataclass
 class Beam:
     """S states over P GPUs; ``idle`` is (S, nodes), True where a node has no sample yet;
-    ``steps`` hold (parent, node) per placed sample."""
+    ``steps`` hold (parent, node) per placed sample; ``saved`` (S, P) the attention bytes kept per GPU
+    (recompute-aware search only, else ``None``)."""
 
     loads: FloatArray
     tokens: FloatArray
     idle: BoolArray
     last_degree: IntArray
     steps: list[tuple[IntArray, IntArray]]
+    saved: FloatArray | None = None
 
     @staticmethod
-    def empty(num_gpus: int, layout: NodeLayout) -> Beam:
-        """The single empty state (nothing placed)."""
+    def empty(num_gpus: int, layout: NodeLayout, track_memory: bool = False) -> Beam:
+        """The single empty state (nothing placed); ``track_memory`` for the recompute-aware search."""
         return Beam(
             np.zeros((1, num_gpus)),
             np.zeros((1, num_gpus)),
             np.ones((1, layout.size), dtype=bool),
             np.full(1, max(layout.levels), dtype=np.int64),
             [],
+            np.zeros((1, num_gpus)) if track_memory else None,
         )
 
     @property
@@ -119,14 +131,27 @@ class Beam:
 
 
 @dataclass(frozen=True)
+class SampleMemory:
+    """One prefix sample's memory side, per level (layout order): attention bytes each GPU of the
+    node keeps if it is saved, the recompute pass each GPU runs if it is not; and the free bytes
+    per GPU for saved attention."""
+
+    attn_bytes: FloatArray
+    remat: FloatArray
+    free: float
+
+
+@dataclass(frozen=True)
 class Placing:
     """One prefix sample: its length, per-GPU cost per level (layout order), latency per level,
-    and the single-GPU cost of the samples after it (for the lookahead)."""
+    the single-GPU cost of the samples after it (for the lookahead) and, for the recompute-aware
+    search, its :class:`SampleMemory`."""
 
     length: int
     cost: FloatArray
     latency: FloatArray
     rest: float
+    memory: SampleMemory | None = None
 
     def per_node(self, layout: NodeLayout, budget: float) -> tuple[FloatArray, FloatArray, BoolArray | None]:
         """Per node: cost if active, cost if idle, fits in memory (``None``: every node fits)."""
@@ -160,11 +185,22 @@ def _token_feasible(beam: Beam, item: Placing, layout: NodeLayout, budget: float
     return out
 
 
+def _kept(beam: Beam, item: Placing, layout: NodeLayout) -> BoolArray | None:
+    """(S, nodes): whether the sample's attention still fits the free bytes of every rank of the node
+    (``None`` outside the recompute-aware search)."""
+    if item.memory is None or beam.saved is None:
+        return None
+    mem = item.memory
+    out: BoolArray = _block_max(beam.saved, layout) + mem.attn_bytes[layout.level_of] <= mem.free
+    return out
+
+
 def _scores(
     beam: Beam, item: Placing, layout: NodeLayout, budget: float, monotone: bool, lookahead: bool
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray | None]:
-    """Per (state, node): score, total work added / P, new block max, delta and feasibility (the
-    last possibly (nodes,) when it is the same for every state, ``None`` when everything is feasible).
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray | None, BoolArray | None]:
+    """Per (state, node): score, total work added / P, new block max, delta, feasibility (possibly
+    (nodes,) when it is the same for every state, ``None`` when everything is feasible) and whether
+    the sample's attention is kept (``None`` outside the recompute-aware search).
 
     The critical load after adding delta to node u is ``max(M, blockmax_u + delta)`` with M the
     state's current maximum: if u holds the critical GPU its block max is M and the sum dominates
@@ -172,6 +208,9 @@ def _scores(
     """
     cost, cost_idle, fits = item.per_node(layout, budget)
     delta = np.where(beam.idle, cost_idle, cost)
+    kept = _kept(beam, item, layout)
+    if kept is not None and item.memory is not None:
+        delta += np.where(kept, 0.0, item.memory.remat[layout.level_of])
     new_block = _block_max(beam.loads, layout)
     new_block += delta
     score = np.maximum(beam.loads.max(axis=1)[:, None], new_block)
@@ -189,7 +228,7 @@ def _scores(
     tokens = _token_feasible(beam, item, layout, budget)
     if tokens is not None:
         feasible = tokens if feasible is None else feasible & tokens
-    return score, added, new_block, delta, feasible
+    return score, added, new_block, delta, feasible, kept
 
 
 def _distinct_order(keys: tuple[FloatArray, FloatArray, FloatArray], pool: IntArray, width: int) -> IntArray:
@@ -251,20 +290,28 @@ def expand(
 ) -> Beam | None:
     """The beam after placing ``item`` every feasible way and keeping the ``width`` best distinct
     states; ``None`` if no state can place it."""
-    score, total, new_block, delta, feasible = _scores(beam, item, layout, budget, monotone, lookahead)
+    score, total, new_block, delta, feasible, kept = _scores(beam, item, layout, budget, monotone, lookahead)
     picked = _select(score, total, new_block, feasible, width)
     if picked is None:
         return None
     parent, node = picked
     added = delta[parent, node]
+    saved = beam.saved
     if parent.size == beam.size and bool((parent == np.arange(parent.size)).all()):
         loads, tokens, idle = beam.loads, beam.tokens, beam.idle  # every state kept once, in order: in place
     else:
         loads, tokens, idle = beam.loads[parent], beam.tokens[parent], beam.idle[parent]
+        saved = None if saved is None else saved[parent]
     for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
         d, f = int(layout.degree[u]), int(layout.first[u])
         loads[i, f : f + d] += dl
         tokens[i, f : f + d] += item.length / d
+    if saved is not None and kept is not None and item.memory is not None:
+        keep = kept[parent, node]
+        for i, u in enumerate(node.tolist()):
+            if keep[i]:
+                d, f = int(layout.degree[u]), int(layout.first[u])
+                saved[i, f : f + d] += item.memory.attn_bytes[layout.level_of[u]]
     idle[np.arange(node.size), node] = False
     beam.steps.append((parent, node))  # the parent beam is discarded: its arrays and list are reused
-    return Beam(loads, tokens, idle, layout.degree[node], beam.steps)
+    return Beam(loads, tokens, idle, layout.degree[node], beam.steps, saved)

@@ -40,11 +40,27 @@ than the best one-pass static Load *under the same routing budget*. (Seeding wit
 the full B_tok would let the Load comparison undo the balance the ratio asks for: the Load proxy is
 what cannot see the recomputation that token imbalance causes.)
 
-Memory-bound final choice (:mod:`nspsim.planners.remat_estimate`): on a memory-bound batch every
-static seed competes (no Load-floor pruning) and the final candidate is the one with the least Load
-plus estimated tree-level recomputation, not the least Load; there the guarantee holds on that
-estimate. Compute-bound batches keep the Load choice and the Load guarantee. ``remat_aware=False``
-(with ``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
+Memory-bound batches (``remat_aware``, full proxy; the mean tokens per GPU exceed what fits with
+all attention kept), three changes, each measured on Qwen3-235B-A22B / 64 H200s (docs/planners.md):
+
+* recompute-aware beam (:mod:`nspsim.planners.beam`): every state tracks the attention bytes its
+  placed samples keep per GPU, and a placement whose attention no longer fits the free bytes under
+  the routing budget adds its recompute pass to the node. The paper keeps routing recompute-blind
+  ("the Planner need not be made recompute-aware"); with our memory model (attention of every
+  sample at 32K tokens per GPU does not fit, 20K does) the blind beam put 28-35K-token samples on
+  degree-1 and degree-2 nodes that then recomputed, and lost to its own static seeds;
+* the final choice among the beam's plan and the static seeds minimises the recompute-aware step
+  estimate (Load plus the recomputation the executor's tree marking would do, with FSDP floors,
+  :func:`recompute_aware_estimate`); there the "never worse than the best static seed" guarantee
+  is stated on that estimate, not on Load;
+* the micro-batch count: the batch is also routed as m = memory minimum .. +``EXTRA_MICRO_BATCHES``
+  token-split micro-batches (each under the whole batch's token-balance ratio over its own tokens)
+  and the count with the least summed estimate wins; a count whose parts are no longer memory-bound
+  ends the sweep, since more would only repeat FSDP collectives and fixed costs. The paper runs one
+  pass; a second micro-batch is NSP's own cost-model decision here, as it is FlexSP's.
+
+Compute-bound batches keep the Load choice and the Load guarantee. ``remat_aware=False`` (with
+``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
 
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
 one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
@@ -53,7 +69,7 @@ micro-batches that work (token-balanced) and each is routed alone - an extension
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -67,24 +83,27 @@ from nspsim.planners.base import (
     Preparation,
     Stopwatch,
     check_count_option,
+    estimate_of,
     finish,
     make_context,
     static_floor,
 )
-from nspsim.planners.beam import Beam, NodeLayout, Placing, expand, node_layout
+from nspsim.planners.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
-from nspsim.planners.remat_estimate import remat_aware_load
+from nspsim.planners.remat_estimate import remat_per_gpu, selected_loads
 from nspsim.planners.static_planner import pack_single_pass
 from nspsim.planners.tail import TreeStates, complete
-from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound
+from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
 AUTO_PREFIX_SHARE = 0.25
 AUTO_PREFIX_SHARE_LARGE = 0.35  # above AUTO_WIDE_BEAM_MAX_GPUS
 AUTO_WIDE_BEAM_MAX_GPUS = 256
+EXTRA_MICRO_BATCHES = 2
+"""Micro-batch counts a memory-bound batch tries beyond its memory minimum (module doc)."""
 MAX_BEAM_WIDTH = 64
 """Widest explicit ``beam_width`` (module doc): under a second for a 2M-token batch on 64 GPUs, about
 4 s for a 32M-token batch on 1024 (whole ``nspsim plan`` runs)."""
@@ -166,6 +185,8 @@ class NSPPlanner:
     def _route_batch(self, ctx: Context, search: CostTable) -> Placement:
         n = ctx.table.num_samples
         m = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
+        if self._recompute_aware(ctx, ctx.table.lengths):
+            return self._memory_bound_batch(ctx, search, m)
         while True:
             parts = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.budget)
             routes = [self.route(ctx, search, part) for part in parts]
@@ -173,14 +194,57 @@ class NSPPlanner:
                 return _assemble(n, parts, routes)
             m += 1
 
+    def _recompute_aware(self, ctx: Context, lengths: IntArray) -> bool:
+        """Whether samples of ``lengths`` are routed recompute-aware: a memory-bound pass under the full proxy."""
+        return self.remat_aware and self.proxy == "full" and is_memory_bound(ctx.workload, int(lengths.sum()))
+
+    def _memory_bound_batch(self, ctx: Context, search: CostTable, first: int) -> Placement:
+        """Memory-bound batch: route it as ``first`` .. ``first + EXTRA_MICRO_BATCHES`` token-split
+        micro-batches (each under its own token-balance budget) and keep the count with the least
+        recompute-aware step estimate (module doc); stop adding micro-batches once a part is no
+        longer memory-bound (more would only repeat FSDP and fixed costs)."""
+        n = ctx.table.num_samples
+        best: tuple[float, list[IntArray], list[Route | None]] | None = None
+        m = first
+        while m <= first + EXTRA_MICRO_BATCHES or best is None:
+            parts = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget)
+            routed = [self._route_part(ctx, search, part) for part in parts]
+            if all(r is not None for r, _ in routed):
+                estimate = sum(e for _, e in routed)
+                if best is None or estimate < best[0]:
+                    best = (estimate, parts, [r for r, _ in routed])
+                if not any(self._recompute_aware(ctx, ctx.table.lengths[part]) for part in parts):
+                    break
+            m += 1
+            if m > n:
+                break
+        if best is None:
+            raise ValueError("NSP found no routing of the batch under its token budget")
+        return _assemble(n, best[1], best[2])
+
+    def _route_part(self, ctx: Context, search: CostTable, part: IntArray) -> tuple[Route | None, float]:
+        """One micro-batch of a memory-bound batch under its own routing budget (the whole batch's
+        token-balance ratio over the part's tokens); its route and recompute-aware step estimate
+        (``inf`` when it cannot be routed)."""
+        lengths = tuple(int(x) for x in ctx.table.lengths[part])
+        ratio = resolved_ratio(self.token_balance_ratio, ctx.workload, int(ctx.table.lengths.sum()))
+        budget = effective_budget("off" if ratio is None else ratio, ctx.workload, lengths)
+        part_ctx = replace(ctx, table=ctx.table.with_budget(budget))
+        part_search = part_ctx.table if search is ctx.table else search.with_budget(budget)
+        route = self.route(part_ctx, part_search, part)
+        if route is None:
+            return None, np.inf
+        return route, recompute_aware_estimate(part_ctx, part, route)
+
     def route(self, ctx: Context, search: CostTable, select: IntArray) -> Route | None:
         """Route the selected sorted samples in one pass, or ``None`` if no state keeps B_tok."""
         levels = self.levels(ctx.workload)
         layout = node_layout(ctx.num_gpus, levels)
         k = prefix_size(search, select, levels, self.prefix_k)
-        candidates = _beam_routes(search, select, layout, k, self)
+        bound = self._recompute_aware(ctx, ctx.table.lengths[select])
+        memory = _prefix_memory(ctx, search, select[:k], layout) if bound else None
+        candidates = _beam_routes(search, select, layout, k, self, memory)
         if self.seed_static and self.proxy == "full":
-            bound = self.remat_aware and is_memory_bound(ctx.workload, int(ctx.table.lengths[select].sum()))
             # Load-floor pruning is only valid when Load decides; on memory-bound batches every seed competes.
             beaten = np.inf if bound else min((r.load for r in candidates), default=np.inf)
             candidates += _static_routes(ctx, select, levels, beaten)
@@ -225,25 +289,55 @@ def prefix_share(num_gpus: int) -> float:
     return AUTO_PREFIX_SHARE if num_gpus <= AUTO_WIDE_BEAM_MAX_GPUS else AUTO_PREFIX_SHARE_LARGE
 
 
-def _placings(search: CostTable, select: IntArray, layout: NodeLayout, k: int) -> list[Placing]:
-    """Per prefix sample: per-level cost and latency, and the remaining single-GPU work after it."""
+def _prefix_memory(ctx: Context, search: CostTable, prefix: IntArray, layout: NodeLayout) -> list[SampleMemory]:
+    """The recompute-aware search's memory side of every prefix sample (:class:`SampleMemory`): at
+    each level, the attention bytes a GPU keeps for it and the recompute pass it runs otherwise, in
+    the search proxy's units (the ``attn-fwd`` ablation never gets here); free bytes are what every
+    GPU has once filled to the routing budget."""
+    wl = ctx.workload
+    memory, cost = wl.memory, wl.cost
+    free = memory.activation_capacity - memory.base_bytes(float(search.token_budget))
+    distinct, inverse = np.unique(search.lengths[prefix], return_inverse=True)
+    attn = np.empty((distinct.size, len(layout.levels)))
+    remat = np.empty_like(attn)
+    for col, d in enumerate(layout.levels):
+        for row, length in enumerate(distinct.tolist()):
+            attn[row, col] = memory.node_attention_bytes(float(length), d)
+            redo = cost.recompute_attention(np.array([length], dtype=np.int64), d)
+            remat[row, col] = cost.num_layers * (redo.prologue + redo.compute)
+    return [SampleMemory(attn[i], remat[i], free) for i in inverse.tolist()]
+
+
+def _placings(
+    search: CostTable, select: IntArray, layout: NodeLayout, k: int, memory: list[SampleMemory] | None = None
+) -> list[Placing]:
+    """Per prefix sample: per-level cost and latency, the remaining single-GPU work after it, and
+    (recompute-aware search) its memory side."""
     prefix = select[:k]
     per_level = np.stack([search.total(d)[prefix] for d in layout.levels], axis=1)
     latency = np.array([search.overhead_total(d) for d in layout.levels])
     leaf = search.total(min(layout.levels))[select]
     rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])[1 : k + 1]
     return [
-        Placing(int(search.lengths[j]), per_level[i], latency, float(rest[i])) for i, j in enumerate(prefix.tolist())
+        Placing(int(search.lengths[j]), per_level[i], latency, float(rest[i]), None if memory is None else memory[i])
+        for i, j in enumerate(prefix.tolist())
     ]
 
 
-def _beam_routes(search: CostTable, select: IntArray, layout: NodeLayout, k: int, options: NSPPlanner) -> list[Route]:
+def _beam_routes(
+    search: CostTable,
+    select: IntArray,
+    layout: NodeLayout,
+    k: int,
+    options: NSPPlanner,
+    memory: list[SampleMemory] | None = None,
+) -> list[Route]:
     """Prefix beam search, greedy tail completion of every surviving state (all at once), then the
     completed token-feasible state with the smallest Load (evaluated in order of max_p C_p, which
     bounds Load from below, until no later state can win)."""
-    beam: Beam | None = Beam.empty(search.tree.num_gpus, layout)
+    beam: Beam | None = Beam.empty(search.tree.num_gpus, layout, track_memory=memory is not None)
     width = beam_width(options.beam_width, search.tree.num_gpus)
-    for item in _placings(search, select, layout, k):
+    for item in _placings(search, select, layout, k, memory):
         assert beam is not None
         beam = expand(beam, item, layout, search.token_budget, width, options.monotone, options.lookahead)
         if beam is None:
@@ -293,13 +387,19 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
     return routes
 
 
-def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route]) -> Route:
-    """The candidate with the least Load plus estimated recomputation (:mod:`remat_estimate`)."""
+def recompute_aware_estimate(ctx: Context, select: IntArray, route: Route) -> float:
+    """Step estimate of ``route`` as one micro-batch with the recomputation its tree marking implies
+    (:mod:`nspsim.planners.remat_estimate`; FSDP floors and the fixed micro-batch cost of
+    :func:`~nspsim.planners.base.estimate_of`)."""
     wl = ctx.workload
-    scored = [
-        (remat_aware_load(ctx.table, wl.memory, wl.cost, select, r.degrees, r.firsts), i)
-        for i, r in enumerate(candidates)
-    ]
+    loads = selected_loads(ctx.table, select, route.degrees, route.firsts)
+    extra = remat_per_gpu(ctx.table, wl.memory, wl.cost, select, route.degrees, route.firsts, loads.tokens)
+    return estimate_of(ctx, loads, extra)
+
+
+def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route]) -> Route:
+    """The candidate with the least recompute-aware step estimate."""
+    scored = [(recompute_aware_estimate(ctx, select, r), i) for i, r in enumerate(candidates)]
     return candidates[min(scored)[1]]
 
 

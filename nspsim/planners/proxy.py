@@ -21,6 +21,7 @@ cost-model call per degree, after which every score is array arithmetic.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -126,6 +127,13 @@ class CostTable:
     def num_samples(self) -> int:
         """Number of samples in the batch."""
         return int(self.lengths.size)
+
+    def with_budget(self, token_budget: int) -> CostTable:
+        """The same table routed under another per-GPU token budget (the cost caches are shared: no
+        cost depends on the budget, and the non-attention fit is affine)."""
+        other = copy.copy(self)
+        other.token_budget = int(token_budget)
+        return other
 
     def sample_costs(self, degree: int) -> tuple[FloatArray, FloatArray]:
         """(fwd, bwd) seconds each sorted sample adds to every GPU of a node of ``degree``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from nspsim.sp_tree import is_power_of_two
 
@@ -26,7 +26,14 @@ the profile's largest SP degree is the same)."""
 
 @dataclass(frozen=True, kw_only=True)
 class GpuSpec:
-    """One accelerator: peak and achieved bf16 throughput (FLOP/s), HBM capacity (bytes) and bandwidth (B/s)."""
+    """One accelerator: peak and achieved bf16 throughput (FLOP/s), HBM capacity (bytes) and bandwidth (B/s).
+
+    ``gemm_tile_rows`` is the row (M) extent of the GEMM tile its kernels compute at once: a GEMM over
+    M rows costs ceil(M / tile) full tiles, so each GEMM (each expert's, in a grouped GEMM) wastes
+    (tile - 1) / 2 rows on average (:mod:`nspsim.cost.analytic`). 128 on Hopper: CUTLASS's SM90
+    bf16 GEMM and grouped-GEMM tiles are 128 rows (``Shape<_128, ...>`` tile shapes), and DeepGEMM
+    aligns every expert's rows to its M block of 128 (``get_mk_alignment_for_contiguous_layout``).
+    """
 
     name: str
     peak_flops: float
@@ -35,6 +42,7 @@ class GpuSpec:
     attn_bwd_flops: float
     hbm_bytes: float
     hbm_bw: float
+    gemm_tile_rows: int = 128
 
     def __post_init__(self) -> None:
         rates = (
@@ -49,6 +57,10 @@ class GpuSpec:
             raise ValueError(f"GPU {self.name!r}: throughputs and HBM must be positive")
         if max(self.matmul_flops, self.attn_fwd_flops, self.attn_bwd_flops) > self.peak_flops:
             raise ValueError(f"GPU {self.name!r}: an achieved throughput exceeds the peak")
+        if isinstance(self.gemm_tile_rows, bool) or not isinstance(self.gemm_tile_rows, int) or self.gemm_tile_rows < 1:
+            raise ValueError(
+                f"GPU {self.name!r}: gemm_tile_rows must be a positive integer, got {self.gemm_tile_rows!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +153,20 @@ H200 = GpuSpec(
 )
 
 
+H20 = GpuSpec(
+    name="H20-96GB",
+    peak_flops=148e12,
+    matmul_flops=148e12 * 700 / 989,
+    attn_fwd_flops=148e12 * 420 / 989,
+    attn_bwd_flops=148e12 * 330 / 989,
+    hbm_bytes=96e9,
+    hbm_bw=4.0e12,
+)
+"""NVIDIA H20 (datasheet: 148 TFLOP/s dense BF16, 96 GB HBM3 at 4.0 TB/s, NVLink 900 GB/s): a Hopper
+with about 1/7 of H100's compute and the same links. Its achieved fractions of peak (GEMM, attention
+forward and backward) are assumed to be H100's, which a measured profile should replace."""
+
+
 def _preset(name: str, gpu: GpuSpec, num_gpus: int, *, nvlink_bw: float, nic_bw: float, host_bw: float) -> ClusterSpec:
     return ClusterSpec(
         name=name,
@@ -170,6 +196,22 @@ def h200(num_gpus: int = 64) -> ClusterSpec:
     return _preset("h200", H200, num_gpus, nvlink_bw=370e9, nic_bw=46e9, host_bw=45e9)
 
 
+def h100_800g(num_gpus: int = 64) -> ClusterSpec:
+    """H100 hosts with an 800 Gb/s NIC per GPU (ConnectX-8 class; ~92 GB/s effective, H100's 400 Gb/s
+    efficiency): the cheaper cross-host all-to-all of the sensitivity study."""
+    return replace(h100(num_gpus), name="h100-800g", nic_bw=92e9)
+
+
+def h200_800g(num_gpus: int = 64) -> ClusterSpec:
+    """H200 hosts with an 800 Gb/s NIC per GPU (~92 GB/s effective), as :func:`h100_800g`."""
+    return replace(h200(num_gpus), name="h200-800g", nic_bw=92e9)
+
+
+def h20(num_gpus: int = 64) -> ClusterSpec:
+    """H20-96GB hosts (:data:`H20`): H100's NVLink4 and 400 Gb/s NIC per GPU, fewer FLOP/s."""
+    return _preset("h20", H20, num_gpus, nvlink_bw=370e9, nic_bw=46e9, host_bw=45e9)
+
+
 CPU_GLOO = GpuSpec(
     name="cpu-gloo-1thread",
     peak_flops=100e9,
@@ -178,6 +220,7 @@ CPU_GLOO = GpuSpec(
     attn_bwd_flops=8e9,
     hbm_bytes=8 * GIB,
     hbm_bw=10e9,
+    gemm_tile_rows=1,  # CPU BLAS micro-kernels are a few rows; the runtime's MoE loops over experts
 )
 
 
@@ -212,6 +255,9 @@ CLUSTER_PRESETS: Mapping[str, Callable[[int], ClusterSpec]] = {
     "a100": a100,
     "h100": h100,
     "h200": h200,
+    "h100-800g": h100_800g,
+    "h200-800g": h200_800g,
+    "h20": h20,
     "cpu": cpu,
 }
 
