@@ -96,9 +96,9 @@ def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> floa
     recompute-aware step estimate of its micro-batches (Load plus the recomputation the tree marking
     implies, with FSDP floors; nspsim.planners.nsp_planner.recompute_aware_estimate) under ``wl``'s
     memory, the cost table built at ``budget`` (default B_tok; no cost depends on it)."""
-    from nspsim.planners.base import Context, estimate_of
+    from nspsim.planners.base import Context
+    from nspsim.planners.nsp_planner import Route, recompute_aware_estimate
     from nspsim.planners.proxy import CostTable
-    from nspsim.planners.remat_estimate import remat_per_gpu, selected_loads
     from nspsim.planners.token_balance import is_memory_bound
 
     lengths, degrees, firsts, mbs = plan.arrays
@@ -110,9 +110,7 @@ def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> floa
     total = 0.0
     for m in range(plan.num_micro_batches):
         select = np.flatnonzero(mb == m).astype(np.int64)
-        loads = selected_loads(table, select, deg[select], first[select])
-        extra = remat_per_gpu(table, wl.memory, wl.cost, select, deg[select], first[select], loads.tokens)
-        total += estimate_of(ctx, loads, extra)
+        total += recompute_aware_estimate(ctx, select, Route(deg[select], first[select], 0.0, "plan"))
     return total
 
 

@@ -131,3 +131,23 @@ def test_remat_aware_is_an_option_recorded_in_the_plan(big) -> None:  # type: ig
     assert on.content_hash != off.content_hash
     with pytest.raises(ValueError, match="remat_aware"):
         get_planner("nsp", remat_aware="yes")
+
+
+def test_phase_wise_stages_take_each_phase_at_its_own_critical_gpu() -> None:
+    """Two GPUs: GPU 0 holds a long sample (much attention, few tokens), GPU 1 many short ones. With
+    the experts' all-to-alls between the phases a pass costs max attention + max non-attention."""
+    from helpers import toy_cost
+    from nspsim.planners.nsp_planner import phase_wise
+    from nspsim.planners.proxy import ProxyLoad
+    from nspsim.sp_tree import SPTree
+
+    table = CostTable(toy_cost(), SPTree(num_gpus=2, spmax=2), [100, 10], 1000)
+    fit = table.fit
+    tokens = np.array([100.0, 900.0])
+    o_fwd, o_bwd = fit.fwd_slope * tokens + fit.fwd_intercept, fit.bwd_slope * tokens + fit.bwd_intercept
+    attn_fwd, attn_bwd, remat = np.array([5e-3, 1e-4]), np.array([9e-3, 2e-4]), np.array([1e-3, 0.0])
+    loads = ProxyLoad(d_fwd=attn_fwd + o_fwd, d_bwd=attn_bwd + o_bwd, tokens=tokens)
+    staged = phase_wise(table, loads, remat)
+    assert staged.d_fwd.tolist() == pytest.approx([5e-3 + o_fwd[1]], rel=1e-12)
+    assert staged.d_bwd.tolist() == pytest.approx([9e-3 + 1e-3 + o_bwd[1]], rel=1e-12)
+    assert staged.d_fwd[0] > loads.d_fwd.max()  # more than max_p of the sum
