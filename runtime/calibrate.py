@@ -3,7 +3,8 @@
 Starts N local gloo ranks (one thread each, as ``torchrun`` runs the runtime on CPU), measures on all
 of them at once what the simulator charges (:mod:`runtime.calibration.measure`: attention kernels by
 length and heads per rank, non-attention and head time by tokens, the optimizer, all-to-all /
-ring-hop / all-gather / reduce-scatter per group size, the overlap slowdown), fits it
+ring-hop / all-gather / reduce-scatter per group size, the overlap slowdown, real executor steps
+whose time beyond the isolated tables becomes ``micro_batch_s`` and a per-token layer cost), fits it
 (:mod:`runtime.calibration.fit`) and writes a version-2 nspsim cost profile with its provenance (host,
 CPU, torch, threads, ranks, date, command). Compute figures are the mean over ranks of each rank's
 median; collective figures the slowest rank's (a collective ends when its last member does).
@@ -127,6 +128,7 @@ def combine(results: list[dict[str, Any]], model: str) -> Measurements:
         return [float(x) for x in np.mean(values, axis=0)]
 
     heads = sorted(att["fwd"])
+    n_exec = len(results[0]["executor"]["tokens"])
     links = []
     for i, link in enumerate(results[0]["links"]):
         worst = np.max([np.asarray(r["links"][i].seconds) for r in results], axis=0)
@@ -138,7 +140,7 @@ def combine(results: list[dict[str, Any]], model: str) -> Measurements:
                 seconds=tuple(float(x) for x in worst),
             )
         )
-    return Measurements(
+    return Measurements(  # executor steps: the mean over ranks, like the other compute figures
         model=model,
         head_dim=spec.head_dim,
         attn_lengths=tuple(att["lengths"]),
@@ -151,7 +153,13 @@ def combine(results: list[dict[str, Any]], model: str) -> Measurements:
         head_bwd_s=tuple(mean(("layers", "hb"))),
         optimizer_s=float(np.mean([r["optimizer_s"] for r in results])),
         step_s=float(np.max([r["step_s"] for r in results])),
-        micro_batch_s=0.0,
+        micro_batch_s=0.0,  # fitted from the executor timings by build_profile
+        num_layers=spec.num_layers,
+        exec_tokens=tuple(results[0]["executor"]["tokens"]),
+        exec_local_s=tuple(float(np.mean([r["executor"]["local"][i] for r in results])) for i in range(n_exec)),
+        exec_sp_s=tuple(float(np.mean([r["executor"]["sp"][i] for r in results])) for i in range(n_exec))
+        if "sp" in results[0]["executor"]
+        else (),
         links=tuple(links),
         overlap_slowdown=float(np.mean([r["overlap_slowdown"] for r in results])),
         element_bytes=4,  # the runtime computes and communicates in fp32 on CPU
@@ -183,6 +191,12 @@ def summary(profile: dict[str, Any]) -> str:
     for name, fits in profile["collectives"].items():
         cells = ", ".join(f"{g}: {lat * 1e6:.0f} us + {bw / 1e9:.2f} GB/s" for g, (lat, bw) in fits.items())
         lines.append(f"  {name:<14} {cells}")
+    ex = profile["fit"].get("executor")
+    if ex:
+        lines.append(
+            f"  executor     {ex['micro_batch_s'] * 1e3:.2f} ms per micro-batch + "
+            f"{ex['per_token_layer_s'] * 1e6:.2f} us per token and layer beyond the isolated tables"
+        )
     lines.append(f"  overlap slowdown {profile['overlap_slowdown']:.2f}x (recorded, not applied)")
     curve = ", ".join(f"{n} at once {s:.2f}x" for n, s in profile["fit"]["sharing_curve"].items())
     lines.append(f"  core sharing: {curve} -> {profile['host_cores']:.2f} cores")

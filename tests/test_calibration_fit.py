@@ -80,3 +80,49 @@ def test_profile_from_measurements_prices_what_was_measured() -> None:
     assert cost.optimizer_time() == 0.01 and cost.step_overhead() == 0.004 and profile.ranks == 2
     assert data["fit"]["alltoall[2]"]["max_rel_error"] < 1e-9
     assert data["fit"]["nonattn_fwd_s_by_tokens"]["affine_max_rel_error"] < 1e-9
+
+
+def test_executor_timings_become_micro_batch_cost_and_per_token_layer_cost() -> None:
+    from dataclasses import replace
+
+    from runtime.calibration.fit import executor_overhead, isolated_step
+
+    base = _measurements()
+    spec = tiny()
+    m = replace(base, num_layers=spec.num_layers, micro_batch_s=0.0)
+    exec_tokens = (128, 512, 1024)
+    # isolated per layer: (1e-4 + 2e-6 t) + (2e-4 + 4e-6 t); head: (5e-5 + 1e-6 t) + (1e-4 + 2e-6 t)
+    iso = [spec.num_layers * (3e-4 + 6e-6 * t) + 1.5e-4 + 3e-6 * t for t in exec_tokens]
+    assert [isolated_step(m, t) for t in exec_tokens] == pytest.approx(iso, rel=1e-12)
+    # the executor adds 5 ms per micro-batch and 3 us per token and layer
+    m = replace(
+        m,
+        exec_tokens=exec_tokens,
+        exec_local_s=tuple(i + 5e-3 + 3e-6 * spec.num_layers * t for i, t in zip(iso, exec_tokens)),
+    )
+    fit = executor_overhead(m)
+    assert fit is not None
+    assert fit.micro_batch_s == pytest.approx(5e-3, rel=1e-9) and fit.per_token_layer_s == pytest.approx(3e-6, rel=1e-9)
+    profile = parse_profile(build_profile(m, name="x", provenance={"ranks": 2}, cluster="cpu"), "x")
+    cost = AnalyticCostModel(
+        model=spec, cluster=cpu(2), training=TrainingSpec(act_bytes=4, param_bytes=4, grad_bytes=4), profile=profile
+    )
+    assert cost.micro_batch_overhead() == pytest.approx(5e-3, rel=1e-9)
+    na = cost.non_attention(500.0)
+    # the extra splits 1:2 between forward and backward, as the isolated times do (they are 1:2 exactly)
+    assert na.fwd_compute == pytest.approx(1e-4 + (2e-6 + 1e-6) * 500, rel=1e-9)
+    assert na.bwd_compute == pytest.approx(2e-4 + (4e-6 + 2e-6) * 500, rel=1e-9)
+    assert profile.fit["executor"]["isolated_nonattn_fwd_s"] == pytest.approx(list(base.nonattn_fwd_s))
+
+
+def test_executor_residual_below_the_tables_adds_nothing() -> None:
+    from dataclasses import replace
+
+    from runtime.calibration.fit import executor_overhead, isolated_step
+
+    m = replace(_measurements(), num_layers=2, exec_tokens=(128, 1024), exec_local_s=(0.0, 0.0))
+    fit = executor_overhead(m)
+    assert fit is not None and fit.micro_batch_s == 0.0 and fit.per_token_layer_s == 0.0
+    assert fit.residual_s == pytest.approx((-isolated_step(m, 128), -isolated_step(m, 1024)))
+    with pytest.raises(ValueError, match="one value per token count"):
+        replace(m, exec_local_s=(0.1,))

@@ -7,7 +7,13 @@
   model counts them (forward ``2 * L^2 * heads * head_dim``, backward 2.5x), so a table entry divided
   into the cost model's FLOPs returns the measured time exactly;
 * per-layer and head times: ``[tokens, seconds]`` tables as measured (the cost model fits them
-  affinely, :class:`nspsim.cost.profile.tables.AffineFit`).
+  affinely, :class:`nspsim.cost.profile.tables.AffineFit`);
+* the executor's own work (:func:`executor_overhead`): real executor steps of degree-1 plans minus
+  their attention kernels, against the same tokens priced by the isolated tables (``L`` layers plus
+  the head); the residual, fitted as ``a + b * tokens`` by least squares, is ``a`` per micro-batch
+  (``micro_batch_s``) and ``b / L`` per token and layer, added to the non-attention tables (split
+  between forward and backward as their own times are), so the cost model and the planners'
+  affine non-attention time see it without a new coefficient.
 
 Every fit reports its maximum relative error over its points (``fit`` in the profile). Trade-off: a
 median over repeats is robust to a descheduled rank but hides variance; the spread is recorded too.
@@ -100,6 +106,73 @@ class Measurements:
     element_bytes: int
     host_cores: float | None = None
     sharing_curve: Mapping[int, float] | None = None
+    num_layers: int = 1
+    exec_tokens: tuple[int, ...] = ()
+    exec_local_s: tuple[float, ...] = ()  # executor steps of degree-1 plans, kernels subtracted
+    exec_sp_s: tuple[float, ...] = ()  # the same with one Ulysses node over all ranks (informational)
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {self.num_layers}")
+        if len(self.exec_local_s) != len(self.exec_tokens) or len(self.exec_sp_s) not in (0, len(self.exec_tokens)):
+            raise ValueError("executor timings need one value per token count in exec_tokens")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorFit:
+    """The executor's work beyond the isolated tables (module docstring): ``micro_batch_s`` per
+    micro-batch, ``per_token_layer_s`` per token and layer, and the residuals they were fitted to."""
+
+    micro_batch_s: float
+    per_token_layer_s: float
+    isolated_s: tuple[float, ...]
+    residual_s: tuple[float, ...]
+
+
+def isolated_step(m: Measurements, tokens: float) -> float:
+    """Forward and backward seconds of ``tokens`` per rank as the isolated tables price them:
+    ``num_layers`` layers plus the head, each table read piecewise linearly."""
+
+    def table(seconds: tuple[float, ...]) -> TimeTable:
+        return TimeTable(tokens=tuple(float(t) for t in m.layer_tokens), seconds=seconds)
+
+    layer = table(m.nonattn_fwd_s)(tokens) + table(m.nonattn_bwd_s)(tokens)
+    return m.num_layers * layer + table(m.head_fwd_s)(tokens) + table(m.head_bwd_s)(tokens)
+
+
+def executor_overhead(m: Measurements) -> ExecutorFit | None:
+    """The least-squares ``a + b * tokens`` of executor time minus :func:`isolated_step` (both
+    clamped at 0: the tables already price what the executor does not add), or ``None`` without
+    executor timings."""
+    if not m.exec_tokens:
+        return None
+    x = np.asarray(m.exec_tokens, dtype=np.float64)
+    isolated = np.array([isolated_step(m, t) for t in x])
+    residual = np.asarray(m.exec_local_s, dtype=np.float64) - isolated
+    if x.size == 1:
+        a, b = 0.0, float(residual[0] / x[0])
+    else:
+        (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), residual, rcond=None)
+    b = max(float(b), 0.0)
+    a = max(float(a), 0.0) if b > 0 else max(float(np.mean(residual)), 0.0)
+    return ExecutorFit(
+        micro_batch_s=a,
+        per_token_layer_s=b / m.num_layers,
+        isolated_s=tuple(float(v) for v in isolated),
+        residual_s=tuple(float(v) for v in residual),
+    )
+
+
+def with_executor(m: Measurements, fit: ExecutorFit) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The non-attention (forward, backward) tables with ``fit.per_token_layer_s * tokens`` added,
+    split between forward and backward in the ratio of their measured times at each point."""
+    fwd, bwd = [], []
+    for t, f, b in zip(m.layer_tokens, m.nonattn_fwd_s, m.nonattn_bwd_s, strict=True):
+        extra = fit.per_token_layer_s * t
+        share = f / (f + b) if f + b > 0 else 0.5
+        fwd.append(f + extra * share)
+        bwd.append(b + extra * (1.0 - share))
+    return tuple(fwd), tuple(bwd)
 
 
 def build_profile(m: Measurements, *, name: str, provenance: Mapping[str, Any], cluster: str) -> dict[str, Any]:
@@ -110,9 +183,26 @@ def build_profile(m: Measurements, *, name: str, provenance: Mapping[str, Any], 
         lat, bw, err = fit_link(link.nbytes, link.seconds)
         collectives.setdefault(link.collective, {})[str(link.group_size)] = [lat, bw]
         fit[f"{link.collective}[{link.group_size}]"] = {"max_rel_error": err, "points": len(link.nbytes)}
+    nonattn_fwd, nonattn_bwd, micro_batch = m.nonattn_fwd_s, m.nonattn_bwd_s, m.micro_batch_s
+    executor = executor_overhead(m)
+    if executor is not None:
+        nonattn_fwd, nonattn_bwd = with_executor(m, executor)
+        micro_batch = executor.micro_batch_s
+        fit["executor"] = {
+            "tokens": list(m.exec_tokens),
+            "measured_s": list(m.exec_local_s),
+            "isolated_s": list(executor.isolated_s),
+            "residual_s": list(executor.residual_s),
+            "micro_batch_s": executor.micro_batch_s,
+            "per_token_layer_s": executor.per_token_layer_s,
+            "isolated_nonattn_fwd_s": list(m.nonattn_fwd_s),
+            "isolated_nonattn_bwd_s": list(m.nonattn_bwd_s),
+        }
+        if m.exec_sp_s:
+            fit["executor"]["ulysses_measured_s"] = list(m.exec_sp_s)
     tables = {
-        "nonattn_fwd_s_by_tokens": time_table(m.layer_tokens, m.nonattn_fwd_s),
-        "nonattn_bwd_s_by_tokens": time_table(m.layer_tokens, m.nonattn_bwd_s),
+        "nonattn_fwd_s_by_tokens": time_table(m.layer_tokens, nonattn_fwd),
+        "nonattn_bwd_s_by_tokens": time_table(m.layer_tokens, nonattn_bwd),
         "head_fwd_s_by_tokens": time_table(m.layer_tokens, m.head_fwd_s),
         "head_bwd_s_by_tokens": time_table(m.layer_tokens, m.head_bwd_s),
     }
@@ -134,7 +224,7 @@ def build_profile(m: Measurements, *, name: str, provenance: Mapping[str, Any], 
             str(h): throughput_table(m.attn_lengths, t, h, m.head_dim, True) for h, t in sorted(m.attn_bwd_s.items())
         },
         **tables,
-        "micro_batch_s": m.micro_batch_s,
+        "micro_batch_s": micro_batch,
         "optimizer_s": m.optimizer_s,
         "step_s": m.step_s,
         "ranks": int(provenance.get("ranks", 1)),

@@ -13,7 +13,14 @@ collectives. Each rank returns median seconds per point; the caller averages the
 * step: the control collectives every step pays (plan broadcast, hash check, barrier, loss sum, times);
 * collectives: all-to-all, ring hop (batched isend/irecv), all-gather and reduce-scatter over every
   aligned group size 2..N, all groups of a size at once, 4 KiB .. 4 MiB per rank;
-* overlap: one decoder layer's forward with an all-to-all in flight against alone.
+* overlap: one decoder layer's forward with an all-to-all in flight against alone;
+* executor: real :class:`runtime.executor.NSPExecutor` steps of the FSDP2-sharded model on balanced
+  plans (equal short samples, every rank the same tokens) at a few token counts per rank, once with
+  degree-1 nodes and once with one Ulysses node over all ranks: each step's forward/backward wall time
+  minus its attention kernels and its exposed SP waits (collectives and waits for a peer). What that
+  holds beyond the isolated layer and head tables is the executor's own work (index gathers, packing
+  for the collectives, autograd over the whole model, FSDP hooks), which the fit turns into
+  ``micro_batch_s`` and a per-token layer cost.
 
 Trade-off: medians of a few repeats keep the whole run to minutes on 2 cores; the variance that
 remains shows up in the validation's error, not in the profile.
@@ -41,8 +48,12 @@ from runtime.model import DecoderLayer, DecoderLM
 
 ATTN_LENGTHS = (64, 256, 1024, 4096, 8192)
 LONG_LENGTH = 16384
-LAYER_TOKENS = (64, 256, 1024, 4096, 16384)
+LAYER_TOKENS = (256, 1024, 4096, 8192, 16384)
 LINK_BYTES = (1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22)
+EXEC_TOKENS = (1024, 4096, 8192)
+"""Tokens per rank of the executor steps (inside :data:`LAYER_TOKENS`, so the tables interpolate)."""
+EXEC_SAMPLE = 512
+"""Sample length of the executor steps: short, so their attention kernels (subtracted) stay cheap."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,6 +365,80 @@ def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str =
     return {n: float(np.median(r)) for n, r in ratios.items()}
 
 
+def executor_times(spec: ModelSpec, env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
+    """Forward/backward wall seconds of real executor steps minus their attention kernels and exposed
+    SP waits, per token count per rank (module docstring), for degree-1 nodes (``local``) and, on
+    more than one rank, one Ulysses node over all ranks (``sp``); the median of a few steps after a
+    warm-up."""
+    from datetime import timedelta
+
+    from torch.distributed.fsdp import fully_shard
+
+    from nspsim.planners import get_planner
+    from nspsim.trace.batching import Batch
+    from nspsim.workload import WorkloadConfig, build_workload
+    from runtime.data import rank_input, synthetic_stream
+    from runtime.executor import ExecOptions, NSPExecutor
+    from runtime.groups import GroupCache
+
+    tokens = (EXEC_SAMPLE, 2 * EXEC_SAMPLE) if cfg.quick else EXEC_TOKENS
+    workload = build_workload(
+        WorkloadConfig(
+            trace="wikipedia",
+            model=cfg.model,
+            cluster="cpu",
+            gpus=env.world,
+            tokens_per_batch=max(tokens) * env.world,
+            max_context=EXEC_SAMPLE,
+        )
+    )
+    model = DecoderLM(spec, seed=0)
+    if env.world > 1:
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    executor = NSPExecutor(
+        model=model,
+        spec=spec,
+        rank=env.rank,
+        world=env.world,
+        device=torch.device("cpu"),
+        groups=GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s)),
+        options=ExecOptions(kernel=cfg.kernel, grad_sync="fsdp" if env.world > 1 else "allreduce"),
+        memory=workload.memory,
+    )
+    degrees = {"local": 1, "sp": env.world} if env.world > 1 else {"local": 1}
+    out: dict[str, Any] = {"tokens": list(tokens)}
+    for name, degree in degrees.items():
+        planner = get_planner("static", degree=degree)
+        times = []
+        for n in tokens:
+            count = n * env.world // EXEC_SAMPLE
+            batch = Batch(
+                lengths=(EXEC_SAMPLE,) * count,
+                trace="calibration",
+                seed=0,
+                index=0,
+                tokens_per_batch=count * EXEC_SAMPLE,
+                max_context=EXEC_SAMPLE,
+            )
+            plan = planner.plan(batch, workload)
+            data = rank_input(synthetic_stream(plan.lengths, seed=0, index=0, vocab=spec.vocab), env.rank, env.world)
+            runs = []
+            for i in range((1 if cfg.quick else 4) + 1):
+                _barrier()
+                step = executor.run(plan, data)
+                model.zero_grad(set_to_none=True)
+                s = step.seconds
+                if i:  # the first step creates groups and warms the allocator
+                    # exposed SP waits are collectives (and waits for a peer), not this rank's host work
+                    waits = s["sp_exposed_comm"]
+                    runs.append(step.fwd_bwd_s - s["attn_fwd"] - s["attn_bwd"] - s["attn_remat"] - waits)
+            times.append(float(np.median(runs)))
+        out[name] = times
+    return out
+
+
 def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
     """Every measurement of one rank (called on all ranks at once by :func:`runtime.launch.run_ranks`):
     kernels and layers with every rank busy at once, the sharing curve, the optimizer, control
@@ -370,5 +455,6 @@ def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
     result["step_s"] = step_overhead(env)
     result["links"] = link_times(env, cfg.quick) if env.world > 1 else []
     result["overlap_slowdown"] = overlap_slowdown(spec, env, cfg.quick)
+    result["executor"] = executor_times(spec, env, cfg)
     result["wall_s"] = time.perf_counter() - started
     return result
