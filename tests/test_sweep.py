@@ -141,6 +141,17 @@ def test_the_fig7_spec_is_one_file_of_twelve_points() -> None:
     assert [(c.model, c.cluster) for c in points[::6]] == [("qwen3-30b-a3b", "h100"), ("qwen3-235b-a22b", "h200")]
 
 
+def test_the_sensitivity_spec_varies_links_and_flops_of_figure_7s_384k_points() -> None:
+    spec = load_spec(Path(__file__).resolve().parents[1] / "studies" / "sweeps" / "sensitivity.toml")
+    points = spec.points()
+    assert len(points) == 9 and spec.run.iters == 20 and {c.max_context for c in points} == {384 * 1024}
+    assert [(c.model, c.cluster) for c in points[::3]] == [
+        ("qwen3-30b-a3b", "h100-800g"),
+        ("qwen3-30b-a3b", "h20"),
+        ("qwen3-235b-a22b", "h200-800g"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

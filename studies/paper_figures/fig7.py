@@ -18,6 +18,7 @@ pooled rather than matched to a trace, because the decoding cannot say which tra
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -212,12 +213,13 @@ def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
         barmode="group",
         height=170 + 380 * n_rows,
         width=1300,
-        margin={"t": 130},
+        margin={"t": 150},
         title={
             "text": (
                 f"NSP paper Figure 7: step time normalised to {baseline}, per configuration<br><sup>"
-                f"{baseline_text(baseline)}; bars: ratio of sums over {batches} batch(es), whiskers: per-batch "
-                "min-max<br>hatched: "
+                f"{'<br>'.join(textwrap.wrap(baseline_text(baseline), 170))}<br>"
+                f"bars: ratio of sums over {batches} batch(es), whiskers: per-batch "
+                "min-max; hatched: "
                 f"{PAPER_SOURCE.format(n=7)}: the panel's bar groups as 1/speedup (mean, range; values high, "
                 "panel mapping low)</sup>"
             ),
