@@ -126,3 +126,20 @@ def test_executor_residual_below_the_tables_adds_nothing() -> None:
     assert fit.residual_s == pytest.approx((-isolated_step(m, 128), -isolated_step(m, 1024)))
     with pytest.raises(ValueError, match="one value per token count"):
         replace(m, exec_local_s=(0.1,))
+
+
+def test_executor_fit_with_a_negative_intercept_refits_the_slope_through_the_origin() -> None:
+    from dataclasses import replace
+
+    from runtime.calibration.fit import executor_overhead, isolated_step
+
+    base = replace(_measurements(), num_layers=2)
+    tokens = (100, 200, 300)
+    residual = (-1e-4 + 1e-6 * 100, -1e-4 + 1e-6 * 200, -1e-4 + 1e-6 * 300)  # a = -0.1 ms, b = 1 us/token
+    measured = tuple(isolated_step(base, t) + r for t, r in zip(tokens, residual))
+    m = replace(base, exec_tokens=tokens, exec_local_s=measured)
+    fit = executor_overhead(m)
+    x = np.array([100.0, 200.0, 300.0])
+    slope = float(x @ np.array(residual) / (x @ x))  # least squares through the origin
+    assert fit is not None and fit.micro_batch_s == 0.0
+    assert fit.per_token_layer_s == pytest.approx(slope / 2, rel=1e-9)

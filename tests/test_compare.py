@@ -75,6 +75,14 @@ def test_planner_specs() -> None:
         CompareConfig(workload=SMALL, planners=("static", "static"))
 
 
+def test_swept_static_labels_keep_their_packing_whatever_the_static_defaults() -> None:
+    """planner_options for ``static`` (packing, degree) must not turn static-best into static-paper."""
+    defaults = {"static": {"packing": "tokens", "degree": 4}}
+    assert parse_planner_spec("static-best", defaults=defaults).options == {}
+    assert parse_planner_spec("static-paper", defaults={"static": {"packing": "load"}}).options == {"packing": "tokens"}
+    assert parse_planner_spec("static", defaults=defaults).options == {"packing": "tokens", "degree": 4}
+
+
 def test_specs_are_prepared_as_their_planner_declares() -> None:
     """Marks and issue order follow the planner's ``preparation``; the nesting planners (what compare
     once listed by name) declare both, the baselines neither, and only ablations override it."""

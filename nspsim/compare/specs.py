@@ -39,6 +39,7 @@ DEFAULT_FLEXSP_TIME_LIMIT_S = 10.0
 MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
 # Labels that sweep every fixed degree over the run and keep the fastest: label -> static options.
 SWEPT_STATIC: dict[str, dict[str, Any]] = {"static-best": {}, "static-paper": {"packing": "tokens"}}
+SWEPT_STATIC_DEFINES = ("packing", "degree")  # static options a swept label fixes itself
 ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # label: (planner, planner options, overrides of the planner's preparation and the mode)
     "nsp-no-recompute": ("nsp", {}, {"tree_recompute": False}),
@@ -90,7 +91,10 @@ def parse_planner_spec(
     if name in SWEPT_STATIC and text:
         raise ValueError(f"planner spec {label!r}: {name} sweeps the degree and takes no options")
     spec = _base_spec(name, mode)
-    options = {**(defaults or {}).get(spec.planner, {}), **spec.options, **_parse_options(label, text)}
+    base = dict((defaults or {}).get(spec.planner, {}))
+    if name in SWEPT_STATIC:  # the label defines its packing and sweeps the degree: defaults cannot change them
+        base = {k: v for k, v in base.items() if k not in SWEPT_STATIC_DEFINES}
+    options = {**base, **spec.options, **_parse_options(label, text)}
     return replace(spec, label=label, options=options)
 
 

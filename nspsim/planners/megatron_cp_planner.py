@@ -181,8 +181,8 @@ class MegatronCPPlanner:
         value = self.max_seqlen_per_rank
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(
-                "megatron-cp option max_seqlen_per_rank must be 'auto' (B_tok) or a positive token count, "
-                f"got {value!r}"
+                "megatron-cp option max_seqlen_per_rank must be 'auto' (B_tok) or a positive integer token count "
+                f"(no k/M suffix), got {value!r}"
             )
         cp = self.min_cp_size
         if isinstance(cp, bool) or not isinstance(cp, int) or not is_power_of_two(cp):

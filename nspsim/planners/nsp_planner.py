@@ -34,7 +34,8 @@ Defaults, each chosen by measurement (docs/planners.md):
   100,000 ran past 120 s), and ``prefix_k`` larger than the batch searches every sample.
 
 Token balance: ``token_balance_ratio`` (default ``"auto"``) tightens the routing budget to r times the
-mean tokens per GPU when the batch is memory-bound (:mod:`nspsim.planners.token_balance`). The static
+mean tokens per GPU when the batch is memory-bound or the model runs expert parallelism
+(:mod:`nspsim.planners.token_balance`). The static
 seed is packed under the same tightened budget, so the guarantee reads: NSP's Load is never worse
 than the best one-pass static Load *under the same routing budget*. (Seeding with a static plan under
 the full B_tok would let the Load comparison undo the balance the ratio asks for: the Load proxy is

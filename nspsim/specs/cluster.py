@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from nspsim.sp_tree import is_power_of_two
 
@@ -199,12 +199,12 @@ def h200(num_gpus: int = 64) -> ClusterSpec:
 def h100_800g(num_gpus: int = 64) -> ClusterSpec:
     """H100 hosts with an 800 Gb/s NIC per GPU (ConnectX-8 class; ~92 GB/s effective, H100's 400 Gb/s
     efficiency): the cheaper cross-host all-to-all of the sensitivity study."""
-    return replace(h100(num_gpus), name="h100-800g", nic_bw=92e9)
+    return _preset("h100-800g", H100, num_gpus, nvlink_bw=370e9, nic_bw=92e9, host_bw=45e9)
 
 
 def h200_800g(num_gpus: int = 64) -> ClusterSpec:
     """H200 hosts with an 800 Gb/s NIC per GPU (~92 GB/s effective), as :func:`h100_800g`."""
-    return replace(h200(num_gpus), name="h200-800g", nic_bw=92e9)
+    return _preset("h200-800g", H200, num_gpus, nvlink_bw=370e9, nic_bw=92e9, host_bw=45e9)
 
 
 def h20(num_gpus: int = 64) -> ClusterSpec:

@@ -153,6 +153,8 @@ def executor_overhead(m: Measurements) -> ExecutorFit | None:
         a, b = 0.0, float(residual[0] / x[0])
     else:
         (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), residual, rcond=None)
+    if a < 0:  # no negative fixed cost: refit the slope through the origin
+        a, b = 0.0, float(x @ residual / (x @ x))
     b = max(float(b), 0.0)
     a = max(float(a), 0.0) if b > 0 else max(float(np.mean(residual)), 0.0)
     return ExecutorFit(

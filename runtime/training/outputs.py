@@ -178,9 +178,15 @@ class Outputs:
         return cls(records.open("w"), plans.open("w"), targets)
 
     def emit(self, line: str, plan: Plan) -> None:
-        """Print the step's summary line and append its record and executed plan."""
+        """Append the step's record and executed plan, then print its summary line (in that order, so
+        whoever sees the line - a user about to press Ctrl-C - finds the step in the partial files)."""
         rec = json.loads(line)
         sim = rec["simulated_step_time_s"]
+        for f, text in ((self._records, line), (self._plans, plan.to_json())):
+            if f is not None:
+                f.write(text + "\n")
+                f.flush()
+        self._steps += 1
         print(
             f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner_spec']} loss {rec['loss']:.5f} "
             f"time {rec['step_time_s']:.3f}s"
@@ -188,11 +194,6 @@ class Outputs:
             + f" plan {rec['plan_hash']}",
             flush=True,
         )
-        for f, text in ((self._records, line), (self._plans, plan.to_json())):
-            if f is not None:
-                f.write(text + "\n")
-                f.flush()
-        self._steps += 1
 
     def close(self, *, complete: bool) -> None:
         """Close the files (if any). ``complete``: every step ran, so each ``.partial`` file replaces
