@@ -16,7 +16,7 @@ single-process reference start from identical weights without touching global RN
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -209,3 +209,13 @@ class LocalAttention:
         """Attention output ``[T, H, D]``."""
         out: Tensor = _LocalAttentionFn.apply(q, k, v, self.kernel, self.segments)  # type: ignore[no-untyped-call]
         return out
+
+
+def fsdp_shard(model: nn.Module, layers: Iterable[nn.Module]) -> None:
+    """Shard ``model`` with FSDP2 as ``runtime.train`` does: each decoder layer of ``layers`` (the
+    model's own), then the whole model (embedding, final norm and head)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)

@@ -65,6 +65,7 @@ class AnalyticCostModel:
     dense_gemm_efficiency: float = 0.85
     moe_gemm_efficiency: float = 0.6
     _backend: BackendCost = field(init=False, repr=False, compare=False)
+    _padding: tuple[float, float] = field(init=False, repr=False, compare=False)
     _affine: dict[str, tuple[AffineFit | None, AffineFit | None]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
@@ -75,6 +76,7 @@ class AnalyticCostModel:
         if not (0 < self.dense_gemm_efficiency <= 1 and 0 < self.moe_gemm_efficiency <= 1):
             raise ValueError("GEMM efficiencies must be in (0, 1]")
         object.__setattr__(self, "_backend", backend_cost(self.training.backend))
+        object.__setattr__(self, "_padding", self._tile_padding())
 
     @property
     def num_layers(self) -> int:
@@ -193,27 +195,23 @@ class AnalyticCostModel:
 
     def tile_padding_flops(self) -> tuple[float, float]:
         """(fwd, bwd) GEMM FLOPs one layer wastes on ragged last tiles on a GPU that holds tokens
-        (module doc): (tile - 1) / 2 rows per dense GEMM group and per local expert; backward redoes
-        it for the data and weight gradients and the recomputed FFN forward."""
+        (module doc): (tile - 1) / 2 rows per dense GEMM and per local expert, i.e. that many rows of
+        every weight the GPU multiplies by; backward redoes it for the data and weight gradients and
+        for the recomputed FFN forward."""
+        return self._padding
+
+    def _tile_padding(self) -> tuple[float, float]:
         pad_rows = (self.cluster.gpu.gemm_tile_rows - 1) / 2.0
-        if pad_rows <= 0:
-            return 0.0, 0.0
-        model = self.model
-        dense = 2.0 * (model.attention_params_per_layer + model.hidden * (model.moe.num_experts if model.moe else 0))
-        ffn = 0.0
-        if model.moe is None:
-            dense += 2.0 * model.active_ffn_params_per_layer
-            ffn = 2.0 * model.active_ffn_params_per_layer
-        else:
-            moe = model.moe
-            shared = 2.0 * 3 * model.hidden * moe.shared_expert_ffn
+        model, moe = self.model, self.model.moe
+        if moe is None:
+            ffn = float(model.active_ffn_params_per_layer)
+            other = float(model.attention_params_per_layer)
+        else:  # the local experts' weights, the shared expert; the router is a dense GEMM
             local_experts = max(moe.num_experts // self.training.expert_parallel, 1)
-            expert = 2.0 * 3 * model.hidden * moe.expert_ffn
-            dense += shared
-            ffn = shared + local_experts * expert
-            dense += local_experts * expert
-        fwd = pad_rows * dense
-        return fwd, pad_rows * (2.0 * dense + ffn)
+            ffn = 3.0 * model.hidden * (local_experts * moe.expert_ffn + moe.shared_expert_ffn)
+            other = float(model.attention_params_per_layer + model.hidden * moe.num_experts)
+        fwd = 2.0 * pad_rows * (other + ffn)
+        return fwd, 2.0 * fwd + 2.0 * pad_rows * ffn
 
     def non_attention(self, tokens: float) -> NonAttentionCost:
         """Non-attention time of one layer for ``tokens`` sharded tokens on one GPU."""

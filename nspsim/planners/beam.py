@@ -302,16 +302,18 @@ def expand(
     else:
         loads, tokens, idle = beam.loads[parent], beam.tokens[parent], beam.idle[parent]
         saved = None if saved is None else saved[parent]
+    # bytes each picked placement keeps per GPU (0 where it recomputes; no memory side: nothing kept)
+    kept_bytes = (
+        np.where(kept[parent, node], item.memory.attn_bytes[layout.level_of[node]], 0.0)
+        if saved is not None and kept is not None and item.memory is not None
+        else None
+    )
     for i, (u, dl) in enumerate(zip(node.tolist(), added.tolist())):
         d, f = int(layout.degree[u]), int(layout.first[u])
         loads[i, f : f + d] += dl
         tokens[i, f : f + d] += item.length / d
-    if saved is not None and kept is not None and item.memory is not None:
-        keep = kept[parent, node]
-        for i, u in enumerate(node.tolist()):
-            if keep[i]:
-                d, f = int(layout.degree[u]), int(layout.first[u])
-                saved[i, f : f + d] += item.memory.attn_bytes[layout.level_of[u]]
+        if saved is not None and kept_bytes is not None:
+            saved[i, f : f + d] += kept_bytes[i]
     idle[np.arange(node.size), node] = False
     beam.steps.append((parent, node))  # the parent beam is discarded: its arrays and list are reused
     return Beam(loads, tokens, idle, layout.degree[node], beam.steps, saved)

@@ -205,30 +205,31 @@ class NSPPlanner:
         recompute-aware step estimate (module doc); stop adding micro-batches once a part is no
         longer memory-bound (more would only repeat FSDP and fixed costs)."""
         n = ctx.table.num_samples
+        ratio = resolved_ratio(self.token_balance_ratio, ctx.workload, int(ctx.table.lengths.sum()))
         best: tuple[float, list[IntArray], list[Route | None]] | None = None
-        m = first
-        while m <= first + EXTRA_MICRO_BATCHES or best is None:
+        for m in range(first, n + 1):
+            if best is not None and m > first + EXTRA_MICRO_BATCHES:
+                break
             parts = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget)
-            routed = [self._route_part(ctx, search, part) for part in parts]
-            if all(r is not None for r, _ in routed):
-                estimate = sum(e for _, e in routed)
-                if best is None or estimate < best[0]:
-                    best = (estimate, parts, [r for r, _ in routed])
-                if not any(self._recompute_aware(ctx, ctx.table.lengths[part]) for part in parts):
-                    break
-            m += 1
-            if m > n:
+            routed = [self._route_part(ctx, search, part, ratio) for part in parts]
+            if any(r is None for r, _ in routed):
+                continue
+            estimate = sum(e for _, e in routed)
+            if best is None or estimate < best[0]:
+                best = (estimate, parts, [r for r, _ in routed])
+            if not any(self._recompute_aware(ctx, ctx.table.lengths[part]) for part in parts):
                 break
         if best is None:
             raise ValueError("NSP found no routing of the batch under its token budget")
         return _assemble(n, best[1], best[2])
 
-    def _route_part(self, ctx: Context, search: CostTable, part: IntArray) -> tuple[Route | None, float]:
+    def _route_part(
+        self, ctx: Context, search: CostTable, part: IntArray, ratio: float | None
+    ) -> tuple[Route | None, float]:
         """One micro-batch of a memory-bound batch under its own routing budget (the whole batch's
-        token-balance ratio over the part's tokens); its route and recompute-aware step estimate
+        token-balance ``ratio`` over the part's tokens); its route and recompute-aware step estimate
         (``inf`` when it cannot be routed)."""
         lengths = tuple(int(x) for x in ctx.table.lengths[part])
-        ratio = resolved_ratio(self.token_balance_ratio, ctx.workload, int(ctx.table.lengths.sum()))
         budget = effective_budget("off" if ratio is None else ratio, ctx.workload, lengths)
         part_ctx = replace(ctx, table=ctx.table.with_budget(budget))
         part_search = part_ctx.table if search is ctx.table else search.with_budget(budget)
@@ -407,10 +408,10 @@ def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray) -> ProxyLo
     max_p of their sum. Non-attention per GPU is the proxy's affine part of its tokens. Measured on
     Qwen3-235B-A22B / 64 H200s / wikipedia batch 0: one-pass NSP simulated 25.05 s with 2.59 s of
     comm wait where the plain estimate said 19.25 s and this one 22.70 s (docs/planners.md)."""
-    fit, layers = table.fit, table.layers
     held = loads.tokens > 0
-    o_fwd = layers * (fit.fwd_slope * loads.tokens + fit.fwd_intercept * held)
-    o_bwd = layers * (fit.bwd_slope * loads.tokens + fit.bwd_intercept * held)
+    i_fwd, i_bwd = table.intercept
+    o_fwd = table.layers * table.fit.fwd_slope * loads.tokens + i_fwd * held
+    o_bwd = table.layers * table.fit.bwd_slope * loads.tokens + i_bwd * held
     fwd = float((loads.d_fwd - o_fwd).max() + o_fwd.max())
     bwd = float((loads.d_bwd + remat - o_bwd).max() + o_bwd.max())
     return ProxyLoad(d_fwd=np.array([fwd]), d_bwd=np.array([bwd]), tokens=np.array([float(loads.tokens.max())]))

@@ -14,13 +14,8 @@ collectives. Each rank returns median seconds per point; the caller averages the
 * collectives: all-to-all, ring hop (batched isend/irecv), all-gather and reduce-scatter over every
   aligned group size 2..N, all groups of a size at once, 4 KiB .. 4 MiB per rank;
 * overlap: one decoder layer's forward with an all-to-all in flight against alone;
-* executor: real :class:`runtime.executor.NSPExecutor` steps of the FSDP2-sharded model on balanced
-  plans (equal short samples, every rank the same tokens) at a few token counts per rank, once with
-  degree-1 nodes and once with one Ulysses node over all ranks: each step's forward/backward wall time
-  minus its attention kernels and its exposed SP waits (collectives and waits for a peer). What that
-  holds beyond the isolated layer and head tables is the executor's own work (index gathers, packing
-  for the collectives, autograd over the whole model, FSDP hooks), which the fit turns into
-  ``micro_batch_s`` and a per-token layer cost.
+* executor: real executor steps minus their kernels and SP waits (:mod:`runtime.calibration.executor_steps`),
+  what the executor itself adds beyond the isolated layer and head tables.
 
 Trade-off: medians of a few repeats keep the whole run to minutes on 2 cores; the variance that
 remains shows up in the validation's error, not in the profile.
@@ -41,19 +36,16 @@ from torch import Tensor
 from nspsim.specs.hf import resolve_model
 from nspsim.specs.model import ModelSpec
 from runtime.affinity import pin_to_core
+from runtime.calibration.executor_steps import barrier, executor_times
 from runtime.calibration.fit import LinkMeasurement
 from runtime.kernels import Segments, select_kernel
 from runtime.launch import RankEnv
-from runtime.model import DecoderLayer, DecoderLM
+from runtime.model import DecoderLayer, DecoderLM, fsdp_shard
 
 ATTN_LENGTHS = (64, 256, 1024, 4096, 8192)
 LONG_LENGTH = 16384
 LAYER_TOKENS = (256, 1024, 4096, 8192, 16384)
 LINK_BYTES = (1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22)
-EXEC_TOKENS = (1024, 4096, 8192)
-"""Tokens per rank of the executor steps (inside :data:`LAYER_TOKENS`, so the tables interpolate)."""
-EXEC_SAMPLE = 512
-"""Sample length of the executor steps: short, so their attention kernels (subtracted) stay cheap."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,9 +121,9 @@ def _attention_point(
     seg = Segments.same([length])
     out, lse = kernel.forward(q, k, v, seg, causal=True)
     dout = torch.randn_like(out)
-    _barrier(sync)
+    barrier(sync)
     f = median_time(lambda: kernel.forward(q, k, v, seg, causal=True), reps)
-    _barrier(sync)
+    barrier(sync)
     b = median_time(lambda: kernel.backward(dout, q, k, v, out, lse, seg, causal=True), reps)
     return f, b
 
@@ -166,7 +158,7 @@ def layer_times(spec: ModelSpec, cfg: CalibrationConfig) -> dict[str, list[float
         h = torch.randn(n, spec.hidden, requires_grad=True)
         pos = torch.arange(n) % 4096
         grad = torch.randn(n, spec.hidden)
-        _barrier()
+        barrier()
         out["nf"].append(median_time(lambda: layer(h, pos, _pass_through), reps))  # noqa: B023 (run at once)
         out["nb"].append(_backward_time(lambda: layer(h, pos, _pass_through), grad, reps))  # noqa: B023
         ids = torch.randint(0, spec.vocab, (n,))
@@ -176,7 +168,7 @@ def layer_times(spec: ModelSpec, cfg: CalibrationConfig) -> dict[str, list[float
             x = lm.embed(ids)  # noqa: B023 (run at once)
             return torch.nn.functional.cross_entropy(lm.logits(x).float(), targets, reduction="sum")  # noqa: B023
 
-        _barrier()
+        barrier()
         out["hf"].append(median_time(head, reps))
         out["hb"].append(_backward_time(head, None, reps))
     return out
@@ -197,13 +189,9 @@ def _backward_time(forward: Callable[[], Tensor], grad: Tensor | None, reps: int
 def optimizer_time(spec: ModelSpec, env: RankEnv) -> float:
     """Seconds of one AdamW step and ``zero_grad`` on the model sharded by FSDP2 as the runtime shards
     it (world > 1): per-tensor overheads dominate a small model, so this is per model and rank count."""
-    from torch.distributed.fsdp import fully_shard
-
     model = DecoderLM(spec, seed=0)
     if env.world > 1:
-        for layer in model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+        fsdp_shard(model, model.layers)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     params = list(model.parameters())
 
@@ -216,7 +204,7 @@ def optimizer_time(spec: ModelSpec, env: RankEnv) -> float:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    _barrier()
+    barrier()
     grads = median_time(zero_grads, 7)
     return max(median_time(step, 7) - grads, 0.0)
 
@@ -239,7 +227,7 @@ def step_overhead(env: RankEnv) -> float:
         times: list[Any] = [None] * env.world
         dist.all_gather_object(times, {"step_s": 1.0, "breakdown_s": dict.fromkeys(range(8), 0.0)})
 
-    _barrier()
+    barrier()
     return median_time(control, 9)
 
 
@@ -260,7 +248,7 @@ def link_times(env: RankEnv, quick: bool) -> list[LinkMeasurement]:
             send, recv = torch.randn(n), torch.empty(n)
             shard = torch.empty(n // size)
             reps = 3 if quick else 10
-            _barrier()
+            barrier()
             times["alltoall"].append(median_time(lambda: dist.all_to_all_single(recv, send, group=group), reps))  # noqa: B023
 
             def hop() -> None:
@@ -268,11 +256,11 @@ def link_times(env: RankEnv, quick: bool) -> list[LinkMeasurement]:
                 for w in dist.batch_isend_irecv(ops):
                     w.wait()
 
-            _barrier()
+            barrier()
             times["p2p"].append(median_time(hop, reps))
-            _barrier()
+            barrier()
             times["allgather"].append(median_time(lambda: dist.all_gather_into_tensor(recv, shard, group=group), reps))  # noqa: B023
-            _barrier()
+            barrier()
             times["reduce_scatter"].append(
                 median_time(lambda: dist.reduce_scatter_tensor(shard, send, group=group), reps)  # noqa: B023
             )
@@ -311,19 +299,14 @@ def overlap_slowdown(spec: ModelSpec, env: RankEnv, quick: bool) -> float:
         work.wait()
 
     reps = 3 if quick else 9
-    _barrier()
+    barrier()
     t_alone = median_time(alone, reps)
-    _barrier()
+    barrier()
     comm = median_time(lambda: dist.all_to_all_single(recv, send), reps)
-    _barrier()
+    barrier()
     both = median_time(with_comm, reps)
     # both = max(compute * slowdown, comm) when they overlap; the compute part is what slowed
     return max(both, t_alone) / t_alone if both > comm else 1.0
-
-
-def _barrier(sync: bool = True) -> None:
-    if sync and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 SHARING_PASSES = 3
@@ -353,7 +336,7 @@ def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str =
     for _ in range(1 if quick else SHARING_PASSES):  # interleaved passes: a drift of the host hits every n
         times: dict[int, float] = {}
         for n in counts:
-            _barrier()
+            barrier()
             mine = median_time(mix, 3 if quick else 15) if env.rank < n else 0.0
             gathered: list[Any] = [mine]
             if env.world > 1:
@@ -363,80 +346,6 @@ def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str =
         for n in counts:
             ratios[n].append(times[n] / times[1])
     return {n: float(np.median(r)) for n, r in ratios.items()}
-
-
-def executor_times(spec: ModelSpec, env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
-    """Forward/backward wall seconds of real executor steps minus their attention kernels and exposed
-    SP waits, per token count per rank (module docstring), for degree-1 nodes (``local``) and, on
-    more than one rank, one Ulysses node over all ranks (``sp``); the median of a few steps after a
-    warm-up."""
-    from datetime import timedelta
-
-    from torch.distributed.fsdp import fully_shard
-
-    from nspsim.planners import get_planner
-    from nspsim.trace.batching import Batch
-    from nspsim.workload import WorkloadConfig, build_workload
-    from runtime.data import rank_input, synthetic_stream
-    from runtime.executor import ExecOptions, NSPExecutor
-    from runtime.groups import GroupCache
-
-    tokens = (EXEC_SAMPLE, 2 * EXEC_SAMPLE) if cfg.quick else EXEC_TOKENS
-    workload = build_workload(
-        WorkloadConfig(
-            trace="wikipedia",
-            model=cfg.model,
-            cluster="cpu",
-            gpus=env.world,
-            tokens_per_batch=max(tokens) * env.world,
-            max_context=EXEC_SAMPLE,
-        )
-    )
-    model = DecoderLM(spec, seed=0)
-    if env.world > 1:
-        for layer in model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-    executor = NSPExecutor(
-        model=model,
-        spec=spec,
-        rank=env.rank,
-        world=env.world,
-        device=torch.device("cpu"),
-        groups=GroupCache(world=env.world, backend="gloo", timeout=timedelta(seconds=env.timeout_s)),
-        options=ExecOptions(kernel=cfg.kernel, grad_sync="fsdp" if env.world > 1 else "allreduce"),
-        memory=workload.memory,
-    )
-    degrees = {"local": 1, "sp": env.world} if env.world > 1 else {"local": 1}
-    out: dict[str, Any] = {"tokens": list(tokens)}
-    for name, degree in degrees.items():
-        planner = get_planner("static", degree=degree)
-        times = []
-        for n in tokens:
-            count = n * env.world // EXEC_SAMPLE
-            batch = Batch(
-                lengths=(EXEC_SAMPLE,) * count,
-                trace="calibration",
-                seed=0,
-                index=0,
-                tokens_per_batch=count * EXEC_SAMPLE,
-                max_context=EXEC_SAMPLE,
-            )
-            plan = planner.plan(batch, workload)
-            data = rank_input(synthetic_stream(plan.lengths, seed=0, index=0, vocab=spec.vocab), env.rank, env.world)
-            runs = []
-            for i in range((1 if cfg.quick else 4) + 1):
-                _barrier()
-                step = executor.run(plan, data)
-                model.zero_grad(set_to_none=True)
-                s = step.seconds
-                if i:  # the first step creates groups and warms the allocator
-                    # exposed SP waits are collectives (and waits for a peer), not this rank's host work
-                    waits = s["sp_exposed_comm"]
-                    runs.append(step.fwd_bwd_s - s["attn_fwd"] - s["attn_bwd"] - s["attn_remat"] - waits)
-            times.append(float(np.median(runs)))
-        out[name] = times
-    return out
 
 
 def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
@@ -449,12 +358,12 @@ def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
     started = time.perf_counter()
     result: dict[str, Any] = {"attention": attention_times(spec, cfg, env.world)}
     result["layers"] = layer_times(spec, cfg)
-    _barrier()
+    barrier()
     result["sharing"] = sharing_curve(spec, env, cfg.quick, cfg.kernel)
     result["optimizer_s"] = optimizer_time(spec, env)
     result["step_s"] = step_overhead(env)
     result["links"] = link_times(env, cfg.quick) if env.world > 1 else []
     result["overlap_slowdown"] = overlap_slowdown(spec, env, cfg.quick)
-    result["executor"] = executor_times(spec, env, cfg)
+    result["executor"] = executor_times(spec, env, model=cfg.model, kernel=cfg.kernel, quick=cfg.quick)
     result["wall_s"] = time.perf_counter() - started
     return result

@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
 
 from nspsim.execution.recompute import RecomputeMode
 from nspsim.plan import Plan
@@ -42,6 +41,7 @@ from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
 from runtime.groups import GroupCache
 from runtime.hf.models import model_impl, training_model
+from runtime.model import fsdp_shard
 from runtime.timing import breakdown
 from runtime.training.args import CUDA_CLUSTER, PROG, TrainArgs
 from runtime.training.distributed import Dist, init_distributed, under_torchrun
@@ -58,9 +58,7 @@ class Trainer:
         self.model = training_model(args.workload.model, workload.model, seed=args.workload.seed).to(d.device)
         self.model_impl = model_impl(self.model)  # before FSDP2 renames the class
         if args.grad_sync == "fsdp" and d.world > 1:
-            for layer in self.model.layers:
-                fully_shard(layer)
-            fully_shard(self.model)
+            fsdp_shard(self.model, self.model.layers)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr)
         groups = GroupCache(
             world=d.world,

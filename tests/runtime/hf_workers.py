@@ -21,6 +21,7 @@ from runtime.data import rank_input, synthetic_stream
 from runtime.executor import ExecOptions, NSPExecutor
 from runtime.groups import GroupCache
 from runtime.launch import RankEnv
+from runtime.model import fsdp_shard
 
 PREFIX = "hf."
 
@@ -102,11 +103,7 @@ def hf_parity(env: RankEnv, cases: list[HFCase]) -> list[dict[str, Any]]:
         stream = synthetic_stream(plan.lengths, seed=case.seed, index=plan.batch.index, vocab=spec.vocab)
         model = hf_causal_lm(case.model, seed=case.seed).to(env.device)
         if case.options.grad_sync == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in model.layers:
-                fully_shard(layer)
-            fully_shard(model)
+            fsdp_shard(model, model.layers)
         ex = NSPExecutor(
             model=model,
             spec=spec,

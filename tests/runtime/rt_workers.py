@@ -15,7 +15,7 @@ from runtime.executor import ExecOptions, NSPExecutor
 from runtime.groups import GroupCache
 from runtime.kernels import select_kernel
 from runtime.launch import RankEnv
-from runtime.model import DecoderLM, LocalAttention
+from runtime.model import DecoderLM, LocalAttention, fsdp_shard
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,7 @@ def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
         stream = synthetic_stream(plan.lengths, seed=case.seed, index=plan.batch.index, vocab=spec.vocab)
         model = DecoderLM(spec, seed=case.seed).to(env.device)
         if case.options.grad_sync == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in model.layers:
-                fully_shard(layer)
-            fully_shard(model)
+            fsdp_shard(model, model.layers)
         ex = NSPExecutor(
             model=model,
             spec=spec,
