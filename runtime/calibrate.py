@@ -36,7 +36,7 @@ from nspsim.cost.profile import parse_profile
 from nspsim.sp_tree import is_power_of_two
 from nspsim.specs.hf import resolve_model
 from nspsim.specs.model import MODEL_PRESETS
-from runtime.calibration.fit import LinkMeasurement, Measurements, build_profile
+from runtime.calibration.fit import LinkMeasurement, Measurements, build_profile, lockstep_table
 from runtime.calibration.measure import CalibrationConfig, calibrate_rank
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from runtime.kernels import select_kernel
@@ -165,7 +165,19 @@ def combine(results: list[dict[str, Any]], model: str) -> Measurements:
         element_bytes=4,  # the runtime computes and communicates in fp32 on CPU
         host_cores=cores,
         sharing_curve={int(n): float(s) for n, s in curve.items()},
+        lockstep=_lockstep(results),
     )
+
+
+def _lockstep(results: list[dict[str, Any]]) -> dict[int, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """Per group size, the lockstep table of the ranks' mean work and mean time in the collective
+    (:func:`runtime.calibration.fit.lockstep_table`)."""
+    out = {}
+    for size in results[0].get("lockstep", {}).get("sizes", []):
+        work = np.mean([r["lockstep"]["work_s"][size] for r in results], axis=0)
+        inside = np.mean([r["lockstep"]["in_collective_s"][size] for r in results], axis=0)
+        out[int(size)] = lockstep_table(work.tolist(), inside.tolist())
+    return out
 
 
 def summary(profile: dict[str, Any]) -> str:
@@ -197,6 +209,9 @@ def summary(profile: dict[str, Any]) -> str:
             f"  executor     {ex['micro_batch_s'] * 1e3:.2f} ms per micro-batch + "
             f"{ex['per_token_layer_s'] * 1e6:.2f} us per token and layer beyond the isolated tables"
         )
+    for size, table in profile.get("lockstep_wait_by_size", {}).items():
+        cells = ", ".join(f"{w * 1e3:.1f} ms after {d * 1e3:.0f} ms" for d, w in table)
+        lines.append(f"  lockstep wait, groups of {size}: {cells}")
     lines.append(f"  overlap slowdown {profile['overlap_slowdown']:.2f}x (recorded, not applied)")
     curve = ", ".join(f"{n} at once {s:.2f}x" for n, s in profile["fit"]["sharing_curve"].items())
     lines.append(f"  core sharing: {curve} -> {profile['host_cores']:.2f} cores")

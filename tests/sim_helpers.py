@@ -12,7 +12,7 @@ times: for a node of degree k holding samples with token sum S and square sum Q,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +42,7 @@ class StubCost:
     head_per_token: float = 0.0
     optimizer: float = 0.0
     a2a_bw: float = 1e9
+    lockstep: Callable[[int, float], float] | None = None  # lockstep_waits(): None = ranks arrive together
 
     @property
     def num_layers(self) -> int:
@@ -96,6 +97,9 @@ class StubCost:
 
     def compute_slots(self) -> float | None:
         return None
+
+    def lockstep_waits(self) -> Callable[[int, float], float] | None:
+        return self.lockstep
 
 
 def roomy_memory(num_layers: int = 1) -> MemoryModel:

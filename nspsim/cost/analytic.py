@@ -27,17 +27,19 @@ reduce-scatter of its gradients, with one ring per NIC rail across hosts.
 A measured profile (:mod:`nspsim.cost.profile`, what ``python -m runtime.calibrate`` writes) replaces
 coefficients where it has them: attention throughput by length (and by query heads per rank: a
 Ulysses node of degree k runs H/k heads), non-attention and output-head time per layer against the
-tokens a rank holds, a fixed cost per micro-batch, the optimizer step's time, and every
-collective as latency + bytes / bandwidth per group size. Time tables enter as their affine
-least-squares fit (intercept + slope per token, relative error weighted), because the planners'
-arithmetic needs non-attention time affine in the tokens (:func:`nspsim.planners.proxy.fit_non_attention`);
-the calibration records that fit's error.
+tokens a rank holds, a fixed cost per micro-batch, the optimizer step's time, every
+collective as latency + bytes / bandwidth per group size, and the lockstep waits of ranks that share
+a host's cores (:meth:`AnalyticCostModel.lockstep_waits`, applied by the simulator's engine).
+Time tables enter as their affine least-squares fit (intercept + slope per token, relative error
+weighted), because the planners' arithmetic needs non-attention time affine in the tokens
+(:func:`nspsim.planners.proxy.fit_non_attention`); the calibration records that fit's error.
 
 Trade-off: closed forms make planning cheap and explainable; accuracy comes from a measured profile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +48,7 @@ from nspsim.cost.backends import LOCAL, BackendCost, NodeCost, backend_cost
 from nspsim.cost.comm import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
 from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
 from nspsim.cost.profile import Profile
-from nspsim.cost.profile.tables import AffineFit
+from nspsim.cost.profile.tables import AffineFit, lookup_degree
 from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.memory import gathered_layer_params
 from nspsim.specs.model import ModelSpec
@@ -273,6 +275,19 @@ class AnalyticCostModel:
         """Fixed time of one micro-batch per GPU beyond its layers and head (a profile's measurement;
         0 analytically: a GPU's per-micro-batch launches are negligible next to its kernels)."""
         return self.profile.micro_batch_s or 0.0
+
+    def lockstep_waits(self) -> Callable[[int, float], float] | None:
+        """A profile's measured lockstep-wait tables by group size (nearest smaller measured size), or
+        ``None``: analytically ranks own their devices and arrive together."""
+        tables = self.profile.lockstep_wait_by_size
+        if not tables:
+            return None
+
+        def wait(group_size: int, work_s: float) -> float:
+            table = lookup_degree(tables, group_size)
+            return 0.0 if table is None or group_size <= 1 else table(work_s)
+
+        return wait
 
     def _fits(self, part: str) -> tuple[AffineFit | None, AffineFit | None]:
         """The profile's affine fits of ``part`` (``nonattn`` or ``head``) time per token, fwd and bwd."""

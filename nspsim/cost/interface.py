@@ -22,6 +22,7 @@ is a conservative upper bound (per-sample overlap instead of whole-node overlap)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -174,4 +175,11 @@ class CostModel(Protocol):
 
     def micro_batch_overhead(self) -> float:
         """Fixed time per GPU of one micro-batch beyond its layers and head (host-side set-up, launches)."""
+        ...
+
+    def lockstep_waits(self) -> Callable[[int, float], float] | None:
+        """``wait(group_size, work_s)``: the mean time a collective of ``group_size`` ranks starts late
+        because its members, after ``work_s`` seconds of equal work since their previous collective,
+        do not arrive together (ranks sharing a host's cores are descheduled unevenly); ``None`` where
+        ranks run in lockstep (every rank its own device, or nothing measured)."""
         ...

@@ -18,9 +18,19 @@ could issue it, whatever delayed the issue (its queue predecessor or a dependenc
 same way. A blocking collective on the compute queue (expert all-to-all; everything in serial mode)
 charges its own wait and transfer. Gaps and kernels tile the GPU's time, so the breakdown of any GPU
 sums to the time at which its last task ends.
+
+Lockstep waits (ranks that share a host's cores; :meth:`~nspsim.cost.interface.CostModel.lockstep_waits`):
+real members of a group reach a collective one after another even when their work is equal, so a
+collective whose members are per-GPU tasks (SP collectives, the layout change, blocking collectives;
+not the FSDP collectives a :class:`~nspsim.simulator.program.SharedTask` stands for) starts its
+latency ``wait(group size, d)`` late, with ``d`` the longest time any member ran since the end of its
+previous such collective (or the step's start). The wait is charged as the collective's own exposed
+communication: the runtime measures it inside the collective too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import simpy
@@ -44,8 +54,16 @@ def _note_input(task: Task, done: Task) -> None:
 class Executor:
     """Executes one program; ``acc[segment, gpu, category]`` holds the accounted seconds."""
 
-    def __init__(self, program: Program, *, record_blame: bool = False) -> None:
+    def __init__(
+        self,
+        program: Program,
+        *,
+        record_blame: bool = False,
+        lockstep: Callable[[int, float], float] | None = None,
+    ) -> None:
         self.prog = program
+        self.lockstep = lockstep
+        self.synced = [0.0] * program.num_gpus  # end of each unit's latest per-GPU collective
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, program.num_gpus)
         self.charges: list[tuple[int, int, int, float]] = []
@@ -88,11 +106,23 @@ class Executor:
             if issue > coll.start:
                 coll.start = issue
             if coll.arrived == len(members[coll.cid]):
-                launch(coll, coll.start)
+                launch(coll, coll.start, self._lockstep_wait(coll) if self.lockstep is not None else 0.0)
+
+    def _lockstep_wait(self, coll: Collective) -> float:
+        """The lockstep wait of ``coll`` (module docstring); 0 for collectives of shared tasks."""
+        assert self.lockstep is not None
+        work = 0.0
+        for task in self.prog.members[coll.cid]:
+            if task.gpu == SHARED:
+                return 0.0
+            work = max(work, task.issue - self.synced[task.gpu])
+        return self.lockstep(coll.ranks, work)
 
     def _collective_done(self, coll: Collective) -> None:
         for task in self.prog.members[coll.cid]:
             task.start, task.end = coll.start, coll.finish
+            if task.gpu != SHARED and coll.finish > self.synced[task.gpu]:
+                self.synced[task.gpu] = coll.finish
             if task.queue == COMPUTE:
                 self._charge_blocking(task, coll)
             self._finish(task)

@@ -60,12 +60,22 @@ class Collective:
         "stamp",
         "version",
         "on_done",
+        "ranks",
     )
 
     def __init__(
-        self, cid: int, name: str, first: int, end: int, latency: float, work: float, shares: tuple[float, float]
+        self,
+        cid: int,
+        name: str,
+        first: int,
+        end: int,
+        latency: float,
+        work: float,
+        shares: tuple[float, float],
+        ranks: int = 0,
     ) -> None:
         self.cid, self.name, self.first, self.end = cid, name, first, end
+        self.ranks = ranks or end - first  # group size in ranks (units can stand for several)
         self.latency, self.work, self.shares = latency, max(work, 0.0), shares
         self.arrived = 0
         self.start = self.finish = 0.0
@@ -88,10 +98,11 @@ class Fabric:
         self.events = 0
 
     # ---- lifecycle -------------------------------------------------------------------------------
-    def launch(self, coll: Collective, start: float) -> None:
-        """Start ``coll`` at ``start`` (>= now): its latency, then its transfer, then ``on_done``."""
+    def launch(self, coll: Collective, start: float, wait: float = 0.0) -> None:
+        """Start ``coll`` at ``start`` (>= now): ``wait`` (its members' lockstep wait), its latency,
+        then its transfer, then ``on_done``."""
         coll.start = start
-        self._after(max(start - self.env.now, 0.0) + coll.latency, self._begin_transfer, coll)
+        self._after(max(start - self.env.now, 0.0) + wait + coll.latency, self._begin_transfer, coll)
 
     def _after(self, delay: float, callback: Callable[[Any], None], value: Any) -> None:
         event = self.env.timeout(delay, value)
@@ -179,7 +190,7 @@ class CollectiveFactory:
         unit) taking ``seconds`` uncontended."""
         size = end - first if size is None else size
         latency = min(self.cost.latency(size), seconds)
-        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size))
+        return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size), size)
 
     def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
         key = (pattern, size)

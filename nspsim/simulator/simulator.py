@@ -220,7 +220,7 @@ class Simulator:
             factors, jitter = iter(stretch.tolist()), noise
             noise = lambda s: (s if jitter is None else jitter(s)) * next(factors)  # noqa: E731
         program = StepModel(work, self.collectives, mode=self.options.mode, layers=layers, noise=noise).build()
-        ex = Executor(program, record_blame=self.options.timeline)
+        ex = Executor(program, record_blame=self.options.timeline, lockstep=self.cost.lockstep_waits())
         ex.run()
         return program, ex
 

@@ -15,6 +15,10 @@
   between forward and backward as their own times are), so the cost model and the planners'
   affine non-attention time see it without a new coefficient.
 
+* lockstep waits (:func:`lockstep_table`): per group size, the mean time ranks spent in an all-to-all
+  after ``d`` seconds of equal work, less its time back to back (:mod:`runtime.calibration.lockstep`),
+  kept as a ``d -> wait`` table, non-negative and non-decreasing in ``d``.
+
 Every fit reports its maximum relative error over its points (``fit`` in the profile). Trade-off: a
 median over repeats is robust to a descheduled rank but hides variance; the spread is recorded too.
 """
@@ -110,6 +114,7 @@ class Measurements:
     exec_tokens: tuple[int, ...] = ()
     exec_local_s: tuple[float, ...] = ()  # executor steps of degree-1 plans, kernels subtracted
     exec_sp_s: tuple[float, ...] = ()  # the same with one Ulysses node over all ranks (informational)
+    lockstep: Mapping[int, tuple[tuple[float, ...], tuple[float, ...]]] | None = None  # size -> (work, wait)
 
     def __post_init__(self) -> None:
         if self.num_layers < 1:
@@ -177,6 +182,21 @@ def with_executor(m: Measurements, fit: ExecutorFit) -> tuple[tuple[float, ...],
     return tuple(fwd), tuple(bwd)
 
 
+def lockstep_table(
+    work_s: Sequence[float], in_collective_s: Sequence[float]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(work, wait)`` of one group size: points after the first (``k = 0``, back-to-back collectives,
+    whose time is the collective's own), the wait each one's time in the collective beyond the first
+    point's, clamped at 0 and made non-decreasing (more work never lets ranks drift apart less)."""
+    if len(work_s) != len(in_collective_s) or len(work_s) < 2:
+        raise ValueError("a lockstep table needs the back-to-back point and at least one point with work")
+    base = float(in_collective_s[0])
+    waits = np.maximum.accumulate(np.maximum(np.asarray(in_collective_s[1:], dtype=np.float64) - base, 0.0))
+    work = np.maximum.accumulate(np.asarray(work_s[1:], dtype=np.float64))
+    keep = np.concatenate([[True], np.diff(work) > 0])  # strictly increasing work
+    return tuple(float(x) for x in work[keep]), tuple(float(x) for x in waits[keep])
+
+
 def build_profile(m: Measurements, *, name: str, provenance: Mapping[str, Any], cluster: str) -> dict[str, Any]:
     """The version-2 profile JSON object of ``m`` (validated by :func:`nspsim.cost.profile.parse_profile`)."""
     fit: dict[str, Any] = {}
@@ -234,6 +254,10 @@ def build_profile(m: Measurements, *, name: str, provenance: Mapping[str, Any], 
         "overlap_slowdown": max(m.overlap_slowdown, 1.0),
         "fit": fit,
     }
+    if m.lockstep:
+        profile["lockstep_wait_by_size"] = {
+            str(size): [[d, w] for d, w in zip(*points, strict=True)] for size, points in sorted(m.lockstep.items())
+        }
     if m.host_cores is not None:
         profile["host_cores"] = m.host_cores
         fit["sharing_curve"] = {str(n): s for n, s in sorted((m.sharing_curve or {}).items())}

@@ -14,6 +14,8 @@ collectives. Each rank returns median seconds per point; the caller averages the
 * collectives: all-to-all, ring hop (batched isend/irecv), all-gather and reduce-scatter over every
   aligned group size 2..N, all groups of a size at once, 4 KiB .. 4 MiB per rank;
 * overlap: one decoder layer's forward with an all-to-all in flight against alone;
+* lockstep: how long ranks that ran equal work wait for each other at a collective
+  (:mod:`runtime.calibration.lockstep`);
 * executor: real executor steps minus their kernels and SP waits (:mod:`runtime.calibration.executor_steps`),
   what the executor itself adds beyond the isolated layer and head tables.
 
@@ -38,6 +40,7 @@ from nspsim.specs.model import ModelSpec
 from runtime.affinity import pin_to_core
 from runtime.calibration.executor_steps import barrier, executor_times
 from runtime.calibration.fit import LinkMeasurement
+from runtime.calibration.lockstep import lockstep_waits
 from runtime.kernels import Segments, select_kernel
 from runtime.launch import RankEnv
 from runtime.model import DecoderLayer, DecoderLM, fsdp_shard
@@ -364,6 +367,7 @@ def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
     result["step_s"] = step_overhead(env)
     result["links"] = link_times(env, cfg.quick) if env.world > 1 else []
     result["overlap_slowdown"] = overlap_slowdown(spec, env, cfg.quick)
+    result["lockstep"] = lockstep_waits(spec, env, cfg.quick, cfg.kernel)
     result["executor"] = executor_times(spec, env, model=cfg.model, kernel=cfg.kernel, quick=cfg.quick)
     result["wall_s"] = time.perf_counter() - started
     return result

@@ -26,7 +26,7 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cal") / "profile.json"
     done = _run("runtime.calibrate", "--quick", "--ranks", "2", "-o", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "alltoall" in done.stderr and "wrote" in done.stderr  # the summary
+    assert "alltoall" in done.stderr and "lockstep wait" in done.stderr and "wrote" in done.stderr  # the summary
     return out
 
 
@@ -38,6 +38,7 @@ def test_calibration_writes_a_profile_with_provenance(profile: Path) -> None:
     assert "runtime.calibrate" in prov["command"]
     assert set(data["collectives"]) == {"alltoall", "p2p", "allgather", "reduce_scatter"}
     assert set(data["attn_fwd_flops_by_heads"]) == {"8", "4"}  # heads per rank at degrees 1 and 2
+    assert set(data["lockstep_wait_by_size"]) == {"2"}
     prof = load_profile(profile)
     cost = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2, profile=str(profile))).cost
     assert cost.latency(2) == prof.collectives["alltoall"][2].latency_s

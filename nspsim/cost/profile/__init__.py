@@ -25,6 +25,7 @@ and seconds)::
                       "allgather": {"2": [3e-4, 1e9]}, "reduce_scatter": {"2": [3e-4, 1e9]}},
       "overlap_slowdown": 1.1,       # compute slowed while a collective runs on the same device
       "host_cores": 2.0,             # kernels a host runs at full speed at once (its ranks share them)
+      "lockstep_wait_by_size": {"2": [[0.03, 2e-3], [0.36, 1.6e-2]]},  # [work s, wait s] at a collective
       "fit": {...}                   # per-table fit errors (informational)
     }
 
@@ -56,7 +57,7 @@ from nspsim.cost.profile.ranges import (
     SLOWDOWN,
     Plausible,
 )
-from nspsim.cost.profile.tables import LengthTable, LinkFit, TimeTable, lookup_degree, nearest_key
+from nspsim.cost.profile.tables import LengthTable, LinkFit, TimeTable, WaitTable, lookup_degree, nearest_key
 from nspsim.jsonfile import read_json
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "Plausible",
     "Profile",
     "TimeTable",
+    "WaitTable",
     "builtin_profile_names",
     "load_profile",
     "parse_profile",
@@ -86,7 +88,17 @@ _DEGREE_TABLES = ("alltoall_bw_by_degree", "p2p_bw_by_degree", "latency_s_by_deg
 _SCALARS = ("nonattn_flops", "allgather_bw")
 _V2_SCALARS = ("micro_batch_s", "optimizer_s", "step_s", "overlap_slowdown", "host_cores")
 _META = ("format", "version", "name", "source", "notes", "provenance", "fit")
-_V2_ONLY = (*_HEADS_TABLES, *_TIME_TABLES, *_V2_SCALARS, "collectives", "cluster", "model", "element_bytes", "ranks")
+_V2_ONLY = (
+    *_HEADS_TABLES,
+    *_TIME_TABLES,
+    *_V2_SCALARS,
+    "collectives",
+    "cluster",
+    "model",
+    "element_bytes",
+    "ranks",
+    "lockstep_wait_by_size",
+)
 MAX_DEGREE = 2**20  # an SP degree is at most the GPU count; no cluster has a million GPUs
 
 PLAUSIBLE: Mapping[str, Plausible] = {
@@ -147,6 +159,7 @@ class Profile:
     collectives: Mapping[str, Mapping[int, LinkFit]] = field(default_factory=dict)
     overlap_slowdown: float | None = None
     host_cores: float | None = None
+    lockstep_wait_by_size: Mapping[int, WaitTable] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
 
@@ -258,6 +271,10 @@ def parse_profile(data: Mapping[str, Any], origin: str = "profile") -> Profile:
             kwargs[key] = _number(data[key], f"{origin}: {key}", positive=key not in ("micro_batch_s", "step_s"))
     if "collectives" in data:
         kwargs["collectives"] = _collectives(data["collectives"], f"{origin}: collectives")
+    if "lockstep_wait_by_size" in data:
+        kwargs["lockstep_wait_by_size"] = _keyed(
+            data["lockstep_wait_by_size"], f"{origin}: lockstep_wait_by_size", _wait_table
+        )
     for key in ("cluster", "model"):
         if key in data:
             if not isinstance(data[key], str) or not data[key]:
@@ -343,6 +360,14 @@ def _time_table(value: Any, what: str) -> TimeTable:
     pairs = _pairs(value, what, "tokens")
     try:
         return TimeTable(tokens=tuple(p[0] for p in pairs), seconds=tuple(p[1] for p in pairs))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def _wait_table(value: Any, what: str) -> WaitTable:
+    pairs = _pairs(value, what, "work seconds")
+    try:
+        return WaitTable(work_s=tuple(p[0] for p in pairs), wait_s=tuple(p[1] for p in pairs))
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
 

@@ -5,7 +5,9 @@
 * :class:`TimeTable` - seconds against tokens, piecewise linear in tokens and extended linearly past
   both ends with the end segments' slopes (small inputs keep their fixed cost, large ones grow with
   the last measured slope), never below 0;
-* :class:`LinkFit` - one collective over one group size, ``latency + bytes / bandwidth``.
+* :class:`LinkFit` - one collective over one group size, ``latency + bytes / bandwidth``;
+* :class:`WaitTable` - the wait at a collective against the seconds its members worked since their
+  previous one, piecewise linear from (0, 0), extended proportionally past the last point.
 
 Trade-off: tables are what a calibration measures and what a person can read and check; they cannot
 express interactions between coefficients (e.g. a kernel slowed by a concurrent collective), which
@@ -97,6 +99,32 @@ class LinkFit:
     def time(self, nbytes: float) -> float:
         """Seconds to move ``nbytes``."""
         return self.latency_s + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitTable:
+    """Seconds a group's members wait for the last of them at a collective, against the seconds they
+    worked since their previous collective (``runtime.calibration.lockstep``)."""
+
+    work_s: tuple[float, ...]
+    wait_s: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.work_s or len(self.work_s) != len(self.wait_s):
+            raise ValueError("a wait table needs one wait per work point and at least one point")
+        if any(b <= a for a, b in zip(self.work_s, self.work_s[1:])) or min(self.work_s) <= 0:
+            raise ValueError("a wait table's work points must be positive and strictly increasing")
+        for work, wait in zip(self.work_s, self.wait_s, strict=True):
+            DURATION.check(work, "work")
+            DURATION.check(wait, f"wait after {format_number(work)} s of work")
+
+    def __call__(self, work: float) -> float:
+        """Wait after ``work`` seconds (0 without work; proportional to ``work`` past the last point)."""
+        if work <= 0:
+            return 0.0
+        if work >= self.work_s[-1]:
+            return self.wait_s[-1] * work / self.work_s[-1]
+        return float(np.interp(work, (0.0, *self.work_s), (0.0, *self.wait_s)))
 
 
 @dataclass(frozen=True, kw_only=True)
