@@ -49,12 +49,13 @@ SPEC_PATH = Path(__file__).resolve().parents[1] / "sweeps" / "fig7.toml"
 FULL_ITERS = 20
 QUICK_ITERS = 1
 QUICK_CONTEXT = 384 * 1024
-PLANNERS = ("static-paper", "static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
+PLANNERS = ("static-paper", "static-best", "static", "megatron-cp", "flexsp", "basp", "nsp2l", "nsp")
 PAPER_BASELINE = "static-paper"
 COLORS = {
     "static-paper": "#525252",
     "static-best": "#7f7f7f",
     "static": "#bcbd22",
+    "megatron-cp": "#17becf",
     "flexsp": "#1f77b4",
     "basp": "#9467bd",
     "nsp2l": "#ff7f0e",
@@ -157,6 +158,31 @@ def paper_panel(model: str, max_context: int) -> dict[str, dict[str, Any]]:
     return out
 
 
+Y_RANGE = (0.5, 1.15)  # where the strategies the paper compares lie; taller bars are labelled at the top
+BAR_GROUP_WIDTH = 0.8  # plotly's grouped bars fill 1 - bargap (0.2 by default) of a category
+
+
+def _label_clipped(fig: go.Figure, here: list[dict[str, Any]], row: int, col: int) -> None:
+    """Write the value of every bar taller than :data:`Y_RANGE` at the top of the panel, over its bar
+    (grouped bars: one slot per planner in every category)."""
+    width = BAR_GROUP_WIDTH / len(PLANNERS)
+    for i, c in enumerate(here):
+        for j, planner in enumerate(PLANNERS):
+            y = c["planners"].get(planner, {}).get("normalized", math.nan)
+            if math.isfinite(y) and y > Y_RANGE[1]:
+                fig.add_annotation(
+                    x=i + (j - (len(PLANNERS) - 1) / 2) * width,
+                    y=Y_RANGE[1],
+                    text=fmt(y),
+                    showarrow=False,
+                    textangle=-90,
+                    yanchor="top",
+                    font={"size": 10, "color": "white"},
+                    row=row,
+                    col=col,
+                )
+
+
 def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BASELINE) -> go.Figure:
     """Four panels (model x context): bars of normalised step time per trace and planner, min-max
     whiskers over the batches, and the paper's decoded panel values (hatched, mean with range)."""
@@ -208,7 +234,8 @@ def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
                 col=col,
             )
         fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1}, row=row, col=col)
-    fig.update_yaxes(title_text=f"step time / {baseline}", range=[0.5, 1.15], col=1)
+        _label_clipped(fig, here, row, col)
+    fig.update_yaxes(title_text=f"step time / {baseline}", range=list(Y_RANGE), col=1)
     fig.update_layout(
         barmode="group",
         height=170 + 380 * n_rows,
