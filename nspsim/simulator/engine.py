@@ -119,9 +119,10 @@ class Executor:
         return self.lockstep(coll.ranks, work)
 
     def _collective_done(self, coll: Collective) -> None:
+        track = self.lockstep is not None  # only lockstep waits need the members' last collective
         for task in self.prog.members[coll.cid]:
             task.start, task.end = coll.start, coll.finish
-            if task.gpu != SHARED and coll.finish > self.synced[task.gpu]:
+            if track and task.gpu != SHARED and coll.finish > self.synced[task.gpu]:
                 self.synced[task.gpu] = coll.finish
             if task.queue == COMPUTE:
                 self._charge_blocking(task, coll)

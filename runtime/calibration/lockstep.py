@@ -9,9 +9,9 @@ price a typical rank, not the last one. On the 2-core development machine the Ul
 identical work.
 
 What is measured (every aligned group of a size at once, as :func:`runtime.calibration.measure.link_times`
-does): each rank repeats *k* runs of a kernel mix (a decoder layer without its attention core and an
-attention forward, 512 tokens) then one small all-to-all over its group, for k = 0 (back-to-back
-collectives: the collective's own time) and a few k up to ~0.4 s of work. Per k: the mean work per
+does): each rank repeats *k* runs of the kernel mix (:func:`runtime.calibration.mix.kernel_mix`, 512
+tokens) then one small all-to-all over its group, for k = 0 (back-to-back collectives: the
+collective's own time) and a few k up to ~0.4 s of work. Per k: the mean work per
 rank ``d`` and the mean time spent in the all-to-all, less the k = 0 time: the wait a rank pays
 because the others are not there yet. The table ``d -> wait`` per group size goes into the profile
 (``lockstep_wait_by_size``); the simulator adds ``wait(d)`` to every collective of that size, with
@@ -35,9 +35,8 @@ import torch.distributed as dist
 
 from nspsim.specs.model import ModelSpec
 from runtime.calibration.executor_steps import barrier
-from runtime.kernels import Segments, select_kernel
+from runtime.calibration.mix import kernel_mix
 from runtime.launch import RankEnv
-from runtime.model import DecoderLayer
 
 MIX_TOKENS = 512
 WORK_TARGETS_S = (0.0, 0.01, 0.04, 0.12, 0.4)
@@ -46,29 +45,13 @@ SECONDS_PER_POINT = 2.5
 MIN_REPEATS = 8
 
 
-def _pass_through(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return q.clone()  # the attention core's output stands in as a copy, as the layer tables time it
-
-
 def lockstep_waits(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str = "auto") -> dict[str, Any]:
     """This rank's ``{"sizes": [...], "work_s": {size: [...]}, "in_collective_s": {size: [...]}}``:
     per group size and point, its mean work and mean seconds inside the all-to-all (module docstring)."""
     out: dict[str, Any] = {"sizes": [], "work_s": {}, "in_collective_s": {}}
     if env.world <= 1:
         return out
-    kernel = select_kernel(kernel_name, torch.device("cpu"))
-    layer = DecoderLayer(spec, rope_theta=1e6)
-    n = MIX_TOKENS // 2 if quick else MIX_TOKENS
-    h, pos = torch.randn(n, spec.hidden), torch.arange(n)
-    q = torch.randn(n, spec.num_heads, spec.head_dim)
-    kv = torch.randn(n, spec.num_kv_heads, spec.head_dim)
-    seg = Segments.same([n])
-
-    def mix() -> None:
-        with torch.no_grad():
-            layer(h, pos, _pass_through)
-            kernel.forward(q, kv, kv, seg, causal=True)
-
+    mix = kernel_mix(spec, MIX_TOKENS // 2 if quick else MIX_TOKENS, kernel_name)
     for _ in range(3):
         mix()
     started = time.perf_counter()

@@ -41,6 +41,7 @@ from runtime.affinity import pin_to_core
 from runtime.calibration.executor_steps import barrier, executor_times
 from runtime.calibration.fit import LinkMeasurement
 from runtime.calibration.lockstep import lockstep_waits
+from runtime.calibration.mix import kernel_mix, pass_through
 from runtime.kernels import Segments, select_kernel
 from runtime.launch import RankEnv
 from runtime.model import DecoderLayer, DecoderLM, fsdp_shard
@@ -131,23 +132,6 @@ def _attention_point(
     return f, b
 
 
-class _PassThrough(torch.autograd.Function):
-    """Stands in for the attention core: returns q, passes the gradient to q only."""
-
-    @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return q.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        return grad, None, None
-
-
-def _pass_through(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    out: Tensor = _PassThrough.apply(q, k, v)  # type: ignore[no-untyped-call]
-    return out
-
-
 def layer_times(spec: ModelSpec, cfg: CalibrationConfig) -> dict[str, list[float]]:
     """Non-attention (one decoder layer) and head forward/backward medians per token count, every rank
     at once."""
@@ -162,8 +146,8 @@ def layer_times(spec: ModelSpec, cfg: CalibrationConfig) -> dict[str, list[float
         pos = torch.arange(n) % 4096
         grad = torch.randn(n, spec.hidden)
         barrier()
-        out["nf"].append(median_time(lambda: layer(h, pos, _pass_through), reps))  # noqa: B023 (run at once)
-        out["nb"].append(_backward_time(lambda: layer(h, pos, _pass_through), grad, reps))  # noqa: B023
+        out["nf"].append(median_time(lambda: layer(h, pos, pass_through), reps))  # noqa: B023 (run at once)
+        out["nb"].append(_backward_time(lambda: layer(h, pos, pass_through), grad, reps))  # noqa: B023
         ids = torch.randint(0, spec.vocab, (n,))
         targets = torch.randint(0, spec.vocab, (n,))
 
@@ -293,7 +277,7 @@ def overlap_slowdown(spec: ModelSpec, env: RankEnv, quick: bool) -> float:
 
     def alone() -> None:
         with torch.no_grad():
-            layer(h, pos, _pass_through)
+            layer(h, pos, pass_through)
 
     def with_comm() -> None:
         work = dist.all_to_all_single(recv, send, async_op=True)
@@ -321,18 +305,7 @@ def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str =
     per pass the mean over the active ranks of their median over 15 runs, divided by the pass's
     n = 1 time; the median over :data:`SHARING_PASSES` interleaved passes (two calibrations of the
     same host gave 1.11 / 2.35 and 1.59 / 3.26 at 2 / 4 ranks with one pass of 7 runs)."""
-    kernel = select_kernel(kernel_name, torch.device("cpu"))
-    layer = DecoderLayer(spec, rope_theta=1e6)
-    n_tok = 1024 if quick else 2048
-    h, pos = torch.randn(n_tok, spec.hidden), torch.arange(n_tok)
-    q = torch.randn(n_tok, spec.num_heads, spec.head_dim)
-    kv = torch.randn(n_tok, spec.num_kv_heads, spec.head_dim)
-    seg = Segments.same([n_tok])
-
-    def mix() -> None:
-        with torch.no_grad():
-            layer(h, pos, _pass_through)
-            kernel.forward(q, kv, kv, seg, causal=True)
+    mix = kernel_mix(spec, 1024 if quick else 2048, kernel_name)
 
     counts = [1 << i for i in range(env.world.bit_length()) if 1 << i <= env.world]
     ratios: dict[int, list[float]] = {n: [] for n in counts}

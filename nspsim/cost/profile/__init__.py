@@ -348,28 +348,28 @@ def _pairs(value: Any, what: str, kind: str) -> list[tuple[float, float]]:
     return [(_positive(p[0], what), _number(p[1], what, positive=False)) for p in value]
 
 
-def _length_table(value: Any, what: str) -> LengthTable:
-    pairs = _pairs(value, what, "length")
+def _table(value: Any, what: str, kind: str, build: Any) -> Any:
+    """``build(points, values)`` of a ``[[point, value], ...]`` list, its errors naming ``what``."""
+    pairs = _pairs(value, what, kind)
     try:
-        return LengthTable(lengths=tuple(p[0] for p in pairs), values=tuple(p[1] for p in pairs))
+        return build(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
+
+
+def _length_table(value: Any, what: str) -> LengthTable:
+    out: LengthTable = _table(value, what, "length", lambda x, y: LengthTable(lengths=x, values=y))
+    return out
 
 
 def _time_table(value: Any, what: str) -> TimeTable:
-    pairs = _pairs(value, what, "tokens")
-    try:
-        return TimeTable(tokens=tuple(p[0] for p in pairs), seconds=tuple(p[1] for p in pairs))
-    except ValueError as exc:
-        raise ValueError(f"{what}: {exc}") from None
+    out: TimeTable = _table(value, what, "tokens", lambda x, y: TimeTable(tokens=x, seconds=y))
+    return out
 
 
 def _wait_table(value: Any, what: str) -> WaitTable:
-    pairs = _pairs(value, what, "work seconds")
-    try:
-        return WaitTable(work_s=tuple(p[0] for p in pairs), wait_s=tuple(p[1] for p in pairs))
-    except ValueError as exc:
-        raise ValueError(f"{what}: {exc}") from None
+    out: WaitTable = _table(value, what, "work seconds", lambda x, y: WaitTable(work_s=x, wait_s=y))
+    return out
 
 
 def _degree(key: Any, what: str) -> int:

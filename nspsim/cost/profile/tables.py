@@ -110,10 +110,7 @@ class WaitTable:
     wait_s: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if not self.work_s or len(self.work_s) != len(self.wait_s):
-            raise ValueError("a wait table needs one wait per work point and at least one point")
-        if any(b <= a for a, b in zip(self.work_s, self.work_s[1:])) or min(self.work_s) <= 0:
-            raise ValueError("a wait table's work points must be positive and strictly increasing")
+        _check_points(self.work_s, self.wait_s, "wait table")
         for work, wait in zip(self.work_s, self.wait_s, strict=True):
             DURATION.check(work, "work")
             DURATION.check(wait, f"wait after {format_number(work)} s of work")
