@@ -74,9 +74,13 @@ def test_fig7_spec_is_the_merged_toml() -> None:
 
 def test_fig8_fig9_fig10_specs() -> None:
     s8 = fig8.build_spec(quick=False)
-    assert (
-        s8.run.planners == ("static-32", "static-64", "flexsp", "nsp") and baseline_of(s8.run.planners) == "static-32"
-    )
+    paper_sp32 = "static:degree=32+packing=tokens"
+    assert s8.run.planners == (paper_sp32, "static:degree=64+packing=tokens", "static-32", "flexsp", "nsp")
+    assert s8.run.baseline == paper_sp32 == baseline_of(s8.run.planners, s8.run.baseline)
+    # every strategy but the load-packed variant stands for one of the paper's decoded bars
+    keys = [v.key if (v := fig8.paper_value(p)) else None for p in s8.run.planners]
+    assert keys == ["static-32", "static-64", None, "flexsp", "nsp"]
+    assert fig8.paper_value("static-32") is None
     (c8,) = s8.points()
     assert (c8.model, c8.cluster, c8.gpus, c8.max_context) == ("qwen3-235b-a22b", "h200", 64, 393216)
     assert s8.run.iters == 5 and fig8.build_spec(quick=True).run.iters == 1
@@ -128,16 +132,16 @@ def test_fig8_representative_and_breakdown() -> None:
         return {"planner": planner, "iteration": it, "step_time_s": step, "normalized": norm, **cats}
 
     rows = pd.DataFrame(
-        [r("static-32", i, 10.0, 1.0, non_attn=6.0, comm_wait=4.0) for i in range(3)]
+        [r(fig8.BASELINE, i, 10.0, 1.0, non_attn=6.0, comm_wait=4.0) for i in range(3)]
         + [r("nsp", 0, 9.0, 0.9), r("nsp", 1, 7.0, 0.7, non_attn=5.0, attn_fwd=2.0), r("nsp", 2, 8.0, 0.8)]
     )
     assert fig8.representative(rows) == 2  # the median of 0.9, 0.7, 0.8
     assert fig8.representative(rows[rows["iteration"] < 2]) == 1  # even count: the lower middle
     parts = fig8.breakdown(rows, 1)
     assert (
-        parts["static-32"]["non_attn"] == 0.6
-        and parts["static-32"]["comm_wait"] == 0.4
-        and parts["static-32"]["total"] == 1.0
+        parts[fig8.BASELINE]["non_attn"] == 0.6
+        and parts[fig8.BASELINE]["comm_wait"] == 0.4
+        and parts[fig8.BASELINE]["total"] == 1.0
     )
     assert parts["nsp"]["non_attn"] == 0.5 and parts["nsp"]["attn_fwd"] == 0.2 and parts["nsp"]["total"] == 0.7
 

@@ -2,8 +2,12 @@
 Static SP-32 and SP-64, FlexSP and NSP, normalised to Static SP-32.
 
 The sweep is one point (Qwen3-235B-A22B on 64 H200s, 2M tokens, 384K max context, ``wikipedia``),
-the planners ``static-32`` / ``static-64`` (compare's fixed-degree labels), ``flexsp`` and ``nsp``,
-on 5 batches (``--quick`` 1). The representative iteration is the batch whose NSP / SP-32 ratio is the
+on 5 batches (``--quick`` 1). Static SP is the paper's: one degree, samples packed by tokens as the
+FlexSP artifact packs them (``static:degree=32+packing=tokens`` and ``degree=64``; rule in
+:mod:`nspsim.planners.token_packing`), and the figure normalises to its SP-32. The load-packed SP-32
+(``static-32``, compare's fixed-degree label: samples packed by cost-model load) stands beside as
+the stronger variant, so the baseline's weight in every ratio can be seen; ``flexsp`` and ``nsp``
+complete it. The representative iteration is the batch whose NSP / SP-32 ratio is the
 median of the batches' (with 1 batch, that batch). Each bar stacks the ``bd_*`` categories of that
 batch divided by SP-32's step on the same batch, so the stack's height is the normalised step time;
 the paper's decoded totals (high) stand beside as markers. The paper does not name the trace, the
@@ -38,8 +42,20 @@ from studies.paper_figures.common import (
 )
 
 NAME = "fig8"
-PLANNERS = ("static-32", "static-64", "flexsp", "nsp")
-BASELINE = "static-32"
+PAPER_SP32 = "static:degree=32+packing=tokens"
+PAPER_SP64 = "static:degree=64+packing=tokens"
+LOAD_SP32 = "static-32"
+PLANNERS = (PAPER_SP32, PAPER_SP64, LOAD_SP32, "flexsp", "nsp")
+BASELINE = PAPER_SP32
+# Each strategy's short name in the figure, and the paper's decoded bar it stands for (None: not in the paper).
+NAMES = {PAPER_SP32: "SP-32", PAPER_SP64: "SP-64", LOAD_SP32: "SP-32 load-packed", "flexsp": "FlexSP", "nsp": "NSP"}
+PAPER_KEY: dict[str, str | None] = {
+    PAPER_SP32: "static-32",
+    PAPER_SP64: "static-64",
+    LOAD_SP32: None,
+    "flexsp": "flexsp",
+    "nsp": "nsp",
+}
 FULL_ITERS = 5
 QUICK_ITERS = 1
 WORKLOAD: dict[str, Any] = {
@@ -56,7 +72,8 @@ CATEGORY_COLORS = ("#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#d62728", "#9467
 def build_spec(quick: bool, workload: dict[str, Any] | None = None) -> SweepSpec:
     """The Figure 8 sweep: one point (``workload``, default :data:`WORKLOAD`), the four strategies."""
     iters = QUICK_ITERS if quick else FULL_ITERS
-    return SweepSpec(workload=dict(workload or WORKLOAD), run=RunSpec(planners=PLANNERS, iters=iters), name=NAME)
+    run = RunSpec(planners=PLANNERS, iters=iters, baseline=BASELINE)
+    return SweepSpec(workload=dict(workload or WORKLOAD), run=run, name=NAME)
 
 
 def representative(rows: pd.DataFrame) -> int:
@@ -86,35 +103,47 @@ def breakdown(rows: pd.DataFrame, iteration: int) -> dict[str, dict[str, float]]
     return out
 
 
+def paper_value(planner: str) -> pv.PaperValue | None:
+    """The paper's decoded Figure 8 total that ``planner`` stands for, or ``None`` (not in the paper)."""
+    key = PAPER_KEY.get(planner)
+    return next((v for v in pv.FIG8 if v.key == key), None)
+
+
+def _paper_text(planner: str) -> str:
+    value = paper_value(planner)
+    return f"{value.value:.2f} ({value.confidence})" if value else "not in the paper"
+
+
 def figure(parts: dict[str, dict[str, float]], batch_index: int, batches: int, where: str) -> go.Figure:
-    """Stacked categories per strategy, normalised to SP-32, with the paper's decoded totals."""
+    """Stacked categories per strategy, normalised to the paper's SP-32, with the paper's decoded totals."""
     fig = go.Figure()
-    x = [p for p in PLANNERS if p in parts]
+    planners = [p for p in PLANNERS if p in parts]
+    x = [NAMES[p] for p in planners]
     for category, color in zip(BREAKDOWN_CATEGORIES, CATEGORY_COLORS):
-        fig.add_trace(go.Bar(x=x, y=[parts[p][category] for p in x], name=category, marker_color=color))
-    paper = {v.key: v for v in pv.FIG8}
+        fig.add_trace(go.Bar(x=x, y=[parts[p][category] for p in planners], name=category, marker_color=color))
+    marked = [(NAMES[p], value.value) for p in planners if (value := paper_value(p)) is not None]
     fig.add_trace(
         go.Scatter(
-            x=x,
-            y=[paper[p].value for p in x],
+            x=[name for name, _ in marked],
+            y=[value for _, value in marked],
             mode="markers",
             marker={"symbol": "diamond", "size": 14, "color": "black", "line": {"color": "white", "width": 1}},
             name="paper total (decoded, high)",
         )
     )
-    ticks = [f"{p}<br>ours {parts[p]['total']:.2f} · paper {paper[p].value:.2f} ({paper[p].confidence})" for p in x]
+    ticks = [f"{NAMES[p]}<br>ours {parts[p]['total']:.2f} · paper {_paper_text(p)}" for p in planners]
     fig.update_xaxes(tickvals=x, ticktext=ticks)
     fig.update_layout(
         barmode="stack",
         width=1200,
         height=700,
         margin={"t": 120},
-        yaxis_title="time / Static SP-32 step (same batch)",
+        yaxis_title="time / the paper's Static SP-32 step (same batch)",
         title={
             "text": (
                 f"NSP paper Figure 8: step-time breakdown, {where}, batch {batch_index}<br>"
-                "<sup>normalised to static-32 (Static SP-32) on "
-                f"the same batch; representative = median NSP/SP-32 of {batches} batch(es); diamonds: "
+                "<sup>normalised to the paper's Static SP-32 (token-packed) on the same batch; "
+                f"representative = median NSP/SP-32 of {batches} batch(es); diamonds: "
                 f"{PAPER_SOURCE.format(n=8)}, totals only</sup>"
             ),
             "font": {"size": 15},
@@ -125,8 +154,7 @@ def figure(parts: dict[str, dict[str, float]], batch_index: int, batches: int, w
 
 def tables(parts: dict[str, dict[str, float]], run: SweepRun, batch_index: int) -> list[str]:
     """The breakdown of the representative batch, then the mean over all batches and the paper's totals."""
-    paper = {v.key: v for v in pv.FIG8}
-    header = ["strategy", *BREAKDOWN_CATEGORIES, "total (ours)", "all batches [min-max]", "paper total (mark)"]
+    header = ["strategy", "planner spec", *BREAKDOWN_CATEGORIES, "total (ours)", "all batches [min-max]", "paper total"]
     body = []
     for planner, p in parts.items():
         rows = run.rows[run.rows["planner"] == planner]
@@ -135,16 +163,19 @@ def tables(parts: dict[str, dict[str, float]], run: SweepRun, batch_index: int) 
         norm = float(s["normalized"].iloc[0]) if len(s) else math.nan
         body.append(
             [
+                NAMES[planner],
                 planner,
                 *(fmt(p[c]) for c in BREAKDOWN_CATEGORIES),
                 fmt(p["total"]),
                 f"{fmt(norm)} [{fmt(sp['min'])}-{fmt(sp['max'])}]",
-                f"{paper[planner].value:.2f} ({paper[planner].confidence})",
+                _paper_text(planner),
             ]
         )
     caption = (
-        f"Batch {batch_index}: each category's seconds over Static SP-32's step on the same batch. 'All batches' is "
-        f"the ratio of sums over {len(set(run.rows['iteration']))} batch(es). Paper: {PAPER_SOURCE.format(n=8)}; "
+        f"Batch {batch_index}: each category's seconds over the paper's Static SP-32 step (token-packed, "
+        f"{BASELINE}) on the same batch. 'All batches' is the ratio of sums over "
+        f"{len(set(run.rows['iteration']))} batch(es). {NAMES[LOAD_SP32]} ({LOAD_SP32}) packs by cost-model load, "
+        f"the stronger variant; SP-64 is one group, so its packing does not matter. Paper: {PAPER_SOURCE.format(n=8)}; "
         + "; ".join(f"{v.key}: {v.note}" for v in pv.FIG8)
         + "."
     )
@@ -162,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "figure": 8,
         "baseline": BASELINE,
+        "names": NAMES,
+        "paper_keys": PAPER_KEY,
         "workload": WORKLOAD,
         "representative_iteration": iteration,
         "batch_index": batch_index,
