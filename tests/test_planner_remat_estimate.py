@@ -147,7 +147,84 @@ def test_phase_wise_stages_take_each_phase_at_its_own_critical_gpu() -> None:
     o_fwd, o_bwd = fit.fwd_slope * tokens + fit.fwd_intercept, fit.bwd_slope * tokens + fit.bwd_intercept
     attn_fwd, attn_bwd, remat = np.array([5e-3, 1e-4]), np.array([9e-3, 2e-4]), np.array([1e-3, 0.0])
     loads = ProxyLoad(d_fwd=attn_fwd + o_fwd, d_bwd=attn_bwd + o_bwd, tokens=tokens)
-    staged = phase_wise(table, loads, remat)
+    staged = phase_wise(table, loads, remat, expert_parallel=2)  # one EP group of both GPUs
     assert staged.d_fwd.tolist() == pytest.approx([5e-3 + o_fwd[1]], rel=1e-12)
     assert staged.d_bwd.tolist() == pytest.approx([9e-3 + 1e-3 + o_bwd[1]], rel=1e-12)
     assert staged.d_fwd[0] > loads.d_fwd.max()  # more than max_p of the sum
+    alone = phase_wise(table, loads, remat, expert_parallel=1)  # no EP group: each GPU on its own
+    assert alone.d_fwd.tolist() == pytest.approx([loads.d_fwd.max()], rel=1e-12)
+    assert alone.d_bwd.tolist() == pytest.approx([(loads.d_bwd + remat).max()], rel=1e-12)
+
+
+def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> None:
+    """Four GPUs in two EP groups: group {0, 1} is uniform (equal attention and tokens on both), group
+    {2, 3} has one attention-heavy GPU with few tokens and one GPU with many. Only group {2, 3} pays
+    its peaks separately; group {0, 1}'s attention peak, on other GPUs, adds nothing to it."""
+    from helpers import toy_cost
+    from nspsim.planners.nsp_planner import phase_wise
+    from nspsim.planners.proxy import ProxyLoad
+    from nspsim.sp_tree import SPTree
+
+    table = CostTable(toy_cost(), SPTree(num_gpus=4, spmax=4), [100, 10], 1000)
+    fit = table.fit
+    tokens = np.array([500.0, 500.0, 100.0, 900.0])
+    o_fwd = fit.fwd_slope * tokens + fit.fwd_intercept
+    o_bwd = fit.bwd_slope * tokens + fit.bwd_intercept
+    attn_fwd = np.array([8e-3, 8e-3, 5e-3, 1e-4])
+    attn_bwd = 2 * attn_fwd
+    loads = ProxyLoad(d_fwd=attn_fwd + o_fwd, d_bwd=attn_bwd + o_bwd, tokens=tokens)
+    staged = phase_wise(table, loads, np.zeros(4), expert_parallel=2)
+    group_a = 8e-3 + o_fwd[0]  # uniform: its sum
+    group_b = 5e-3 + o_fwd[3]  # GPU 2's attention + GPU 3's non-attention
+    assert staged.d_fwd.tolist() == pytest.approx([max(group_a, group_b)], rel=1e-12)
+    assert staged.d_bwd.tolist() == pytest.approx([max(16e-3 + o_bwd[0], 10e-3 + o_bwd[3])], rel=1e-12)
+    everywhere = phase_wise(table, loads, np.zeros(4), expert_parallel=4)  # one group: the global peaks
+    assert everywhere.d_fwd.tolist() == pytest.approx([8e-3 + o_fwd[3]], rel=1e-12)
+    assert everywhere.d_fwd[0] > staged.d_fwd[0]
+
+
+def test_beams_also_run_on_the_ep_aligned_levels_only_under_expert_parallelism() -> None:
+    from nspsim.planners.nsp_planner import candidate_levels
+
+    full = (64, 32, 16, 8, 4, 2, 1)
+    assert candidate_levels(full, 8) == [full, (64, 32, 16, 8, 1)]
+    assert candidate_levels(full, 1) == [full]  # no EP group to keep uniform
+    assert candidate_levels((64, 1), 8) == [(64, 1)]  # NSP-2L: already aligned
+    assert candidate_levels((4, 2, 1), 8) == [(4, 2, 1), (1,)]
+
+
+def test_splits_try_token_mixes_and_contiguous_sorted_chunks(big) -> None:  # type: ignore[no-untyped-def]
+    from nspsim.planners.microbatch import token_split
+    from nspsim.planners.nsp_planner import _splits
+
+    batch = big.sampler.batch(0)
+    ctx = make_context(batch, big)
+    lengths = ctx.table.lengths
+    assert [name for name, _ in _splits(ctx, 1, token_split(lengths, 1))] == ["tokens"]
+    (_, mixed), (name, chunks) = _splits(ctx, 2, token_split(lengths, 2))
+    assert name == "sorted" and len(chunks) == 2
+    assert np.concatenate(chunks).tolist() == list(range(lengths.size))  # contiguous, in sorted order
+    assert lengths[chunks[0]].min() >= lengths[chunks[1]].max()  # the long samples together
+    assert sorted(np.concatenate(mixed).tolist()) == list(range(lengths.size))
+    assert abs(int(lengths[chunks[0]].sum()) - int(lengths[chunks[1]].sum())) <= int(lengths.max())
+
+
+def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all_to_all(big) -> None:  # type: ignore[no-untyped-def]
+    """235B / 64 H200 / wikipedia batch 0, measured (docs/planners.md): the one-pass route on all
+    levels simulates 25.05 s (2.59 s waiting at the EP all-to-alls), the all-GPU phase-wise estimate
+    ranked it first; the per-EP-group estimate picks a plan that simulates about 22.3 s."""
+    from nspsim.execution.prepare import prepare_plan
+    from nspsim.simulator import SimOptions, Simulator
+
+    batch = big.sampler.batch(0)
+    plan = get_planner("nsp").plan(batch, big)
+    one_pass = get_planner("nsp", seed_static=False)  # the beam's one-pass route on all levels
+    ctx = make_context(batch, big, effective_budget("auto", big, batch.lengths))
+    nested = one_pass.route(ctx, ctx.table, np.arange(ctx.table.num_samples))  # type: ignore[attr-defined]
+    assert nested is not None and len(set(nested.degrees.tolist())) >= 3
+    select = np.arange(ctx.table.num_samples)
+    assert guarantee_score(plan, big, ctx.budget) < recompute_aware_estimate(ctx, select, nested)
+    sim = Simulator.for_workload(big, SimOptions(timeline=False))
+    chosen = sim.simulate(prepare_plan(plan, memory=big.memory, cost=big.cost)).step_time_s
+    assert plan.metadata["micro_batch_split"] in ("tokens", "sorted")
+    assert chosen < 23.0  # the nested one-pass plan: 25.05 s

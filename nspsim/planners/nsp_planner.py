@@ -42,7 +42,7 @@ the full B_tok would let the Load comparison undo the balance the ratio asks for
 what cannot see the recomputation that token imbalance causes.)
 
 Memory-bound batches (``remat_aware``, full proxy; the mean tokens per GPU exceed what fits with
-all attention kept), three changes, each measured on Qwen3-235B-A22B / 64 H200s (docs/planners.md):
+all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (docs/planners.md):
 
 * recompute-aware beam (:mod:`nspsim.planners.beam`): every state tracks the attention bytes its
   placed samples keep per GPU, and a placement whose attention no longer fits the free bytes under
@@ -54,11 +54,22 @@ all attention kept), three changes, each measured on Qwen3-235B-A22B / 64 H200s 
   estimate (Load plus the recomputation the executor's tree marking would do, with FSDP floors,
   :func:`recompute_aware_estimate`); there the "never worse than the best static seed" guarantee
   is stated on that estimate, not on Load;
-* the micro-batch count: the batch is also routed as m = memory minimum .. +``EXTRA_MICRO_BATCHES``
-  token-split micro-batches (each under the whole batch's token-balance ratio over its own tokens)
-  and the count with the least summed estimate wins; a count whose parts are no longer memory-bound
-  ends the sweep, since more would only repeat FSDP collectives and fixed costs. The paper runs one
-  pass; a second micro-batch is NSP's own cost-model decision here, as it is FlexSP's.
+* the micro-batch count and split: the batch is also routed as m = memory minimum ..
+  +``EXTRA_MICRO_BATCHES`` micro-batches, each count split two ways - token-balanced mixes of long
+  and short samples, and (m > 1) FlexSP's contiguous sorted chunks, which put the long samples
+  together so that a micro-batch of short ones keeps its attention at degree 1 - each micro-batch
+  under the whole batch's token-balance ratio over its own tokens; the candidate with the least
+  summed estimate wins, and every micro-batch takes the least estimate among its beams and static
+  seeds. The paper runs one pass; a second micro-batch is NSP's own cost-model decision here, as it
+  is FlexSP's;
+* under expert parallelism the estimate is phase-wise per EP group (:func:`phase_wise`: the EP
+  all-to-alls synchronise a group between attention and the experts every layer), and every
+  micro-batch's beam also runs on the EP-aligned levels (degree 1 and degrees of at least one EP
+  group, :func:`candidate_levels`), whose nodes never make an EP group's GPUs unequal. Measured on
+  235B wikipedia 192K batch 0: the one-pass nested plan the all-GPU estimate preferred simulated
+  25.05 s, the plan chosen now 22.30 s (BASP 22.22, FlexSP 22.11). Cost: up to 5 splits x 2 beams
+  and every static seed per memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms
+  median before).
 
 Compute-bound batches keep the Load choice and the Load guarantee. ``remat_aware=False`` (with
 ``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
@@ -90,7 +101,7 @@ from nspsim.planners.base import (
     static_floor,
 )
 from nspsim.planners.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
-from nspsim.planners.microbatch import min_micro_batches, token_split
+from nspsim.planners.microbatch import blaster_split, min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable, ProxyLoad
 from nspsim.planners.remat_estimate import FloatArray, remat_per_gpu, selected_loads
@@ -200,58 +211,75 @@ class NSPPlanner:
         return self.remat_aware and self.proxy == "full" and is_memory_bound(ctx.workload, int(lengths.sum()))
 
     def _memory_bound_batch(self, ctx: Context, search: CostTable, first: int) -> Placement:
-        """Memory-bound batch: route it as ``first`` .. ``first + EXTRA_MICRO_BATCHES`` token-split
-        micro-batches (each under its own token-balance budget) and keep the count with the least
-        recompute-aware step estimate (module doc); stop adding micro-batches once a part is no
-        longer memory-bound (more would only repeat FSDP and fixed costs)."""
+        """Memory-bound batch: route it as ``first`` .. ``first + EXTRA_MICRO_BATCHES`` micro-batches,
+        each count split two ways (token-balanced mixes and contiguous sorted chunks), every
+        micro-batch's beam run on the planner's levels and, under expert parallelism, on the
+        EP-aligned levels too; keep the split with the least summed recompute-aware step estimate
+        (module doc)."""
         n = ctx.table.num_samples
         ratio = resolved_ratio(self.token_balance_ratio, ctx.workload, int(ctx.table.lengths.sum()))
-        best: tuple[float, list[IntArray], list[Route | None]] | None = None
-        for m in range(first, n + 1):
-            if best is not None and m > first + EXTRA_MICRO_BATCHES:
-                break
-            parts = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget)
-            routed = [self._route_part(ctx, search, part, ratio) for part in parts]
-            if any(r is None for r, _ in routed):
-                continue
-            estimate = sum(e for _, e in routed)
-            if best is None or estimate < best[0]:
-                best = (estimate, parts, [r for r, _ in routed])
-            if not any(self._recompute_aware(ctx, ctx.table.lengths[part]) for part in parts):
-                break
+        level_sets = candidate_levels(self.levels(ctx.workload), ctx.workload.training.expert_parallel)
+        best: tuple[float, list[IntArray], list[Route | None], str] | None = None
+        for m in range(first, min(first + EXTRA_MICRO_BATCHES, n) + 1):
+            mixed = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget)
+            for split, parts in _splits(ctx, m, mixed):
+                routed = [self._route_part(ctx, search, part, ratio, level_sets) for part in parts]
+                if any(r is None for r, _ in routed):
+                    continue
+                estimate = sum(e for _, e in routed)
+                if best is None or estimate < best[0]:
+                    best = (estimate, parts, [r for r, _ in routed], split)
         if best is None:
             raise ValueError("NSP found no routing of the batch under its token budget")
-        return _assemble(n, best[1], best[2])
+        return _assemble(n, best[1], best[2], {"micro_batch_split": best[3]})
 
     def _route_part(
-        self, ctx: Context, search: CostTable, part: IntArray, ratio: float | None
+        self,
+        ctx: Context,
+        search: CostTable,
+        part: IntArray,
+        ratio: float | None,
+        level_sets: list[tuple[int, ...]] | None = None,
     ) -> tuple[Route | None, float]:
         """One micro-batch of a memory-bound batch under its own routing budget (the whole batch's
-        token-balance ``ratio`` over the part's tokens); its route and recompute-aware step estimate
-        (``inf`` when it cannot be routed)."""
+        token-balance ``ratio`` over the part's tokens), its beam run on each of ``level_sets``
+        (default: the planner's levels); its route and recompute-aware step estimate (``inf`` when it
+        cannot be routed)."""
         lengths = tuple(int(x) for x in ctx.table.lengths[part])
         budget = effective_budget("off" if ratio is None else ratio, ctx.workload, lengths)
         part_ctx = replace(ctx, table=ctx.table.with_budget(budget))
         part_search = part_ctx.table if search is ctx.table else search.with_budget(budget)
-        route = self.route(part_ctx, part_search, part)
+        route = self.route(part_ctx, part_search, part, level_sets)
         if route is None:
             return None, np.inf
         return route, recompute_aware_estimate(part_ctx, part, route)
 
-    def route(self, ctx: Context, search: CostTable, select: IntArray) -> Route | None:
-        """Route the selected sorted samples in one pass, or ``None`` if no state keeps B_tok."""
+    def route(
+        self, ctx: Context, search: CostTable, select: IntArray, level_sets: list[tuple[int, ...]] | None = None
+    ) -> Route | None:
+        """Route the selected sorted samples in one pass, or ``None`` if no state keeps B_tok: the
+        beam on each of ``level_sets`` (default: the planner's levels; a route found on another set
+        than the first is marked ``beam-ep``) and the static seeds at the planner's levels; the least
+        recompute-aware estimate wins on a memory-bound pass or a micro-batch of a memory-bound batch
+        (``level_sets`` given), the least Load otherwise."""
         levels = self.levels(ctx.workload)
-        layout = node_layout(ctx.num_gpus, levels)
-        k = prefix_size(search, select, levels, self.prefix_k)
         bound = self._recompute_aware(ctx, ctx.table.lengths[select])
-        memory = _prefix_memory(ctx, search, select[:k], layout) if bound else None
-        candidates = _beam_routes(search, select, layout, k, self, memory)
+        candidates: list[Route] = []
+        for i, searched in enumerate(level_sets or [levels]):
+            layout = node_layout(ctx.num_gpus, searched)
+            k = prefix_size(search, select, searched, self.prefix_k)
+            memory = _prefix_memory(ctx, search, select[:k], layout) if bound else None
+            found = _beam_routes(search, select, layout, k, self, memory)
+            candidates += found if i == 0 else [replace(r, source="beam-ep") for r in found]
+        # A micro-batch of a memory-bound batch (level sets given) is scored by the estimate, as its
+        # batch's split is; Load decides elsewhere.
+        by_estimate = self.proxy == "full" and (bound or level_sets is not None)
         if self.seed_static and self.proxy == "full":
-            # Load-floor pruning is only valid when Load decides; on memory-bound batches every seed competes.
-            beaten = np.inf if bound else min((r.load for r in candidates), default=np.inf)
+            # Load-floor pruning is only valid when Load decides; where the estimate does every seed competes.
+            beaten = np.inf if by_estimate else min((r.load for r in candidates), default=np.inf)
             candidates += _static_routes(ctx, select, levels, beaten)
-            if bound and len(candidates) > 1:
-                return _least_with_recompute(ctx, select, candidates)
+        if by_estimate and len(candidates) > 1:
+            return _least_with_recompute(ctx, select, candidates)
         return min(candidates, key=lambda r: r.load, default=None)
 
 
@@ -397,24 +425,65 @@ def recompute_aware_estimate(ctx: Context, select: IntArray, route: Route) -> fl
     loads = selected_loads(ctx.table, select, route.degrees, route.firsts)
     extra = remat_per_gpu(ctx.table, wl.memory, wl.cost, select, route.degrees, route.firsts, loads.tokens)
     if wl.model.moe is not None and wl.training.expert_parallel > 1:
-        return estimate_of(ctx, phase_wise(ctx.table, loads, extra))
+        return estimate_of(ctx, phase_wise(ctx.table, loads, extra, wl.training.expert_parallel))
     return estimate_of(ctx, loads, extra)
 
 
-def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray) -> ProxyLoad:
-    """Stage times when every layer synchronises its GPUs between attention and the experts (the
-    expert-parallel dispatch and combine all-to-alls, with FSDP's per-layer gathers across all
-    GPUs): per pass, max_p attention (+ recompute in backward) + max_p non-attention, instead of
-    max_p of their sum. Non-attention per GPU is the proxy's affine part of its tokens. Measured on
-    Qwen3-235B-A22B / 64 H200s / wikipedia batch 0: one-pass NSP simulated 25.05 s with 2.59 s of
-    comm wait where the plain estimate said 19.25 s and this one 22.70 s (docs/planners.md)."""
+def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray, expert_parallel: int) -> ProxyLoad:
+    """Stage times when every layer synchronises each expert-parallel group between attention and
+    the experts (the EP dispatch and combine all-to-alls): per pass and per EP group (aligned blocks of
+    ``expert_parallel`` GPUs), the group's max attention (+ recompute in backward) + its max
+    non-attention; the stage is the slowest group's. Groups are not synchronised with each other per
+    layer (the FSDP all-gathers run ahead, so they drift), so this is not max_p attention +
+    max_p non-attention over all GPUs, which charged a plan of eight internally uniform SP8 groups
+    (FlexSP's, a static-8 packing) for attention and tokens peaking on different groups.
+    Non-attention per GPU is the proxy's affine part of its tokens. Measured on Qwen3-235B-A22B / 64
+    H200s / wikipedia 192K batch 0 (simulated step; this estimate; the all-GPU form): NSP's one-pass
+    nested plan 25.05 s, 22.39 s, 22.70 s; BASP 22.22, 19.12, 23.11; FlexSP 22.11, 19.45, 23.67; a
+    static-8 packing 22.14, 19.48, 23.74: this one orders all seven candidates measured as the
+    simulator does, the all-GPU form put the nested plan first (docs/planners.md)."""
     held = loads.tokens > 0
     i_fwd, i_bwd = table.intercept
     o_fwd = table.layers * table.fit.fwd_slope * loads.tokens + i_fwd * held
     o_bwd = table.layers * table.fit.bwd_slope * loads.tokens + i_bwd * held
-    fwd = float((loads.d_fwd - o_fwd).max() + o_fwd.max())
-    bwd = float((loads.d_bwd + remat - o_bwd).max() + o_bwd.max())
+    groups = max(loads.tokens.size // max(expert_parallel, 1), 1)
+
+    def group_max(values: FloatArray) -> FloatArray:
+        out: FloatArray = values.reshape(groups, -1).max(axis=1)
+        return out
+
+    fwd = float((group_max(loads.d_fwd - o_fwd) + group_max(o_fwd)).max())
+    bwd = float((group_max(loads.d_bwd + remat - o_bwd) + group_max(o_bwd)).max())
     return ProxyLoad(d_fwd=np.array([fwd]), d_bwd=np.array([bwd]), tokens=np.array([float(loads.tokens.max())]))
+
+
+def candidate_levels(levels: tuple[int, ...], expert_parallel: int) -> list[tuple[int, ...]]:
+    """The level sets a memory-bound batch's beam runs on: the planner's ``levels`` and, under expert
+    parallelism, the EP-aligned ones (degree 1 and degrees of at least one EP group) when they
+    differ. A node smaller than an EP group but larger than one GPU makes its group's GPUs unequal
+    in attention and tokens, which :func:`phase_wise` charges every layer; the aligned beam avoids
+    that by construction, and the estimate decides between the routes."""
+    out = [levels]
+    if expert_parallel > 1:
+        aligned = tuple(d for d in levels if d == 1 or d >= expert_parallel)
+        if aligned != levels and aligned:
+            out.append(aligned)
+    return out
+
+
+def _splits(ctx: Context, m: int, mixed: list[IntArray]) -> list[tuple[str, list[IntArray]]]:
+    """The micro-batch splits tried for ``m`` micro-batches: ``mixed`` (token-balanced, similar mixes
+    of long and short samples, :func:`~nspsim.planners.microbatch.token_split`) and, for m > 1, the
+    contiguous sorted chunks of FlexSP's blaster (:func:`~nspsim.planners.microbatch.blaster_split`:
+    long samples together, so a micro-batch of short ones keeps its attention at degree 1) when each
+    chunk fits the batch's token capacity."""
+    out = [("tokens", mixed)]
+    if m > 1:
+        chunks = blaster_split(ctx.table.lengths, m)
+        capacity = ctx.num_gpus * ctx.workload.token_budget
+        if len(chunks) == m and all(int(ctx.table.lengths[c].sum()) <= capacity for c in chunks):
+            out.append(("sorted", chunks))
+    return out
 
 
 def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route]) -> Route:
@@ -423,7 +492,9 @@ def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route
     return candidates[min(scored)[1]]
 
 
-def _assemble(n: int, parts: list[IntArray], routes: list[Route | None]) -> Placement:
+def _assemble(
+    n: int, parts: list[IntArray], routes: list[Route | None], extra: dict[str, str] | None = None
+) -> Placement:
     degrees = np.zeros(n, dtype=np.int64)
     firsts = np.zeros(n, dtype=np.int64)
     mbs = np.zeros(n, dtype=np.int64)
@@ -432,4 +503,4 @@ def _assemble(n: int, parts: list[IntArray], routes: list[Route | None]) -> Plac
         assert route is not None
         degrees[part], firsts[part], mbs[part] = route.degrees, route.firsts, mb
         sources.append(route.source)
-    return Placement(degrees, firsts, mbs, {"route_source": ",".join(sources)})
+    return Placement(degrees, firsts, mbs, {"route_source": ",".join(sources), **(extra or {})})
