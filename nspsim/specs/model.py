@@ -30,6 +30,16 @@ class MoESpec:
             raise ValueError(f"MoE top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
 
 
+def causal_attention_flops(sum_sq_lengths: float, q_width: int) -> float:
+    """Forward causal attention-core FLOPs for samples with sum of L_j^2 given, over ``q_width``
+    (query heads x head dim) columns.
+
+    QK^T and PV each cost 2*L^2*q_width FLOPs unmasked; the causal mask halves that, so a sample of
+    length L costs 2 * L^2 * q_width. Varlen: the sum runs over samples, never (sum L)^2.
+    """
+    return 2.0 * sum_sq_lengths * q_width
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Decoder architecture: GQA attention with per-head QK-norm, SwiGLU dense FFN or MoE."""
@@ -134,13 +144,9 @@ class ModelSpec:
         return 2.0 * self.vocab * self.hidden
 
     def attention_flops(self, sum_sq_lengths: float) -> float:
-        """Forward causal attention-core FLOPs of one layer for samples with sum of L_j^2 given.
-
-        QK^T and PV each cost 2*L^2*q_width FLOPs unmasked; the causal mask halves that, so a
-        sample of length L costs 2 * L^2 * q_width. Varlen: the sum runs over samples, never
-        (sum L)^2.
-        """
-        return 2.0 * sum_sq_lengths * self.q_width
+        """Forward causal attention-core FLOPs of one layer for samples with sum of L_j^2 given
+        (:func:`causal_attention_flops` with this model's query width)."""
+        return causal_attention_flops(sum_sq_lengths, self.q_width)
 
     @property
     def max_ulysses_degree(self) -> int:

@@ -35,6 +35,7 @@ from nspsim.cost.backends.base import BWD_ATTN_FLOP_RATIO
 from nspsim.cost.profile import FORMAT, VERSION
 from nspsim.cost.profile.ranges import LATENCY
 from nspsim.cost.profile.tables import AffineFit, TimeTable
+from nspsim.specs.model import causal_attention_flops
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,8 +65,9 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, 
 
 
 def attention_flops(length: float, heads: int, head_dim: int, backward: bool) -> float:
-    """FLOPs of one causal sample as the cost model counts them (backward 2.5x forward)."""
-    fwd = 2.0 * length**2 * heads * head_dim
+    """FLOPs of one causal sample as the cost model counts them (:func:`causal_attention_flops`;
+    backward :data:`BWD_ATTN_FLOP_RATIO` times forward), for ``heads`` query heads on this rank."""
+    fwd = causal_attention_flops(float(length) ** 2, heads * head_dim)
     return BWD_ATTN_FLOP_RATIO * fwd if backward else fwd
 
 

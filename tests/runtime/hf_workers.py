@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from rt_workers import run_case
 
 from nspsim.plan import Plan
-from runtime.data import rank_input, synthetic_stream
-from runtime.executor import ExecOptions, NSPExecutor
+from runtime.data import synthetic_stream
+from runtime.executor import ExecOptions
 from runtime.groups import GroupCache
 from runtime.launch import RankEnv
-from runtime.model import fsdp_shard
 
 PREFIX = "hf."
 
@@ -80,14 +80,6 @@ def low_precision_gaps(
     return abs(loss - ref_loss) / abs(ref_loss), cosines[worst], worst
 
 
-def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, p in model.named_parameters():
-        g = p.grad
-        out[name.removeprefix(PREFIX)] = g.full_tensor() if hasattr(g, "full_tensor") else g
-    return out
-
-
 def hf_parity(env: RankEnv, cases: list[HFCase]) -> list[dict[str, Any]]:
     """Execute every case with NSP on the bridged transformers model. Rank 0 returns the summed
     gradients (named as in the transformers model); every rank its loss, a gradient checksum, its
@@ -100,29 +92,8 @@ def hf_parity(env: RankEnv, cases: list[HFCase]) -> list[dict[str, Any]]:
     for case in cases:
         plan = Plan.from_json(case.plan_json)
         spec = hf_spec(case.model)
-        stream = synthetic_stream(plan.lengths, seed=case.seed, index=plan.batch.index, vocab=spec.vocab)
         model = hf_causal_lm(case.model, seed=case.seed).to(env.device)
-        if case.options.grad_sync == "fsdp":
-            fsdp_shard(model, model.layers)
-        ex = NSPExecutor(
-            model=model,
-            spec=spec,
-            rank=env.rank,
-            world=env.world,
-            device=env.device,
-            groups=groups,
-            options=case.options,
-        )
-        res = ex.run(plan, rank_input(stream, env.rank, env.world))
-        grads = {name: g.cpu() for name, g in _full_grads(model).items()}
-        reports.append(
-            {
-                "loss": res.loss,
-                "grads": grads if env.rank == 0 else None,
-                "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
-                "log": list(ex.comm.log),
-                "rows": sum(rank_layout(plan, mb, env.rank).num_rows for mb in range(plan.num_micro_batches)),
-                "impl": model.model_impl,
-            }
-        )
+        _, _, report = run_case(env, groups, plan, model, spec, case.options, case.seed, prefix=PREFIX)
+        rows = sum(rank_layout(plan, mb, env.rank).num_rows for mb in range(plan.num_micro_batches))
+        reports.append({**report, "rows": rows, "impl": model.model_impl})
     return reports

@@ -50,12 +50,44 @@ def _reference(
     return float(loss.item()) / len(stream.ids), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
-def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def full_grads(model: torch.nn.Module, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every parameter's whole gradient (FSDP shards gathered), named without ``prefix``."""
     out = {}
     for name, p in model.named_parameters():
         g = p.grad
-        out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g
+        out[name.removeprefix(prefix)] = g.full_tensor() if hasattr(g, "full_tensor") else g
     return out
+
+
+def run_case(
+    env: RankEnv,
+    groups: GroupCache,
+    plan: Plan,
+    model: torch.nn.Module,
+    spec: Any,
+    options: ExecOptions,
+    seed: int,
+    prefix: str = "",
+) -> tuple[NSPExecutor, float, dict[str, Any]]:
+    """Run ``plan`` on this rank with ``model`` (FSDP-sharded first when ``options`` ask for it), on
+    the synthetic batch of ``seed``; the executor, its result's seconds, and the parity report every
+    case returns: loss, rank 0's gradients (named without ``prefix``), a gradient checksum, the
+    collective log."""
+    stream = synthetic_stream(plan.lengths, seed=seed, index=plan.batch.index, vocab=spec.vocab)
+    if options.grad_sync == "fsdp":
+        fsdp_shard(model, model.layers)
+    ex = NSPExecutor(
+        model=model, spec=spec, rank=env.rank, world=env.world, device=env.device, groups=groups, options=options
+    )
+    res = ex.run(plan, rank_input(stream, env.rank, env.world))
+    grads = {name: g.cpu() for name, g in full_grads(model, prefix).items()}
+    report = {
+        "loss": res.loss,
+        "grads": grads if env.rank == 0 else None,
+        "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
+        "log": list(ex.comm.log),
+    }
+    return ex, res.seconds, report
 
 
 def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
@@ -68,30 +100,9 @@ def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
     for case in cases:
         plan = Plan.from_json(case.plan_json)
         spec = get_model(case.model)
-        stream = synthetic_stream(plan.lengths, seed=case.seed, index=plan.batch.index, vocab=spec.vocab)
         model = DecoderLM(spec, seed=case.seed).to(env.device)
-        if case.options.grad_sync == "fsdp":
-            fsdp_shard(model, model.layers)
-        ex = NSPExecutor(
-            model=model,
-            spec=spec,
-            rank=env.rank,
-            world=env.world,
-            device=env.device,
-            groups=groups,
-            options=case.options,
-        )
-        res = ex.run(plan, rank_input(stream, env.rank, env.world))
-        grads = {name: g.cpu() for name, g in _full_grads(model).items()}
-        reports.append(
-            {
-                "loss": res.loss,
-                "grads": grads if env.rank == 0 else None,
-                "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
-                "log": list(ex.comm.log),
-                "seconds": res.seconds,
-            }
-        )
+        _, seconds, report = run_case(env, groups, plan, model, spec, case.options, case.seed)
+        reports.append({**report, "seconds": seconds})
     return reports
 
 
