@@ -68,8 +68,8 @@ all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (
   group, :func:`candidate_levels`), whose nodes never make an EP group's GPUs unequal. Measured on
   235B wikipedia 192K batch 0: the one-pass nested plan the all-GPU estimate preferred simulated
   25.05 s, the plan chosen now 22.30 s (BASP 22.22, FlexSP 22.11). Cost: up to 5 splits x 2 beams
-  and every static seed per memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms
-  median before).
+  and the static seeds (pruned by the estimate's Load floor, :meth:`NSPPlanner._least_estimate`) per
+  memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms median before).
 
 Compute-bound batches keep the Load choice and the Load guarantee. ``remat_aware=False`` (with
 ``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
@@ -273,14 +273,28 @@ class NSPPlanner:
             candidates += found if i == 0 else [replace(r, source="beam-ep") for r in found]
         # A micro-batch of a memory-bound batch (level sets given) is scored by the estimate, as its
         # batch's split is; Load decides elsewhere.
-        by_estimate = self.proxy == "full" and (bound or level_sets is not None)
+        if self.proxy == "full" and (bound or level_sets is not None):
+            return self._least_estimate(ctx, select, levels, candidates)
         if self.seed_static and self.proxy == "full":
-            # Load-floor pruning is only valid when Load decides; where the estimate does every seed competes.
-            beaten = np.inf if by_estimate else min((r.load for r in candidates), default=np.inf)
-            candidates += _static_routes(ctx, select, levels, beaten)
-        if by_estimate and len(candidates) > 1:
-            return _least_with_recompute(ctx, select, candidates)
+            candidates += _static_routes(ctx, select, levels, min((r.load for r in candidates), default=np.inf))
         return min(candidates, key=lambda r: r.load, default=None)
+
+    def _least_estimate(
+        self, ctx: Context, select: IntArray, levels: tuple[int, ...], beams: list[Route]
+    ) -> Route | None:
+        """The candidate (``beams``, then the static seeds) with the least recompute-aware estimate,
+        the first on ties. A seed degree whose Load floor already reaches the best beam's estimate is
+        not packed: the estimate is never below Load (every stage is at least its Load stage, with
+        non-negative recompute and floors), and Load never below the floor."""
+        scored = [(recompute_aware_estimate(ctx, select, r), r) for r in beams]
+        if self.seed_static:
+            beaten = min((e for e, _ in scored), default=np.inf)
+            scored += [
+                (recompute_aware_estimate(ctx, select, r), r) for r in _static_routes(ctx, select, levels, beaten)
+            ]
+        if not scored:
+            return None
+        return min(enumerate(scored), key=lambda item: (item[1][0], item[0]))[1][1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -484,12 +498,6 @@ def _splits(ctx: Context, m: int, mixed: list[IntArray]) -> list[tuple[str, list
         if len(chunks) == m and all(int(ctx.table.lengths[c].sum()) <= capacity for c in chunks):
             out.append(("sorted", chunks))
     return out
-
-
-def _least_with_recompute(ctx: Context, select: IntArray, candidates: list[Route]) -> Route:
-    """The candidate with the least recompute-aware step estimate."""
-    scored = [(recompute_aware_estimate(ctx, select, r), i) for i, r in enumerate(candidates)]
-    return candidates[min(scored)[1]]
 
 
 def _assemble(
