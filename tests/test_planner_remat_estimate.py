@@ -228,3 +228,20 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
     chosen = sim.simulate(prepare_plan(plan, memory=big.memory, cost=big.cost)).step_time_s
     assert plan.metadata["micro_batch_split"] in ("tokens", "sorted")
     assert chosen < 23.0  # the nested one-pass plan: 25.05 s
+
+
+def test_the_estimate_is_never_below_load_nor_load_below_a_seeds_floor(big) -> None:  # type: ignore[no-untyped-def]
+    """The bound that lets the estimate's choice prune static seeds (NSPPlanner._least_estimate)."""
+    from nspsim.planners.base import static_floor
+
+    for index in (0, 3):
+        batch = big.sampler.batch(index)
+        ctx = make_context(batch, big, effective_budget("auto", big, batch.lengths))
+        select = np.arange(ctx.table.num_samples)
+        seeds = _static_routes(ctx, select, big.tree.degrees, np.inf)
+        assert len(seeds) >= 3
+        for route in seeds:
+            estimate = recompute_aware_estimate(ctx, select, route)
+            assert estimate >= route.load * (1 - 1e-12)
+            degree = int(route.degrees[0])
+            assert route.load >= static_floor(ctx, select, degree) * (1 - 1e-12)
