@@ -227,6 +227,8 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
     sim = Simulator.for_workload(big, SimOptions(timeline=False))
     chosen = sim.simulate(prepare_plan(plan, memory=big.memory, cost=big.cost)).step_time_s
     assert plan.metadata["micro_batch_split"] in ("tokens", "sorted")
+    # the estimate the choice minimised is recorded, and it ranks below the nested one-pass route's
+    assert float(plan.metadata["choice_estimate_s"]) < recompute_aware_estimate(ctx, select, nested)
     assert chosen < 23.0  # the nested one-pass plan: 25.05 s
 
 

@@ -71,7 +71,10 @@ all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (
   and the static seeds (pruned by the estimate's Load floor, :meth:`NSPPlanner._least_estimate`) per
   memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms median before).
 
-Compute-bound batches keep the Load choice and the Load guarantee. ``remat_aware=False`` (with
+A memory-bound plan records the split that won (``micro_batch_split``: ``tokens`` or ``sorted``) and
+the estimate the choice minimised (``choice_estimate_s``; the common ``step_estimate_s`` sees neither
+recomputation nor the EP groups' phases). Compute-bound batches keep the Load choice and the Load
+guarantee. ``remat_aware=False`` (with
 ``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
 
 NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
@@ -231,7 +234,8 @@ class NSPPlanner:
                     best = (estimate, parts, [r for r, _ in routed], split)
         if best is None:
             raise ValueError("NSP found no routing of the batch under its token budget")
-        return _assemble(n, best[1], best[2], {"micro_batch_split": best[3]})
+        # The estimate the choice minimised (the plain step_estimate_s sees neither recompute nor EP phases).
+        return _assemble(n, best[1], best[2], {"micro_batch_split": best[3], "choice_estimate_s": best[0]})
 
     def _route_part(
         self,
@@ -501,7 +505,7 @@ def _splits(ctx: Context, m: int, mixed: list[IntArray]) -> list[tuple[str, list
 
 
 def _assemble(
-    n: int, parts: list[IntArray], routes: list[Route | None], extra: dict[str, str] | None = None
+    n: int, parts: list[IntArray], routes: list[Route | None], extra: dict[str, float | str] | None = None
 ) -> Placement:
     degrees = np.zeros(n, dtype=np.int64)
     firsts = np.zeros(n, dtype=np.int64)

@@ -88,7 +88,7 @@ def format_summary(plan: Plan, data: dict[str, Any]) -> str:
             f"(ratio {data['load_over_lower_bound']:.3f}); step estimate {data['step_estimate_s']:.4f} s",
             f"time      {1e3 * data['planning_time_s']:.1f} ms planning "
             f"({1e3 * float(plan.metadata['planning_cpu_s']):.1f} ms CPU)",
-            "details   " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())),
+            "details   " + ", ".join(f"{k}={_detail(v)}" for k, v in sorted(extra.items())),
         ]
     )
 
@@ -144,3 +144,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cmd.add_argument("-o", "--output", default=None, help="write the plan JSON here (and .config.json beside it)")
     cmd.add_argument("--json", action="store_true", help="print JSON")
     cmd.set_defaults(func=cmd_plan)
+
+
+def _detail(value: object) -> str:
+    """A metadata value as the summary shows it: floats to 4 decimals (seconds, ratios), else as is."""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
