@@ -11,15 +11,9 @@ from nspsim.execution.recompute import mark_recompute
 from nspsim.planners import get_planner
 from nspsim.planners.base import make_context
 from nspsim.planners.beam import node_layout
-from nspsim.planners.nsp_planner import (
-    _beam_routes,
-    _prefix_memory,
-    _static_routes,
-    prefix_size,
-    recompute_aware_estimate,
-)
+from nspsim.planners.nsp_planner import _beam_routes, _prefix_memory, _static_routes, prefix_size
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.remat_estimate import remat_per_gpu, selected_loads
+from nspsim.planners.remat_estimate import recompute_aware_estimate, remat_per_gpu, selected_loads
 from nspsim.planners.token_balance import effective_budget, is_memory_bound
 from nspsim.simulator.work import step_work
 from nspsim.workload import WorkloadConfig, build_workload
@@ -137,8 +131,8 @@ def test_phase_wise_stages_take_each_phase_at_its_own_critical_gpu() -> None:
     """Two GPUs: GPU 0 holds a long sample (much attention, few tokens), GPU 1 many short ones. With
     the experts' all-to-alls between the phases a pass costs max attention + max non-attention."""
     from helpers import toy_cost
-    from nspsim.planners.nsp_planner import phase_wise
     from nspsim.planners.proxy import ProxyLoad
+    from nspsim.planners.remat_estimate import phase_wise
     from nspsim.sp_tree import SPTree
 
     table = CostTable(toy_cost(), SPTree(num_gpus=2, spmax=2), [100, 10], 1000)
@@ -161,8 +155,8 @@ def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> Non
     {2, 3} has one attention-heavy GPU with few tokens and one GPU with many. Only group {2, 3} pays
     its peaks separately; group {0, 1}'s attention peak, on other GPUs, adds nothing to it."""
     from helpers import toy_cost
-    from nspsim.planners.nsp_planner import phase_wise
     from nspsim.planners.proxy import ProxyLoad
+    from nspsim.planners.remat_estimate import phase_wise
     from nspsim.sp_tree import SPTree
 
     table = CostTable(toy_cost(), SPTree(num_gpus=4, spmax=4), [100, 10], 1000)
@@ -184,7 +178,7 @@ def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> Non
 
 
 def test_beams_also_run_on_the_ep_aligned_levels_only_under_expert_parallelism() -> None:
-    from nspsim.planners.nsp_planner import candidate_levels
+    from nspsim.planners.remat_estimate import candidate_levels
 
     full = (64, 32, 16, 8, 4, 2, 1)
     assert candidate_levels(full, 8) == [full, (64, 32, 16, 8, 1)]
@@ -194,14 +188,14 @@ def test_beams_also_run_on_the_ep_aligned_levels_only_under_expert_parallelism()
 
 
 def test_splits_try_token_mixes_and_contiguous_sorted_chunks(big) -> None:  # type: ignore[no-untyped-def]
-    from nspsim.planners.microbatch import token_split
-    from nspsim.planners.nsp_planner import _splits
+    from nspsim.planners.microbatch import candidate_splits
 
     batch = big.sampler.batch(0)
     ctx = make_context(batch, big)
     lengths = ctx.table.lengths
-    assert [name for name, _ in _splits(ctx, 1, token_split(lengths, 1))] == ["tokens"]
-    (_, mixed), (name, chunks) = _splits(ctx, 2, token_split(lengths, 2))
+    capacity = ctx.num_gpus * big.token_budget
+    assert [name for name, _ in candidate_splits(lengths, 1, capacity)] == ["tokens"]
+    (_, mixed), (name, chunks) = candidate_splits(lengths, 2, capacity)
     assert name == "sorted" and len(chunks) == 2
     assert np.concatenate(chunks).tolist() == list(range(lengths.size))  # contiguous, in sorted order
     assert lengths[chunks[0]].min() >= lengths[chunks[1]].max()  # the long samples together

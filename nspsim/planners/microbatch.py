@@ -9,6 +9,7 @@
   deal the sorted samples to m micro-batches balancing tokens, so each holds an even token count and
   a similar mix of long and short samples. (The NSP paper runs one micro-batch; this is the fallback
   for budgets that make one pass impossible.)
+* :func:`candidate_splits` - both of the above for NSP's memory-bound micro-batch sweep.
 * :func:`min_micro_batches` - the memory minimum ceil(sum L / (P * B_tok)).
 """
 
@@ -88,3 +89,17 @@ def token_split(lengths: IntArray, m: int, capacity: float = float("inf")) -> li
     if part is None:
         part, _, _ = least_loaded_fill(np.zeros(m), np.zeros(m), tokens, tokens, capacity)
     return [np.flatnonzero(part == k).astype(np.int64) for k in range(m)]
+
+
+def candidate_splits(lengths: IntArray, m: int, capacity: float) -> list[tuple[str, list[IntArray]]]:
+    """The ways NSP splits a memory-bound batch of sorted ``lengths`` into ``m`` micro-batches:
+    ``tokens`` (:func:`token_split`: even tokens, similar mixes of long and short samples) and, for
+    m > 1, ``sorted`` (:func:`blaster_split`'s contiguous chunks: the long samples together, so a
+    micro-batch of short ones keeps its attention at degree 1) when each chunk fits ``capacity``
+    tokens."""
+    out = [("tokens", token_split(lengths, m, capacity))]
+    if m > 1:
+        chunks = blaster_split(lengths, m)
+        if len(chunks) == m and all(int(lengths[c].sum()) <= capacity for c in chunks):
+            out.append(("sorted", chunks))
+    return out

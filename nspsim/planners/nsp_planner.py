@@ -62,11 +62,11 @@ all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (
   summed estimate wins, and every micro-batch takes the least estimate among its beams and static
   seeds. The paper runs one pass; a second micro-batch is NSP's own cost-model decision here, as it
   is FlexSP's;
-* under expert parallelism the estimate is phase-wise per EP group (:func:`phase_wise`: the EP
-  all-to-alls synchronise a group between attention and the experts every layer), and every
-  micro-batch's beam also runs on the EP-aligned levels (degree 1 and degrees of at least one EP
-  group, :func:`candidate_levels`), whose nodes never make an EP group's GPUs unequal. Measured on
-  235B wikipedia 192K batch 0: the one-pass nested plan the all-GPU estimate preferred simulated
+* under expert parallelism the estimate is phase-wise per EP group (the EP all-to-alls synchronise
+  a group between attention and the experts every layer), and every micro-batch's beam also runs on
+  the EP-aligned levels (degree 1 and degrees of at least one EP group), whose nodes never make an
+  EP group's GPUs unequal (both in :mod:`nspsim.planners.remat_estimate`). Measured on 235B
+  wikipedia 192K batch 0: the one-pass nested plan the all-GPU estimate preferred simulated
   25.05 s, the plan chosen now 22.30 s (BASP 22.22, FlexSP 22.11). Cost: up to 5 splits x 2 beams
   and the static seeds (pruned by the estimate's Load floor, :meth:`NSPPlanner._least_estimate`) per
   memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms median before).
@@ -98,16 +98,15 @@ from nspsim.planners.base import (
     Preparation,
     Stopwatch,
     check_count_option,
-    estimate_of,
     finish,
     make_context,
     static_floor,
 )
 from nspsim.planners.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
-from nspsim.planners.microbatch import blaster_split, min_micro_batches, token_split
+from nspsim.planners.microbatch import candidate_splits, min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
-from nspsim.planners.proxy import PROXIES, CostTable, ProxyLoad
-from nspsim.planners.remat_estimate import FloatArray, remat_per_gpu, selected_loads
+from nspsim.planners.proxy import PROXIES, CostTable
+from nspsim.planners.remat_estimate import Route, candidate_levels, recompute_aware_estimate
 from nspsim.planners.static_planner import pack_single_pass
 from nspsim.planners.tail import TreeStates, complete
 from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
@@ -122,16 +121,6 @@ EXTRA_MICRO_BATCHES = 2
 MAX_BEAM_WIDTH = 64
 """Widest explicit ``beam_width`` (module doc): under a second for a 2M-token batch on 64 GPUs, about
 4 s for a 32M-token batch on 1024 (whole ``nspsim plan`` runs)."""
-
-
-@dataclass(frozen=True)
-class Route:
-    """Degrees and first ranks of the routed samples, its Load under the search proxy, its source."""
-
-    degrees: IntArray
-    firsts: IntArray
-    load: float
-    source: str
 
 
 def _check_positive(value: object, what: str) -> None:
@@ -214,8 +203,8 @@ class NSPPlanner:
         return self.remat_aware and self.proxy == "full" and is_memory_bound(ctx.workload, int(lengths.sum()))
 
     def _memory_bound_batch(self, ctx: Context, search: CostTable, first: int) -> Placement:
-        """Memory-bound batch: route it as ``first`` .. ``first + EXTRA_MICRO_BATCHES`` micro-batches,
-        each count split two ways (token-balanced mixes and contiguous sorted chunks), every
+        """Memory-bound batch: route it as ``first`` .. ``first + EXTRA_MICRO_BATCHES`` micro-batches
+        (more while none routes), each count split two ways (token-balanced mixes and contiguous sorted chunks), every
         micro-batch's beam run on the planner's levels and, under expert parallelism, on the
         EP-aligned levels too; keep the split with the least summed recompute-aware step estimate
         (module doc)."""
@@ -223,9 +212,10 @@ class NSPPlanner:
         ratio = resolved_ratio(self.token_balance_ratio, ctx.workload, int(ctx.table.lengths.sum()))
         level_sets = candidate_levels(self.levels(ctx.workload), ctx.workload.training.expert_parallel)
         best: tuple[float, list[IntArray], list[Route | None], str] | None = None
-        for m in range(first, min(first + EXTRA_MICRO_BATCHES, n) + 1):
-            mixed = token_split(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget)
-            for split, parts in _splits(ctx, m, mixed):
+        for m in range(first, n + 1):
+            if best is not None and m > first + EXTRA_MICRO_BATCHES:
+                break
+            for split, parts in candidate_splits(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget):
                 routed = [self._route_part(ctx, search, part, ratio, level_sets) for part in parts]
                 if any(r is None for r, _ in routed):
                     continue
@@ -296,9 +286,7 @@ class NSPPlanner:
             scored += [
                 (recompute_aware_estimate(ctx, select, r), r) for r in _static_routes(ctx, select, levels, beaten)
             ]
-        if not scored:
-            return None
-        return min(enumerate(scored), key=lambda item: (item[1][0], item[0]))[1][1]
+        return min(scored, key=lambda item: item[0], default=(np.inf, None))[1]  # min keeps the first on ties
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,75 +421,6 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
         firsts[select] = firsts_sel
         routes.append(Route(degrees[select], firsts_sel, table.evaluate(degrees, firsts, mask).load, f"static-{d}"))
     return routes
-
-
-def recompute_aware_estimate(ctx: Context, select: IntArray, route: Route) -> float:
-    """Step estimate of ``route`` as one micro-batch with the recomputation its tree marking implies
-    (:mod:`nspsim.planners.remat_estimate`; FSDP floors and the fixed micro-batch cost of
-    :func:`~nspsim.planners.base.estimate_of`)."""
-    wl = ctx.workload
-    loads = selected_loads(ctx.table, select, route.degrees, route.firsts)
-    extra = remat_per_gpu(ctx.table, wl.memory, wl.cost, select, route.degrees, route.firsts, loads.tokens)
-    if wl.model.moe is not None and wl.training.expert_parallel > 1:
-        return estimate_of(ctx, phase_wise(ctx.table, loads, extra, wl.training.expert_parallel))
-    return estimate_of(ctx, loads, extra)
-
-
-def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray, expert_parallel: int) -> ProxyLoad:
-    """Stage times when every layer synchronises each expert-parallel group between attention and
-    the experts (the EP dispatch and combine all-to-alls): per pass and per EP group (aligned blocks of
-    ``expert_parallel`` GPUs), the group's max attention (+ recompute in backward) + its max
-    non-attention; the stage is the slowest group's. Groups are not synchronised with each other per
-    layer (the FSDP all-gathers run ahead, so they drift), so this is not max_p attention +
-    max_p non-attention over all GPUs, which charged a plan of eight internally uniform SP8 groups
-    (FlexSP's, a static-8 packing) for attention and tokens peaking on different groups.
-    Non-attention per GPU is the proxy's affine part of its tokens. Measured on Qwen3-235B-A22B / 64
-    H200s / wikipedia 192K batch 0 (simulated step; this estimate; the all-GPU form): NSP's one-pass
-    nested plan 25.05 s, 22.39 s, 22.70 s; BASP 22.22, 19.12, 23.11; FlexSP 22.11, 19.45, 23.67; a
-    static-8 packing 22.14, 19.48, 23.74: this one orders all seven candidates measured as the
-    simulator does, the all-GPU form put the nested plan first (docs/planners.md)."""
-    held = loads.tokens > 0
-    i_fwd, i_bwd = table.intercept
-    o_fwd = table.layers * table.fit.fwd_slope * loads.tokens + i_fwd * held
-    o_bwd = table.layers * table.fit.bwd_slope * loads.tokens + i_bwd * held
-    groups = max(loads.tokens.size // max(expert_parallel, 1), 1)
-
-    def group_max(values: FloatArray) -> FloatArray:
-        out: FloatArray = values.reshape(groups, -1).max(axis=1)
-        return out
-
-    fwd = float((group_max(loads.d_fwd - o_fwd) + group_max(o_fwd)).max())
-    bwd = float((group_max(loads.d_bwd + remat - o_bwd) + group_max(o_bwd)).max())
-    return ProxyLoad(d_fwd=np.array([fwd]), d_bwd=np.array([bwd]), tokens=np.array([float(loads.tokens.max())]))
-
-
-def candidate_levels(levels: tuple[int, ...], expert_parallel: int) -> list[tuple[int, ...]]:
-    """The level sets a memory-bound batch's beam runs on: the planner's ``levels`` and, under expert
-    parallelism, the EP-aligned ones (degree 1 and degrees of at least one EP group) when they
-    differ. A node smaller than an EP group but larger than one GPU makes its group's GPUs unequal
-    in attention and tokens, which :func:`phase_wise` charges every layer; the aligned beam avoids
-    that by construction, and the estimate decides between the routes."""
-    out = [levels]
-    if expert_parallel > 1:
-        aligned = tuple(d for d in levels if d == 1 or d >= expert_parallel)
-        if aligned != levels and aligned:
-            out.append(aligned)
-    return out
-
-
-def _splits(ctx: Context, m: int, mixed: list[IntArray]) -> list[tuple[str, list[IntArray]]]:
-    """The micro-batch splits tried for ``m`` micro-batches: ``mixed`` (token-balanced, similar mixes
-    of long and short samples, :func:`~nspsim.planners.microbatch.token_split`) and, for m > 1, the
-    contiguous sorted chunks of FlexSP's blaster (:func:`~nspsim.planners.microbatch.blaster_split`:
-    long samples together, so a micro-batch of short ones keeps its attention at degree 1) when each
-    chunk fits the batch's token capacity."""
-    out = [("tokens", mixed)]
-    if m > 1:
-        chunks = blaster_split(ctx.table.lengths, m)
-        capacity = ctx.num_gpus * ctx.workload.token_budget
-        if len(chunks) == m and all(int(ctx.table.lengths[c].sum()) <= capacity for c in chunks):
-            out.append(("sorted", chunks))
-    return out
 
 
 def _assemble(

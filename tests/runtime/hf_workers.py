@@ -93,7 +93,7 @@ def hf_parity(env: RankEnv, cases: list[HFCase]) -> list[dict[str, Any]]:
         plan = Plan.from_json(case.plan_json)
         spec = hf_spec(case.model)
         model = hf_causal_lm(case.model, seed=case.seed).to(env.device)
-        _, _, report = run_case(env, groups, plan, model, spec, case.options, case.seed, prefix=PREFIX)
+        _, report = run_case(env, groups, plan, model, spec, case.options, case.seed, prefix=PREFIX)
         rows = sum(rank_layout(plan, mb, env.rank).num_rows for mb in range(plan.num_micro_batches))
         reports.append({**report, "rows": rows, "impl": model.model_impl})
     return reports

@@ -68,9 +68,9 @@ def run_case(
     options: ExecOptions,
     seed: int,
     prefix: str = "",
-) -> tuple[NSPExecutor, float, dict[str, Any]]:
+) -> tuple[float, dict[str, Any]]:
     """Run ``plan`` on this rank with ``model`` (FSDP-sharded first when ``options`` ask for it), on
-    the synthetic batch of ``seed``; the executor, its result's seconds, and the parity report every
+    the synthetic batch of ``seed``; the executor's seconds, and the parity report every
     case returns: loss, rank 0's gradients (named without ``prefix``), a gradient checksum, the
     collective log."""
     stream = synthetic_stream(plan.lengths, seed=seed, index=plan.batch.index, vocab=spec.vocab)
@@ -87,7 +87,7 @@ def run_case(
         "checksum": float(sum(g.double().abs().sum() for g in grads.values())),
         "log": list(ex.comm.log),
     }
-    return ex, res.seconds, report
+    return res.seconds, report
 
 
 def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
@@ -101,7 +101,7 @@ def parity(env: RankEnv, cases: list[Case]) -> list[dict[str, Any]]:
         plan = Plan.from_json(case.plan_json)
         spec = get_model(case.model)
         model = DecoderLM(spec, seed=case.seed).to(env.device)
-        _, seconds, report = run_case(env, groups, plan, model, spec, case.options, case.seed)
+        seconds, report = run_case(env, groups, plan, model, spec, case.options, case.seed)
         reports.append({**report, "seconds": seconds})
     return reports
 
