@@ -33,7 +33,8 @@ WORKLOADS: list[tuple[str, list[str]]] = [
     ("30b-h100-wiki", []),
     (
         "235b-h200-code-384k",
-        ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--max-context", "384k", "--trace", "code"],
+        ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--training", "paper-235b"]
+        + ["--max-context", "384k", "--trace", "code"],
     ),
     ("30b-ring-code", ["--backend", "ring", "--trace", "code", "--gpus", "32", "--tokens-per-batch", "1M"]),
     (

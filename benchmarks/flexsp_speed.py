@@ -28,7 +28,7 @@ from nspsim.planners.flexsp_planner import FlexSPPlanner  # noqa: E402
 from nspsim.units import parse_tokens  # noqa: E402
 from nspsim.workload import WorkloadConfig, build_workload  # noqa: E402
 
-MODELS = (("qwen3-30b-a3b", "h100"), ("qwen3-235b-a22b", "h200"))  # Figure 7's zip
+MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))  # Figure 7's zip
 TRACES = ("wikipedia", "code", "commoncrawl")
 
 
@@ -51,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     totals = np.zeros(4)
     differ = 0
-    for model, cluster in MODELS:
+    for model, cluster, training in MODELS:
         for trace in TRACES:
-            config = WorkloadConfig(model=model, cluster=cluster, trace=trace, max_context=max_context)
+            config = WorkloadConfig(
+                model=model, cluster=cluster, training=training, trace=trace, max_context=max_context
+            )
             workload = build_workload(config)
             for index in batches:
                 ctx = make_context(workload.sampler.batch(index), workload)

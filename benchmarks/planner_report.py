@@ -187,7 +187,7 @@ def sweep_section(quick: bool) -> list[str]:
         "64/wikipedia": WorkloadConfig(),
         "64/code": WorkloadConfig(trace="code"),
         "64/longtail-paper": WorkloadConfig(trace="longtail-paper"),
-        "64/235B-h200": WorkloadConfig(model="qwen3-235b-a22b", cluster="h200"),
+        "64/235B-h200": WorkloadConfig(model="qwen3-235b-a22b", cluster="h200", training="paper-235b"),
         "1024/wikipedia": WorkloadConfig(gpus=1024, tokens_per_batch=32 * 1024**2),
         "1024/code": WorkloadConfig(trace="code", gpus=1024, tokens_per_batch=32 * 1024**2),
     }

@@ -21,7 +21,14 @@ from nspsim.specs.cluster import ClusterSpec, get_cluster
 from nspsim.specs.hf import resolve_model
 from nspsim.specs.memory import MemoryModel, memory_model
 from nspsim.specs.model import ModelSpec
-from nspsim.specs.training import TrainingSpec, paper_training
+from nspsim.specs.training import (
+    DEFAULT_TRAINING,
+    TRAINING_FIELDS,
+    AttentionKernel,
+    Checkpointing,
+    TrainingSpec,
+    training_preset,
+)
 from nspsim.trace import load_trace
 from nspsim.trace.batching import BatchSampler
 
@@ -45,11 +52,34 @@ class WorkloadConfig:
     profile: str | None = None
     token_budget: int | None = None
     spmax: int | None = None
+    training: str = DEFAULT_TRAINING
+    checkpointing: Checkpointing | None = None
+    attention_kernel: AttentionKernel | None = None
+    fused_elementwise: bool | None = None
+    expert_parallel: int | None = None
+    optimizer_offload: bool | None = None
+    fsdp_prefetch_layers: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown SP backend {self.backend!r} (known: {', '.join(BACKENDS)})")
         object.__setattr__(self, "backend", SPBackend(self.backend))  # a plain "ring" becomes the member
+        spec = self.training_spec()  # an unknown preset or a bad setting fails here, before anything runs
+        for name in ("checkpointing", "attention_kernel"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, getattr(spec, name))  # plain strings become members
+
+    def training_spec(self, **extra: Any) -> TrainingSpec:
+        """The training preset ``training`` with this config's settings (``None``: the preset's) and
+        ``extra`` overrides applied."""
+        settings = {name: getattr(self, name) for name in TRAINING_FIELDS}
+        return training_preset(
+            self.training,
+            backend=self.backend,
+            token_budget=self.token_budget,
+            **settings,
+            **extra,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -103,11 +133,10 @@ def build_workload(config: WorkloadConfig) -> Workload:
     profile.check_applies(
         cluster=cluster.name, model=model.name, gpus=cluster.num_gpus, origin=f"profile {config.profile}"
     )
-    base = paper_training(model.name)
-    overrides: dict[str, Any] = {"backend": config.backend, "token_budget": config.token_budget}
+    overrides: dict[str, Any] = {}
     if profile.element_bytes is not None:  # the measured runtime's precision (fp32 on the CPU runtime)
         overrides |= dict.fromkeys(("act_bytes", "param_bytes", "grad_bytes"), profile.element_bytes)
-    training = TrainingSpec(**{**asdict(base), **overrides})
+    training = config.training_spec(**overrides)
     memory = memory_model(model, cluster, training)
     spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
     sampler = BatchSampler(

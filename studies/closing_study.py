@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 from nspsim.compare import CompareConfig, run_compare
 from nspsim.workload import WorkloadConfig
 
-MODELS = (("qwen3-30b-a3b", "h100"), ("qwen3-235b-a22b", "h200"))
+MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))
 CONTEXTS = (192 * 1024, 384 * 1024)
 TRACES = ("wikipedia", "code")
 PLANNERS = ("static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
@@ -33,10 +33,12 @@ PLANNERS = ("static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
 def configs(profile: str | None, iters: int) -> list[tuple[str, CompareConfig]]:
     """Every (model, context, trace) comparison of the study."""
     out = []
-    for model, cluster in MODELS:
+    for model, cluster, training in MODELS:
         for context in CONTEXTS:
             for trace in TRACES:
-                wl = WorkloadConfig(model=model, cluster=cluster, trace=trace, max_context=context, profile=profile)
+                wl = WorkloadConfig(
+                    model=model, cluster=cluster, training=training, trace=trace, max_context=context, profile=profile
+                )
                 name = f"{model}_{context // 1024}k_{trace}"
                 out.append((name, CompareConfig(workload=wl, planners=PLANNERS, iters=iters, timeline_iteration=None)))
     return out

@@ -1,5 +1,6 @@
 """Error advice names real flags and only what can help on the workload at hand (issue 15, item 19):
-no "optimizer offload" (there is no such flag), no "a larger spmax" when spmax is at its limit."""
+optimizer offload only when it is off (``--optimizer-offload``), no "a larger spmax" when spmax is at
+its limit."""
 
 from __future__ import annotations
 
@@ -9,25 +10,33 @@ from nspsim.planners import get_planner
 from nspsim.specs.cluster import get_cluster
 from nspsim.specs.memory import memory_model
 from nspsim.specs.model import get_model
-from nspsim.specs.training import paper_training
+from nspsim.specs.training import training_preset
 from nspsim.workload import WorkloadConfig, build_workload
 
 
 def _memory_error(model: str, cluster: str, gpus: int) -> str:
     spec = get_model(model)
     with pytest.raises(ValueError, match="impossible memory budget") as error:
-        memory_model(spec, get_cluster(cluster, gpus), paper_training(spec.name))
+        preset = "paper-235b" if spec.name == "qwen3-235b-a22b" else "fsdp"
+        memory_model(spec, get_cluster(cluster, gpus), training_preset(preset))
     return str(error.value)
 
 
 def test_memory_advice_names_flags_that_help() -> None:
     text = _memory_error("qwen3-235b-a22b", "h100", 8)
-    assert "offload" not in text
-    assert "more GPUs (--gpus" in text and "--cluster h200" in text and "--model" in text
+    assert "offload" not in text  # the paper's 235B setup offloads already
+    assert "more GPUs (--gpus" in text and "--cluster h100-96g or h200" in text and "--model" in text
     on_h200 = _memory_error("qwen3-235b-a22b", "h200", 1)
     assert "--gpus" in on_h200 and "--cluster" not in on_h200  # no preset has more memory per GPU than H200
     buffers_alone = _memory_error("qwen3-30b-a3b", "cpu", 2)  # the per-layer buffers alone overflow a CPU rank
-    assert "--gpus" not in buffers_alone and "--cluster a100 or h100 or h200" in buffers_alone
+    assert "--gpus" not in buffers_alone and "--cluster a100 or a100-40g or h100" in buffers_alone
+    assert "offload" not in buffers_alone  # the per-layer buffers are not optimizer states
+    on_fsdp = str(
+        pytest.raises(
+            ValueError, memory_model, get_model("qwen3-235b-a22b"), get_cluster("h100", 8), training_preset("fsdp")
+        ).value
+    )
+    assert "--optimizer-offload" in on_fsdp
 
 
 def _infeasible(**config: object) -> str:

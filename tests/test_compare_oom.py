@@ -228,7 +228,10 @@ def test_a_token_budget_above_memory_warns_and_a_run_with_no_result_exits_1(
     banner in the report, and exit status 1. (NSP is not among the planners: on a memory-bound batch
     its token-balance ratio caps the tokens per GPU whatever the budget, so it finds a plan that fits.)"""
     report = tmp_path / "r.html"
-    argv = ["--model", "qwen3-235b-a22b", "--cluster", "h200", "--tokens-per-batch", "4M", "--token-budget", "2G"]
+    argv = [
+        *("--model", "qwen3-235b-a22b", "--cluster", "h200", "--training", "paper-235b"),
+        *("--tokens-per-batch", "4M", "--token-budget", "2G"),
+    ]
     planners = "static,static:degree=32"
     code = main(["compare", *argv, "--iters", "1", "--planners", planners, "--quiet", "-o", str(report)])
     out, err = capsys.readouterr()

@@ -117,6 +117,7 @@ def test_tile_padding_is_half_a_tile_per_gemm_and_per_local_expert() -> None:
         cluster=replace(toy_cluster(), gpu=gpu),
         training=TrainingSpec(expert_parallel=2),
         moe_gemm_efficiency=1.0,
+        elementwise=False,
     )
     expert, router, attn = 2 * 3 * 64 * 32, 2 * 64 * 8, 2 * (64 * 64 + 2 * 64 * 64 + 64 * 64)
     fwd_pad, bwd_pad = cost.tile_padding_flops()

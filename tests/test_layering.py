@@ -25,7 +25,7 @@ NSPSIM_LAYERS: list[tuple[str, ...]] = [
     ("nspsim.workload",),
     ("nspsim.execution",),
     ("nspsim.planners", "nspsim.simulator"),
-    ("nspsim.compare",),
+    ("nspsim.compare", "nspsim.validation"),
     ("nspsim.sweep",),
     ("nspsim.cli", "nspsim.__main__"),
 ]
@@ -84,6 +84,7 @@ def test_nspsim_never_imports_torch_plotly_runtime_or_studies() -> None:
 DYNAMIC_IMPORTS = {
     ("nspsim.cli.commands.compare", "REPORT_RENDERER"): ("studies.compare_report",),
     ("nspsim.cli.commands.plot", "PLOT_RENDERER"): ("studies.sweep_report",),
+    ("nspsim.cli.commands.validate", "REPORT_RENDERER"): ("studies.reference_report",),
     ("nspsim.planners.highs_solve", "_SOURCES"): ("scipy.optimize._highspy._core", "highspy._core"),
 }
 
@@ -115,9 +116,9 @@ def _constant(module: str, name: str) -> object:
 
 
 def test_every_import_by_name_in_nspsim_is_declared() -> None:
-    """nspsim loads other code by name only through the constants above; the two report renderers
-    (compare's and the sweep's) are the only studies modules it may load (lazily, when a report is
-    asked for), so plotly stays out."""
+    """nspsim loads other code by name only through the constants above; the three report renderers
+    (compare's, the sweep's and validate's) are the only studies modules it may load (lazily, when a
+    report is asked for), so plotly stays out."""
     found = {}
     for path in sorted((ROOT / "nspsim").rglob("*.py")):
         args = _dynamic_imports(path)
@@ -130,7 +131,7 @@ def test_every_import_by_name_in_nspsim_is_declared() -> None:
     undeclared = sorted(set(found) - {m for m, _ in DYNAMIC_IMPORTS})
     assert undeclared == [], f"these modules import by name; declare them in DYNAMIC_IMPORTS: {undeclared}"
     studies = [v for (m, _), vals in DYNAMIC_IMPORTS.items() for v in vals if v.split(".")[0] == "studies"]
-    assert studies == ["studies.compare_report", "studies.sweep_report"]
+    assert studies == ["studies.compare_report", "studies.sweep_report", "studies.reference_report"]
 
 
 def test_no_import_cycles_among_project_modules() -> None:

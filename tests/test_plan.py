@@ -173,9 +173,10 @@ def _forged(plan: Plan, edit: object) -> str:
 def test_old_plan_files_load_and_keep_their_hash() -> None:
     """A file written before specs, dropped counts and profiles were recorded loads with the same hash;
     the hash of new plans is unchanged too (pinned: computed before those fields existed; re-pinned
-    when the cluster spec itself gained ``gemm_tile_rows``, which changes every cluster fingerprint)."""
+    when the cluster spec itself gained ``gemm_tile_rows``, and again when it gained the GPU's kernel
+    family and stream efficiency and the all-to-all peer latency: each changes every cluster fingerprint)."""
     plan = nested()
-    assert plan.content_hash == "2c419d872b71c2f3"
+    assert plan.content_hash == "d6ce9bf17df64bc5"
     body = json.loads(plan.to_json())
     for ref in ("cluster", "model"):
         del body[ref]["spec"]

@@ -19,7 +19,8 @@ from nspsim.simulator.work import step_work
 from nspsim.workload import WorkloadConfig, build_workload
 from planner_fixtures import batch_of, check_valid, guarantee_score, static_scores
 
-BIG = WorkloadConfig(model="qwen3-235b-a22b", cluster="h200")  # memory-bound at 2M tokens / 64 GPUs
+# memory-bound at 2M tokens / 64 GPUs
+BIG = WorkloadConfig(model="qwen3-235b-a22b", cluster="h200", training="paper-235b")
 
 
 @pytest.fixture(scope="module")
@@ -205,9 +206,11 @@ def test_splits_try_token_mixes_and_contiguous_sorted_chunks(big) -> None:  # ty
 
 def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all_to_all(big) -> None:  # type: ignore[no-untyped-def]
     """235B / 64 H200 / wikipedia batch 0, measured (docs/planners.md): the one-pass route on all
-    levels simulates 25.05 s (2.59 s waiting at the EP all-to-alls), the all-GPU phase-wise estimate
-    ranked it first; the per-EP-group estimate picks a plan that simulates about 22.3 s."""
+    levels simulated 25.05 s (2.59 s waiting at the EP all-to-alls), the all-GPU phase-wise estimate
+    ranked it first; the per-EP-group estimate picked a plan that simulated about 22.3 s. On the
+    published-measurement model (issue 22) the chosen plan still simulates at least 5% faster."""
     from nspsim.execution.prepare import prepare_plan
+    from nspsim.planners.base import Placement, Stopwatch, finish
     from nspsim.simulator import SimOptions, Simulator
 
     batch = big.sampler.batch(0)
@@ -223,7 +226,10 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
     assert plan.metadata["micro_batch_split"] in ("tokens", "sorted")
     # the estimate the choice minimised is recorded, and it ranks below the nested one-pass route's
     assert float(plan.metadata["choice_estimate_s"]) < recompute_aware_estimate(ctx, select, nested)
-    assert chosen < 23.0  # the nested one-pass plan: 25.05 s
+    placement = Placement(nested.degrees, nested.firsts, np.zeros_like(nested.degrees))
+    one_pass_plan = finish("nsp", ctx, placement, Stopwatch.start())
+    one_pass_time = sim.simulate(prepare_plan(one_pass_plan, memory=big.memory, cost=big.cost)).step_time_s
+    assert chosen is not None and one_pass_time is not None and chosen < 0.95 * one_pass_time
 
 
 def test_the_estimate_is_never_below_load_nor_load_below_a_seeds_floor(big) -> None:  # type: ignore[no-untyped-def]

@@ -35,7 +35,8 @@ def test_the_longest_sample_stays_placeable() -> None:
 
 def test_auto_applies_only_to_memory_bound_batches() -> None:
     small = build_workload(WorkloadConfig())  # Qwen3-30B on 64 H100: compute-bound
-    large = build_workload(WorkloadConfig(model="qwen3-235b-a22b", cluster="h200"))  # memory-bound
+    # memory-bound:
+    large = build_workload(WorkloadConfig(model="qwen3-235b-a22b", cluster="h200", training="paper-235b"))
     for wl, bound in ((small, False), (large, True)):
         lengths = wl.sampler.batch(0).lengths
         assert is_memory_bound(wl, sum(lengths)) is bound
@@ -45,7 +46,7 @@ def test_auto_applies_only_to_memory_bound_batches() -> None:
 
 
 def test_nsp_plan_keeps_the_effective_budget_and_records_it() -> None:
-    wl = build_workload(WorkloadConfig(model="qwen3-235b-a22b", cluster="h200"))
+    wl = build_workload(WorkloadConfig(model="qwen3-235b-a22b", cluster="h200", training="paper-235b"))
     batch = wl.sampler.batch(0)
     plan = get_planner("nsp").plan(batch, wl)
     budget = effective_budget("auto", wl, batch.lengths)

@@ -54,7 +54,7 @@ def test_simulate_json_has_the_contract_keys(plan_file: Path, capsys: pytest.Cap
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"], rel=1e-9)
     assert len(data["peak_memory_bytes"]) == 16 and data["oom"] is False and data["sim_wall_time_s"] > 0
     assert data["config"]["model"] == "qwen3-30b-a3b" and data["config"]["gpus"] == 16
-    assert data["extrapolated"] is True and data["layers_simulated"] == 12
+    assert data["extrapolated"] == (data["layers_simulated"] < 48)
 
 
 def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

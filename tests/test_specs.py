@@ -8,7 +8,7 @@ from helpers import toy_cluster, toy_model
 from nspsim.specs.cluster import CLUSTER_PRESETS, get_cluster
 from nspsim.specs.memory import memory_model, state_bytes_per_gpu
 from nspsim.specs.model import MODEL_PRESETS, ModelSpec, MoESpec, get_model
-from nspsim.specs.training import TrainingSpec, paper_training
+from nspsim.specs.training import TrainingSpec, training_preset
 
 
 @pytest.mark.parametrize(
@@ -102,8 +102,8 @@ def test_token_budget_override_and_impossible_budget() -> None:
 
 def test_paper_regimes() -> None:
     """Qwen3-30B fits 2M tokens on 64 H100s with room to spare; 235B is memory-bound even on H200."""
-    small = memory_model(get_model("qwen3-30b-a3b"), get_cluster("h100", 64), paper_training("qwen3-30b-a3b"))
-    big = memory_model(get_model("qwen3-235b-a22b"), get_cluster("h200", 64), paper_training("qwen3-235b-a22b"))
+    small = memory_model(get_model("qwen3-30b-a3b"), get_cluster("h100", 64), training_preset("fsdp"))
+    big = memory_model(get_model("qwen3-235b-a22b"), get_cluster("h200", 64), training_preset("paper-235b"))
     per_gpu = 2 * 1024**2 / 64
     assert small.token_budget > 2 * per_gpu
     assert big.token_budget > per_gpu

@@ -23,6 +23,7 @@ from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS
 from nspsim.specs.model import MODEL_PRESETS
+from nspsim.specs.training import ATTENTION_KERNELS, CHECKPOINTING, DEFAULT_TRAINING, TRAINING_PRESETS
 from nspsim.trace.base import MAX_SEED
 from nspsim.units import format_tokens, parse_tokens
 from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, Workload, WorkloadConfig
@@ -279,6 +280,63 @@ def add_workload_args(
         "a warning when the override is above it)",
     )
     parser.add_argument("--spmax", type=positive_int, default=None, help="largest SP degree (default: admissible max)")
+    add_training_flags(parser)
+
+
+def add_training_flags(parser: argparse.ArgumentParser) -> None:
+    """The training-system settings: a preset and overrides of its fields (``None``: the preset's)."""
+    group = parser.add_argument_group("training settings (a preset, then overrides of its fields)")
+    group.add_argument(
+        "--training",
+        choices=tuple(TRAINING_PRESETS),
+        default=DEFAULT_TRAINING,
+        help="training preset: fsdp (plain FSDP), paper-235b (the NSP paper's Qwen3-235B setup: EP 8, "
+        "optimizer offload)",
+    )
+    group.add_argument(
+        "--checkpointing", choices=CHECKPOINTING, default=None, help="activation checkpointing (default: selective)"
+    )
+    group.add_argument(
+        "--attention-kernel",
+        choices=ATTENTION_KERNELS,
+        default=None,
+        help="attention kernel whose published throughput prices attention (default: fa2)",
+    )
+    group.add_argument(
+        "--fused-elementwise",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="norms, activations, RoPE and loss as fused kernels (torch.compile) or op by op (default: fused)",
+    )
+    group.add_argument(
+        "--expert-parallel", type=positive_int, default=None, help="expert-parallel degree (power of two)"
+    )
+    group.add_argument(
+        "--optimizer-offload",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="optimizer states and step on the host CPU",
+    )
+    group.add_argument(
+        "--fsdp-prefetch",
+        dest="fsdp_prefetch_layers",
+        type=non_negative_int,
+        default=None,
+        help="layers the FSDP all-gathers run ahead (default 1)",
+    )
+
+
+def training_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`WorkloadConfig` training fields of parsed training flags."""
+    return {
+        "training": args.training,
+        "checkpointing": args.checkpointing,
+        "attention_kernel": args.attention_kernel,
+        "fused_elementwise": args.fused_elementwise,
+        "expert_parallel": args.expert_parallel,
+        "optimizer_offload": args.optimizer_offload,
+        "fsdp_prefetch_layers": args.fsdp_prefetch_layers,
+    }
 
 
 def workload_config(args: argparse.Namespace) -> WorkloadConfig:
@@ -295,6 +353,7 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
         profile=args.profile,
         token_budget=args.token_budget,
         spmax=args.spmax,
+        **training_settings(args),
     )
 
 

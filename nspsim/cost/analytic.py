@@ -46,13 +46,15 @@ import numpy as np
 
 from nspsim.cost.backends import LOCAL, BackendCost, NodeCost, backend_cost
 from nspsim.cost.comm import alltoall_traffic, collective_time, ring_collective_traffic, ring_traffic
+from nspsim.cost.elementwise import elementwise_traffic
 from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
 from nspsim.cost.profile import Profile
 from nspsim.cost.profile.tables import AffineFit, lookup_degree
 from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.kernels import AttentionCurves, attention_curves
 from nspsim.specs.memory import gathered_layer_params
 from nspsim.specs.model import ModelSpec
-from nspsim.specs.training import TrainingSpec
+from nspsim.specs.training import AttentionKernel, Checkpointing, TrainingSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +66,14 @@ class AnalyticCostModel:
     training: TrainingSpec
     profile: Profile = field(default_factory=Profile)
     attn_half_length: float = 512.0
-    dense_gemm_efficiency: float = 0.85
+    dense_gemm_efficiency: float = 1.0
     moe_gemm_efficiency: float = 0.6
+    elementwise: bool = True
     _backend: BackendCost = field(init=False, repr=False, compare=False)
     _padding: tuple[float, float] = field(init=False, repr=False, compare=False)
+    _elementwise: tuple[float, float] = field(init=False, repr=False, compare=False)
+    _curves: AttentionCurves | None = field(init=False, repr=False, compare=False)
+    _loss: tuple[float, float] = field(init=False, repr=False, compare=False)
     _affine: dict[str, tuple[AffineFit | None, AffineFit | None]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
@@ -78,7 +84,12 @@ class AnalyticCostModel:
         if not (0 < self.dense_gemm_efficiency <= 1 and 0 < self.moe_gemm_efficiency <= 1):
             raise ValueError("GEMM efficiencies must be in (0, 1]")
         object.__setattr__(self, "_backend", backend_cost(self.training.backend))
+        object.__setattr__(self, "_curves", self._attention_curves())
         object.__setattr__(self, "_padding", self._tile_padding())
+        object.__setattr__(self, "_elementwise", self._elementwise_times())
+        loss = elementwise_traffic(self.model, self.training.fused_elementwise).loss
+        per_element = self.training.act_bytes / self.hbm_bandwidth if self.elementwise else 0.0
+        object.__setattr__(self, "_loss", (loss[0] * per_element, loss[1] * per_element))
 
     @property
     def num_layers(self) -> int:
@@ -92,9 +103,21 @@ class AnalyticCostModel:
         table = self.profile.attention_table(backward, self.model.num_heads if heads is None else heads)
         if table is not None:
             return table(lengths)
+        if self._curves is not None:
+            curve = self._curves.bwd if backward else self._curves.fwd
+            return curve(lengths) * self.cluster.gpu.kernel_scale
         peak = self.cluster.gpu.attn_bwd_flops if backward else self.cluster.gpu.attn_fwd_flops
         lengths = np.asarray(lengths, dtype=np.float64)
         return peak * lengths / (lengths + self.attn_half_length)
+
+    def _attention_curves(self) -> AttentionCurves | None:
+        """The published curves of the training's attention kernel on this GPU family; ``None`` for the
+        GPU spec's own saturation curve (``attention_kernel = "spec"``, or a device with no published
+        kernels, such as the CPU preset); ``ValueError`` for a kernel never measured on this family."""
+        kernel, family = self.training.attention_kernel, self.cluster.gpu.family
+        if kernel is AttentionKernel.SPEC or not family:
+            return None
+        return attention_curves(family, kernel, self.model.head_dim)
 
     @property
     def nonattn_flops(self) -> float:
@@ -113,6 +136,15 @@ class AnalyticCostModel:
             return fit.latency_s
         measured = Profile.lookup(self.profile.latency_s_by_degree, group_size)
         return measured if measured is not None else self.cluster.latency(group_size)
+
+    def alltoall_latency(self, group_size: int) -> float:
+        """Latency of an all-to-all of an aligned group: a profile's all-to-all fit when it has one, else
+        the cluster's latency plus its per-peer latency for every peer."""
+        if group_size <= 1:
+            return 0.0
+        if self.profile.link("alltoall", group_size) is not None or self.profile.latency_s_by_degree:
+            return self.latency(group_size)
+        return self.cluster.alltoall_latency(group_size)
 
     def alltoall_seconds_per_byte(self, group_size: int) -> float:
         """Bandwidth part of an all-to-all per byte sent by each GPU."""
@@ -141,7 +173,7 @@ class AnalyticCostModel:
     # ---- collectives -----------------------------------------------------------------------------
     def alltoall_time(self, bytes_per_gpu: float, group_size: int) -> float:
         """One all-to-all in which each GPU sends ``bytes_per_gpu`` to its peers."""
-        return self.latency(group_size) + bytes_per_gpu * self.alltoall_seconds_per_byte(group_size)
+        return self.alltoall_latency(group_size) + bytes_per_gpu * self.alltoall_seconds_per_byte(group_size)
 
     def ring_collective_time(self, bytes_moved: float, group_size: int, collective: str = "allgather") -> float:
         """Ring all-gather / reduce-scatter (``collective``) moving ``bytes_moved`` per GPU over the group."""
@@ -180,7 +212,7 @@ class AnalyticCostModel:
         """Latency of a non-empty node per layer: two all-to-alls (Ulysses) or k-1 ring steps."""
         if degree <= 1:
             return 0.0, 0.0
-        lat = self._backend.collectives_per_node(degree) * self.latency(degree)
+        lat = self._backend.collectives_per_node(degree) * self._backend.collective_latency(self, degree)
         return lat, lat
 
     # ---- model level ---------------------------------------------------------------------------
@@ -213,7 +245,51 @@ class AnalyticCostModel:
             ffn = 3.0 * model.hidden * (local_experts * moe.expert_ffn + moe.shared_expert_ffn)
             other = float(model.attention_params_per_layer + model.hidden * moe.num_experts)
         fwd = 2.0 * pad_rows * (other + ffn)
-        return fwd, 2.0 * fwd + 2.0 * pad_rows * ffn
+        recomputed = {
+            Checkpointing.NONE: 0.0,
+            Checkpointing.SELECTIVE: 2.0 * pad_rows * ffn,
+            Checkpointing.OP: fwd / 2.0,
+            Checkpointing.FULL: fwd,
+        }[self.training.checkpointing]
+        return fwd, 2.0 * fwd + recomputed
+
+    def recompute_flops_per_token(self) -> float:
+        """Forward matmul FLOPs per token and layer that backward reruns under the training's activation
+        checkpointing (:class:`~nspsim.specs.training.Checkpointing`): none; the FFN (selective); every
+        second matmul in execution order (op: torchtitan's policy, which for Llama reruns wk, wo and w3);
+        the whole layer outside the attention core (full, whose attention core reruns through the
+        recompute pass the simulator charges every sample)."""
+        dense = self.model.dense_flops_per_token_layer
+        every_second = sum(flops for flops, _ in self.model.forward_matmuls()[1::2])
+        return {
+            Checkpointing.NONE: 0.0,
+            Checkpointing.SELECTIVE: self._ffn_fwd_flops_per_token(),
+            Checkpointing.OP: every_second,
+            Checkpointing.FULL: dense,
+        }[self.training.checkpointing]
+
+    def elementwise_seconds_per_token(self) -> tuple[float, float]:
+        """(fwd, bwd) seconds per token and layer of the memory-bound element-wise work
+        (:mod:`nspsim.cost.elementwise`), backward including what checkpointing reruns."""
+        return self._elementwise
+
+    def _elementwise_times(self) -> tuple[float, float]:
+        if not self.elementwise:
+            return 0.0, 0.0
+        traffic = elementwise_traffic(self.model, self.training.fused_elementwise)
+        rerun = {
+            Checkpointing.NONE: 0.0,
+            Checkpointing.SELECTIVE: traffic.ffn_fwd,
+            Checkpointing.OP: traffic.fwd,
+            Checkpointing.FULL: traffic.fwd,
+        }[self.training.checkpointing]
+        per_element = self.training.act_bytes / self.hbm_bandwidth
+        return traffic.fwd * per_element, (traffic.bwd + rerun) * per_element
+
+    @property
+    def hbm_bandwidth(self) -> float:
+        """Achieved HBM bandwidth of streaming kernels (B/s): the GPU's measured stream efficiency."""
+        return self.cluster.gpu.hbm_bw * self.cluster.gpu.hbm_stream_efficiency
 
     def non_attention(self, tokens: float) -> NonAttentionCost:
         """Non-attention time of one layer for ``tokens`` sharded tokens on one GPU."""
@@ -225,10 +301,16 @@ class AnalyticCostModel:
             return NonAttentionCost(fwd_fit(tokens), bwd_fit(tokens), 2 * a2a, 4 * a2a)
         pad_fwd, pad_bwd = self.tile_padding_flops()
         fwd_flops = tokens * self.model.dense_flops_per_token_layer + pad_fwd
-        bwd_flops = 2.0 * tokens * self.model.dense_flops_per_token_layer + tokens * self._ffn_fwd_flops_per_token()
+        bwd_flops = 2.0 * tokens * self.model.dense_flops_per_token_layer + tokens * self.recompute_flops_per_token()
         bwd_flops += pad_bwd
+        ew_fwd, ew_bwd = self.elementwise_seconds_per_token()
         a2a = self._ep_alltoall(tokens)
-        return NonAttentionCost(fwd_flops / self.nonattn_flops, bwd_flops / self.nonattn_flops, 2 * a2a, 4 * a2a)
+        return NonAttentionCost(
+            fwd_flops / self.nonattn_flops + tokens * ew_fwd,
+            bwd_flops / self.nonattn_flops + tokens * ew_bwd,
+            2 * a2a,
+            4 * a2a,
+        )
 
     def head(self, tokens: float) -> tuple[float, float]:
         """Output head (logits) time; the embedding lookup is negligible (a profile's measured
@@ -237,7 +319,8 @@ class AnalyticCostModel:
         if fwd_fit is not None and bwd_fit is not None:
             return (fwd_fit(tokens), bwd_fit(tokens)) if tokens > 0 else (0.0, 0.0)
         fwd = tokens * self.model.head_flops_per_token / (self.cluster.gpu.matmul_flops * self.dense_gemm_efficiency)
-        return fwd, 2.0 * fwd
+        loss_fwd, loss_bwd = self._loss
+        return fwd + tokens * loss_fwd, 2.0 * fwd + tokens * loss_bwd
 
     # ---- FSDP and optimizer ---------------------------------------------------------------------
     def fsdp(self) -> FsdpCost:

@@ -8,6 +8,8 @@ saved: L_j / |R(u_j)| tokens at ``attention_bytes_per_token(|R(u_j)|)`` each. De
   full attention recomputation (the paper's baseline) for that micro-batch;
 * plan with marks (tree-level recomputation, :mod:`nspsim.execution.recompute`): keep exactly the unmarked
   samples' attention;
+* under full activation checkpointing (``MemoryModel.keeps_attention`` false) every sample reruns its
+  attention in backward, whatever the plan's marks;
 * if the chosen policy still does not fit on some GPU the step is out of memory: it is reported,
   never simulated.
 
@@ -77,7 +79,12 @@ def base_bytes_per_gpu(plan: Plan, memory: MemoryModel, micro_batch: int) -> np.
 
 def plan_activations(plan: Plan, memory: MemoryModel) -> ActivationPlan:
     """Apply the executor's save/recompute policy to every micro-batch of ``plan``."""
-    remat = np.zeros(plan.num_samples, dtype=bool) if plan.recompute is None else np.array(plan.recompute, bool)
+    if not memory.keeps_attention:  # full activation checkpointing: every layer reruns, attention included
+        remat = np.ones(plan.num_samples, dtype=bool)
+    elif plan.recompute is None:
+        remat = np.zeros(plan.num_samples, dtype=bool)
+    else:
+        remat = np.array(plan.recompute, bool)
     policies, worst = set(), np.zeros(plan.cluster.num_gpus)
     oom: str | None = None
     for mb in range(plan.num_micro_batches):
@@ -86,7 +93,9 @@ def plan_activations(plan: Plan, memory: MemoryModel) -> ActivationPlan:
         worst = np.maximum(worst, act)
         if oom is None and not memory.fits(float(act.max())):
             oom = _oom_message(plan, memory, mb, act, policy)
-    if plan.recompute is not None:
+    if not memory.keeps_attention:
+        policy = RecomputePolicy.FULL_RECOMPUTE
+    elif plan.recompute is not None:
         policy = RecomputePolicy.TREE_MARKS
     elif RecomputePolicy.FULL_RECOMPUTE in policies:
         policy = RecomputePolicy.FULL_RECOMPUTE
@@ -103,6 +112,8 @@ def _micro_batch_policy(
     """(policy, activation bytes per GPU) of one micro-batch; updates ``remat`` for unmarked plans."""
     mask = plan.sample_mask(mb)
     base = base_bytes_per_gpu(plan, memory, mb)
+    if not memory.keeps_attention:
+        return RecomputePolicy.FULL_RECOMPUTE, base
     if plan.recompute is not None:
         return RecomputePolicy.TREE_MARKS, base + attention_bytes_per_gpu(plan, memory, mask & ~remat)
     keep = base + attention_bytes_per_gpu(plan, memory, mask)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from nspsim.specs.backend import SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec
 from nspsim.specs.model import ModelSpec
-from nspsim.specs.training import TrainingSpec
+from nspsim.specs.training import Checkpointing, TrainingSpec
 
 GIB = 1024**3
 
@@ -61,6 +61,7 @@ class MemoryModel:
     num_kv_heads: int
     token_budget: int
     attn_leaf_bytes_per_token_layer: float | None = None
+    keeps_attention: bool = True
 
     def __post_init__(self) -> None:
         coefficients = {
@@ -138,9 +139,37 @@ def buffer_bytes_per_gpu(model: ModelSpec, training: TrainingSpec) -> float:
     return layers_in_flight * per_layer + model.embedding_params * training.param_bytes
 
 
+def kept_elements_per_token_layer(model: ModelSpec, checkpointing: Checkpointing) -> float:
+    """Activation elements per token one layer keeps for backward, outside the attention core's own
+    tensors (counted by :func:`saved_attention_bytes`), under ``checkpointing``:
+
+    * ``full``: the layer input (h);
+    * ``selective``: the layer input and the FFN input (2h);
+    * ``op``: the layer input plus the outputs of the first, third, ... matmul (torchtitan's op-level
+      policy keeps those and recomputes the others);
+    * ``none``: every intermediate: the two norm inputs and outputs (4h), Q, K, V before and after
+      RoPE (2q + 3kv), the matmul outputs of the FFN and the activation output (f) — Korthikanti et al.
+      2022's per-layer count without the attention scores, which flash attention never stores.
+    """
+    h = float(model.hidden)
+    if checkpointing is Checkpointing.FULL:
+        return h
+    if checkpointing is Checkpointing.SELECTIVE:
+        return 2 * h
+    if checkpointing is Checkpointing.OP:  # the outputs of the 1st, 3rd, ... matmul are kept
+        return h + sum(out for _, out in model.forward_matmuls()[0::2])
+    f = float(model.moe.top_k * model.moe.expert_ffn if model.moe else model.dense_ffn)
+    ffn = sum(out for _, out in model.forward_matmuls()[4:]) + f  # FFN matmul outputs and the activation
+    return 4 * h + 2 * model.q_width + 3 * model.kv_width + ffn
+
+
 def _working_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> float:
     """Transient bytes per token of the one layer being computed (forward and backward live)."""
-    ffn = model.moe.top_k * (model.hidden + 3 * model.moe.expert_ffn) if model.moe else 3 * model.dense_ffn
+    ffn = (
+        model.moe.top_k * (model.hidden + 3 * model.moe.expert_ffn)
+        if model.moe
+        else model.ffn_matrices * model.dense_ffn
+    )
     widths = 6 * model.hidden + model.q_width + 2 * model.kv_width + ffn
     return 2 * widths * training.act_bytes
 
@@ -163,7 +192,7 @@ def saved_attention_bytes(model: ModelSpec, training: TrainingSpec) -> tuple[flo
     raise ValueError(f"memory model: no saved-attention layout for SP backend {training.backend!r}")
 
 
-def _more_memory(cluster: ClusterSpec, buffers: float, usable: float) -> str:
+def _more_memory(cluster: ClusterSpec, buffers: float, usable: float, training: TrainingSpec) -> str:
     """What can make room, naming only what helps: more GPUs shard the model states further, but not
     the per-layer buffers every GPU holds whole; a cluster preset whose GPUs have more memory helps
     either way; a smaller model preset always does."""
@@ -173,6 +202,8 @@ def _more_memory(cluster: ClusterSpec, buffers: float, usable: float) -> str:
         if preset(cluster.gpus_per_node).gpu.hbm_bytes > cluster.gpu.hbm_bytes
     ]
     options = [] if buffers >= usable else ["more GPUs (--gpus, or more ranks under torchrun)"]
+    if not training.optimizer_offload and buffers < usable:
+        options.append("optimizer states on the host (--optimizer-offload)")
     if larger:
         options.append(f"a cluster preset with more memory per GPU (--cluster {' or '.join(larger)})")
     options.append("a smaller model preset (--model)")
@@ -184,7 +215,7 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
     usable = cluster.gpu.hbm_bytes * training.hbm_usable_fraction - training.reserved_bytes
     states = state_bytes_per_gpu(model, training, cluster.num_gpus)
     buffers = buffer_bytes_per_gpu(model, training)
-    keep = model.num_layers * 2 * model.hidden * training.act_bytes
+    keep = model.num_layers * kept_elements_per_token_layer(model, training.checkpointing) * training.act_bytes
     working = _working_bytes_per_token(model, training)
     attn, attn_kv_head, attn_leaf = saved_attention_bytes(model, training)
     capacity = usable - states - buffers
@@ -192,7 +223,7 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
         raise ValueError(
             f"impossible memory budget: {model.name} needs {(states + buffers) / GIB:.1f} GiB per GPU for model "
             f"states and buffers but {cluster.label} has {usable / GIB:.1f} GiB usable; "
-            + _more_memory(cluster, buffers, usable)
+            + _more_memory(cluster, buffers, usable, training)
         )
     budget = training.token_budget or int(capacity // (keep + working))
     if budget <= 0:
@@ -209,4 +240,5 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
         num_kv_heads=model.num_kv_heads,
         token_budget=budget,
         attn_leaf_bytes_per_token_layer=attn_leaf,
+        keeps_attention=training.checkpointing is not Checkpointing.FULL,
     )

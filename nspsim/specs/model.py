@@ -42,7 +42,11 @@ def causal_attention_flops(sum_sq_lengths: float, q_width: int) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """Decoder architecture: GQA attention with per-head QK-norm, SwiGLU dense FFN or MoE."""
+    """Decoder architecture: GQA attention with per-head QK-norm, SwiGLU dense FFN or MoE.
+
+    ``ffn_gated`` = False describes a dense two-matrix MLP (GPT/MPT: up, GELU, down) instead of the
+    three-matrix gated one; MoE experts are always gated.
+    """
 
     name: str
     num_layers: int
@@ -55,6 +59,7 @@ class ModelSpec:
     moe: MoESpec | None = None
     tie_embeddings: bool = False
     qk_norm: bool = True
+    ffn_gated: bool = True
 
     def __post_init__(self) -> None:
         sizes = (self.num_layers, self.hidden, self.num_heads, self.num_kv_heads, self.head_dim, self.vocab)
@@ -86,10 +91,15 @@ class ModelSpec:
         return proj + (2 * self.head_dim if self.qk_norm else 0)
 
     @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices of the dense FFN: 3 gated (gate, up, down), 2 plain (up, down)."""
+        return 3 if self.ffn_gated else 2
+
+    @property
     def ffn_params_per_layer(self) -> int:
         """All FFN parameters of one layer (every expert and the router for MoE)."""
         if self.moe is None:
-            return 3 * self.hidden * self.dense_ffn
+            return self.ffn_matrices * self.hidden * self.dense_ffn
         moe = self.moe
         experts = moe.num_experts * 3 * self.hidden * moe.expert_ffn
         return experts + self.hidden * moe.num_experts + 3 * self.hidden * moe.shared_expert_ffn
@@ -131,6 +141,28 @@ class ModelSpec:
         """Parameters touched by one token (the published "activated" count includes embeddings)."""
         per_layer = self.attention_params_per_layer + self.active_ffn_params_per_layer + 2 * self.hidden
         return self.num_layers * per_layer + self.embedding_params
+
+    def forward_matmuls(self) -> tuple[tuple[float, float], ...]:
+        """(FLOPs, output elements) per token of each forward matmul of one layer, in execution order:
+        Q, K, V, the attention output projection, then the FFN: gate, up, down (up, down for a plain
+        MLP); for MoE the router, then the routed experts' gate, up and down (top-k of each, one grouped
+        GEMM each) and a shared expert's. What op-level checkpointing counts (every second matmul is
+        recomputed, :class:`~nspsim.specs.training.Checkpointing`); the FLOPs sum to
+        :attr:`dense_flops_per_token_layer` (QK-norm weights aside)."""
+        h, q, kv = float(self.hidden), float(self.q_width), float(self.kv_width)
+        attn = ((2 * h * q, q), (2 * h * kv, kv), (2 * h * kv, kv), (2 * q * h, h))
+        if self.moe is None:
+            f = float(self.dense_ffn)
+            gate = ((2 * h * f, f),) if self.ffn_gated else ()
+            return attn + gate + ((2 * h * f, f), (2 * f * h, h))
+        moe, k = self.moe, float(self.moe.top_k)
+        fe = k * moe.expert_ffn
+        routed = ((2 * h * fe, fe), (2 * h * fe, fe), (2 * fe * h, k * h))
+        shared: tuple[tuple[float, float], ...] = ()
+        if moe.shared_expert_ffn:
+            sh = float(moe.shared_expert_ffn)
+            shared = ((2 * h * sh, sh), (2 * h * sh, sh), (2 * sh * h, h))
+        return attn + ((2 * h * moe.num_experts, float(moe.num_experts)),) + routed + shared
 
     # ---- FLOPs --------------------------------------------------------------------------------
     @property

@@ -1,17 +1,61 @@
 """Training-system settings that are neither model architecture nor hardware (SPEC sections 3, 7, 8).
 
-Precisions, optimizer placement, expert parallelism, the SP backend and the memory headroom that
-turns HBM into a per-GPU token budget. ``paper_training`` gives the NSP paper's setup per model.
+Precisions, optimizer placement, expert parallelism, the SP backend, activation checkpointing, the
+attention kernel, whether element-wise work is fused, FSDP prefetch, and the memory headroom that
+turns HBM into a per-GPU token budget. Named presets (:data:`TRAINING_PRESETS`) are data: ``fsdp``
+is plain FSDP with today's defaults, ``paper-235b`` the NSP paper's Qwen3-235B setup (section 6.1:
+EP=8, CPU-offloaded optimizer states). A workload asks for a preset by name and may override any
+field; the model's name never chooses them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from typing import Any
 
 from nspsim.sp_tree import is_power_of_two
 from nspsim.specs.backend import BACKENDS, SPBackend
 
 GIB = 1024**3
+
+
+class Checkpointing(StrEnum):
+    """What a decoder layer keeps for backward and what it recomputes (activation checkpointing).
+
+    * ``none``: every intermediate is kept; nothing is recomputed.
+    * ``selective``: the layer input and the FFN input are kept; the FFN (or MoE) forward is recomputed
+      in backward (Megatron-style selective recomputation; nspsim's historical default).
+    * ``op``: op-level selective checkpointing as torchtitan's ``selective_ac_option = "op"`` does it:
+      the attention kernel's output and every second matmul's output are kept, element-wise work and
+      the other matmuls are recomputed (half of the layer's matmul FLOPs run again).
+    * ``full``: only the layer input is kept; the whole layer forward, attention included, reruns.
+    """
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    OP = "op"
+    FULL = "full"
+
+
+CHECKPOINTING: tuple[str, ...] = tuple(c.value for c in Checkpointing)
+
+
+class AttentionKernel(StrEnum):
+    """The attention kernel whose published throughput curve prices the attention core
+    (:mod:`nspsim.specs.kernels`): FlashAttention-2, FlashAttention-3 (Hopper only), cuDNN's fused
+    attention (Hopper), FlashAttention in Triton as the FlashAttention repository shipped it (A100,
+    MosaicML's ``attn_impl = "triton"``), or the GPU spec's own saturation curve (``spec``)."""
+
+    FA2 = "fa2"
+    FA3 = "fa3"
+    CUDNN = "cudnn"
+    TRITON = "triton"
+    SPEC = "spec"
+
+
+ATTENTION_KERNELS: tuple[str, ...] = tuple(k.value for k in AttentionKernel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +65,10 @@ class TrainingSpec:
     Model states are sharded over all GPUs (FSDP): ``param_bytes`` + ``grad_bytes`` per parameter stay
     on the GPU, plus ``optim_bytes`` (fp32 master and Adam moments) unless ``optimizer_offload``.
     ``token_budget`` overrides the derived per-GPU token budget B_tok. ``cpu_adam_params_per_s`` is the
-    host optimizer rate per GPU when states are offloaded.
+    host optimizer rate per GPU when states are offloaded. ``checkpointing`` and ``attention_kernel``
+    are :class:`Checkpointing` and :class:`AttentionKernel`; ``fused_elementwise`` says whether norms,
+    activations, RoPE, residuals and the loss run as fused kernels (``torch.compile``, Megatron's fused
+    kernels) or op by op (eager PyTorch), which sets their HBM traffic (:mod:`nspsim.cost.elementwise`).
     """
 
     act_bytes: int = 2
@@ -36,11 +83,14 @@ class TrainingSpec:
     token_budget: int | None = None
     backend: SPBackend = SPBackend.ULYSSES
     cpu_adam_params_per_s: float = 2e9
+    checkpointing: Checkpointing = Checkpointing.SELECTIVE
+    attention_kernel: AttentionKernel = AttentionKernel.FA2
+    fused_elementwise: bool = True
 
     def __post_init__(self) -> None:
         if min(self.act_bytes, self.param_bytes, self.grad_bytes) <= 0 or self.optim_bytes < 0:
             raise ValueError("byte sizes of activations, parameters and gradients must be positive")
-        if not is_power_of_two(self.expert_parallel):
+        if isinstance(self.expert_parallel, bool) or not is_power_of_two(self.expert_parallel):
             raise ValueError(f"expert_parallel must be a power of two, got {self.expert_parallel}")
         if not 0 < self.hbm_usable_fraction <= 1:
             raise ValueError(f"hbm_usable_fraction must be in (0, 1], got {self.hbm_usable_fraction}")
@@ -50,13 +100,50 @@ class TrainingSpec:
             raise ValueError(f"token budget must be positive, got {self.token_budget}")
         if self.cpu_adam_params_per_s <= 0:
             raise ValueError(f"cpu_adam_params_per_s must be positive, got {self.cpu_adam_params_per_s}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown SP backend {self.backend!r} (known: {', '.join(BACKENDS)})")
-        object.__setattr__(self, "backend", SPBackend(self.backend))  # a plain "ring" becomes the member
+        for name in ("optimizer_offload", "fused_elementwise"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _member(self, "backend", SPBackend, BACKENDS, "SP backend")
+        _member(self, "checkpointing", Checkpointing, CHECKPOINTING, "checkpointing mode")
+        _member(self, "attention_kernel", AttentionKernel, ATTENTION_KERNELS, "attention kernel")
 
 
-def paper_training(model_name: str) -> TrainingSpec:
-    """The NSP paper's settings (section 6.1): Qwen3-235B uses EP=8 and CPU-offloaded optimizer states."""
-    if model_name == "qwen3-235b-a22b":
-        return TrainingSpec(expert_parallel=8, optimizer_offload=True)
-    return TrainingSpec()
+def _member(spec: TrainingSpec, name: str, enum: type[StrEnum], known: tuple[str, ...], what: str) -> None:
+    value = getattr(spec, name)
+    if value not in known:
+        raise ValueError(f"unknown {what} {value!r} (known: {', '.join(known)})")
+    object.__setattr__(spec, name, enum(value))  # a plain string becomes the member
+
+
+TRAINING_PRESETS: Mapping[str, Mapping[str, Any]] = {
+    "fsdp": {},
+    "paper-235b": {"expert_parallel": 8, "optimizer_offload": True},
+}
+"""Named training setups (overrides of :class:`TrainingSpec`'s defaults). ``paper-235b`` is the NSP
+paper's Qwen3-235B-A22B setting (section 6.1: expert parallelism 8, optimizer states on the host)."""
+
+DEFAULT_TRAINING = "fsdp"
+
+TRAINING_FIELDS: tuple[str, ...] = (
+    "checkpointing",
+    "attention_kernel",
+    "fused_elementwise",
+    "expert_parallel",
+    "optimizer_offload",
+    "fsdp_prefetch_layers",
+)
+"""The settings a workload, the CLI, a sweep spec or the API may set beside a preset."""
+
+
+def training_preset(name: str, **overrides: Any) -> TrainingSpec:
+    """The named preset with ``overrides`` (``None`` values ignored); ``ValueError`` for an unknown
+    preset or field."""
+    try:
+        base = TRAINING_PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown training preset {name!r} (known: {', '.join(TRAINING_PRESETS)})") from None
+    known = {f.name for f in fields(TrainingSpec)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown training setting(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return replace(TrainingSpec(**base), **{k: v for k, v in overrides.items() if v is not None})

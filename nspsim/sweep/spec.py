@@ -49,8 +49,9 @@ from nspsim.units import parse_tokens
 from nspsim.workload import WorkloadConfig
 
 TOKEN_FIELDS = ("tokens_per_batch", "max_context", "token_budget")
-INT_FIELDS = ("gpus", "seed", "spmax")
-STR_FIELDS = ("trace", "model", "cluster", "backend", "profile")
+INT_FIELDS = ("gpus", "seed", "spmax", "expert_parallel", "fsdp_prefetch_layers")
+STR_FIELDS = ("trace", "model", "cluster", "backend", "profile", "training", "checkpointing", "attention_kernel")
+BOOL_FIELDS = ("fused_elementwise", "optimizer_offload")
 WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
 RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline")
 TABLES = ("workload", "zip", "axes", "run")
@@ -230,6 +231,10 @@ def _workload_value(table: str, key: str, value: Any) -> Any:
             raise ValueError(f"{where}: an integer, got {value!r}")
         if value < (0 if key == "seed" else 1):
             raise ValueError(f"{where}: must be {'>= 0' if key == 'seed' else 'positive'}, got {value}")
+        return value
+    if key in BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: true or false, got {value!r}")
         return value
     if not isinstance(value, str) or not value:
         raise ValueError(f"{where}: a non-empty string, got {value!r}")

@@ -47,7 +47,11 @@ WORKLOAD: dict[str, Any] = {
     "max_context": 384 * 1024,
     "trace": "wikipedia",
 }
-ZIP: dict[str, tuple[Any, ...]] = {"model": ("qwen3-30b-a3b", "qwen3-235b-a22b"), "cluster": ("h100", "h200")}
+ZIP: dict[str, tuple[Any, ...]] = {
+    "model": ("qwen3-30b-a3b", "qwen3-235b-a22b"),
+    "cluster": ("h100", "h200"),
+    "training": ("fsdp", "paper-235b"),
+}
 
 
 def build_spec(

@@ -61,6 +61,7 @@ QUICK_ITERS = 1
 WORKLOAD: dict[str, Any] = {
     "model": pv.FIG8_MODEL,
     "cluster": "h200",
+    "training": "paper-235b",
     "gpus": 64,
     "tokens_per_batch": 2 * 1024 * 1024,
     "max_context": 384 * 1024,

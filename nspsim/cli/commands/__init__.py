@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nspsim.cli.commands import compare, info, inspect, plan, plot, simulate, sweep, trace
+from nspsim.cli.commands import compare, info, inspect, plan, plot, simulate, sweep, trace, validate
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
@@ -19,4 +19,5 @@ COMMANDS: Sequence[Register] = (
     plan.register,
     sweep.register,
     plot.register,
+    validate.register,
 )

@@ -21,7 +21,18 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli.flags import emit, non_negative_int, output_file, positive_int, seed_arg, shown, warn, write_output
+from nspsim.cli.flags import (
+    add_training_flags,
+    emit,
+    non_negative_int,
+    output_file,
+    positive_int,
+    seed_arg,
+    shown,
+    training_settings,
+    warn,
+    write_output,
+)
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
 from nspsim.cost.profile import load_profile
 from nspsim.execution.prepare import prepare_plan
@@ -42,9 +53,11 @@ EXIT_OOM_HELP = (
 )
 
 
-def plan_workload_config(plan: Plan, profile: str | None) -> WorkloadConfig:
-    """The workload a plan was made for (its batch is not re-drawn: the plan holds the lengths)."""
+def plan_workload_config(plan: Plan, profile: str | None, training: dict[str, Any] | None = None) -> WorkloadConfig:
+    """The workload a plan was made for (its batch is not re-drawn: the plan holds the lengths), with the
+    ``training`` settings given on the command line (a plan records no training settings)."""
     return WorkloadConfig(
+        **(training or {}),
         model=plan.model.name,
         cluster=plan.cluster.name,
         gpus=plan.cluster.num_gpus,
@@ -176,7 +189,7 @@ class _Runner:
     def run(self, plan: Plan, profile: str | None, index: int | None) -> tuple[Plan, StepResult, dict[str, Any]]:
         """(prepared plan, result, resolved config) of one plan."""
         args = self.args
-        workload, simulator, ranker = self._simulators(plan_workload_config(plan, profile))
+        workload, simulator, ranker = self._simulators(plan_workload_config(plan, profile, training_settings(args)))
         scored: dict[str, StepResult] = {}
 
         def step_time(candidate: Plan) -> float:
@@ -307,4 +320,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         help="coefficient of variation of kernel times, in [0, 1) (0 = none)",
     )
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the kernel-time noise")
+    add_training_flags(p)
     p.set_defaults(func=cmd_simulate)

@@ -44,6 +44,10 @@ class Coefficients(Protocol):
         """Per-collective latency of an aligned group."""
         ...
 
+    def alltoall_latency(self, group_size: int) -> float:
+        """Latency of one all-to-all of an aligned group (per-peer latencies included)."""
+        ...
+
     def alltoall_seconds_per_byte(self, group_size: int) -> float:
         """Bandwidth part of an all-to-all per byte sent by each GPU."""
         ...
@@ -80,6 +84,10 @@ class NodeCost(ABC):
     @abstractmethod
     def collectives_per_node(self, degree: int) -> int:
         """Latency-bearing collectives of a non-empty node per pass (what ``sample_costs`` leaves out)."""
+
+    def collective_latency(self, c: Coefficients, degree: int) -> float:
+        """Latency of one of those collectives (a point-to-point step by default)."""
+        return c.latency(degree)
 
 
 class BackendCost(NodeCost):

@@ -39,7 +39,7 @@ class UlyssesCost(BackendCost):
 
     def node(self, c: Coefficients, lengths: np.ndarray, degree: int) -> AttentionCost:
         """Summed phases plus one all-to-all latency on each prologue and epilogue."""
-        lat = c.latency(degree)
+        lat = c.alltoall_latency(degree)
         fp, fc, fe, bp, bc, be = (float(x.sum()) for x in ulysses_parts(c, lengths, degree))
         return AttentionCost(Phases(fp + lat, fc, fe + lat), Phases(bp + lat, bc, be + lat))
 
@@ -51,6 +51,10 @@ class UlyssesCost(BackendCost):
     def collectives_per_node(self, degree: int) -> int:
         """Two all-to-alls per pass."""
         return 2
+
+    def collective_latency(self, c: Coefficients, degree: int) -> float:
+        """An all-to-all's latency (per-peer latencies included)."""
+        return c.alltoall_latency(degree)
 
     def max_degree(self, model: ModelSpec, num_gpus: int) -> int:
         """Heads are split over the group: at most the largest power of two <= the attention heads."""

@@ -1,0 +1,140 @@
+"""``nspsim validate`` (issue 22): the reference set's form, the shipped coefficients against fresh
+fits on the component rows, predictions of hand-checkable rows, and the command as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nspsim.cli.main import main
+from nspsim.specs import cluster as cluster_specs
+from nspsim.specs.kernels import ATTENTION_CURVES, attention_curves
+from nspsim.validation.dataset import load_reference
+from nspsim.validation.evaluate import evaluate_row
+from nspsim.validation.fit import fit_attention_curves, fit_link_latencies, fitted_row_ids
+from nspsim.validation.run import validate
+
+USER = Path(__file__).parent / "fixtures" / "reference" / "user.toml"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@pytest.fixture(scope="module")
+def builtin():  # type: ignore[no-untyped-def]
+    return validate()
+
+
+def test_the_builtin_set_is_sourced_and_large_enough(builtin) -> None:  # type: ignore[no-untyped-def]
+    rows = load_reference()
+    assert len({r.id for r in rows}) == len(rows)
+    for r in rows:
+        s = r.source
+        assert s.where and (s.paper or s.url or (s.repo and s.path and COMMIT.match(s.commit or ""))), r.id
+    summary = builtin.summary()
+    assert summary["end-to-end"].n >= 20  # expressed rows, each with a prediction
+    assert summary["kernel"].n + summary["collective"].n >= 40
+    assert {r.row.kind for r in builtin.results if r.prediction.reason} == {"end-to-end", "kernel", "collective"}
+    assert all(r.prediction.reason or r.prediction.simulated for r in builtin.results)  # none silently dropped
+
+
+def test_shipped_coefficients_are_the_fits_of_the_component_rows() -> None:
+    rows = load_reference()
+    assert fit_attention_curves(rows) == dict(ATTENTION_CURVES)
+    fit = fit_link_latencies(rows)
+    assert (fit.intra_s, fit.inter_s, fit.alltoall_peer_s) == (
+        cluster_specs.INTRA_LATENCY_S,
+        cluster_specs.INTER_LATENCY_S,
+        cluster_specs.ALLTOALL_PEER_LATENCY_S,
+    )
+    fitted = fitted_row_ids(rows)
+    assert not any(r.kind == "end-to-end" for r in rows if r.id in fitted)  # end-to-end rows never fit
+
+
+def test_a_kernel_row_is_the_curve_by_hand() -> None:
+    rows = {r.id: r for r in load_reference([USER])}
+    pred = evaluate_row(rows["my-attention"])
+    curve = attention_curves("h100", "fa2", 128)
+    length = np.array([8192.0])
+    fwd_flops = 2 * 8192**2 * 16 * 128  # causal: 4 b s^2 h d / 2, per sample
+    seconds = 2 * (fwd_flops / curve.fwd(length)[0] + 2.5 * fwd_flops / curve.bwd(length)[0])
+    assert pred.simulated == pytest.approx(3.5 * 2 * fwd_flops / seconds / 1e12)
+
+
+def test_a_collective_row_by_hand() -> None:
+    rows = {r.id: r for r in load_reference([USER])}
+    pred = evaluate_row(rows["my-allgather"])
+    moved = 2**30 * 7 / 8  # a ring all-gather moves (n-1)/n of the 1 GiB output through each GPU
+    assert pred.simulated == pytest.approx((cluster_specs.INTRA_LATENCY_S + moved / 370e9) * 1e6)
+
+
+def test_an_end_to_end_row_is_one_simulated_step() -> None:
+    rows = {r.id: r for r in load_reference([USER])}
+    pred = evaluate_row(rows["my-training-run"])
+    assert pred.simulated == pytest.approx(8 * 2 * 8192 / pred.detail["step_s"] / 8)
+    assert "tensor parallelism (tp = 2)" in (evaluate_row(rows["my-tp-run"]).reason or "")
+
+
+def test_validate_a_users_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--dataset", str(USER), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in data["rows"]] == ["my-attention", "my-allgather", "my-training-run", "my-tp-run"]
+    row = data["rows"][0]
+    assert {"id", "kind", "source", "published", "simulated", "error"} <= set(row)
+    assert row["error"] == pytest.approx(row["simulated"] / 300.0 - 1)
+    assert {r["role"] for r in data["rows"]} == {"check"}  # a user's rows fit nothing
+    for kind in ("end-to-end", "kernel", "collective"):
+        assert {"n", "mape", "max_abs_error"} <= set(data["summary"][kind])
+    assert data["summary"]["end-to-end"]["n"] == 1 and data["summary"]["end-to-end"]["not_expressible"] == 1
+    assert main(["validate", "--dataset", str(USER), "--max-mape", "0.1%"]) == 1
+    assert "MAPE above 0.1%" in capsys.readouterr().err
+    out = tmp_path / "report"
+    assert main(["validate", "--dataset", str(USER), "--kind", "kernel", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "my-attention" in text and "my-allgather" not in text and "## summary" in text
+    assert (out / "validation.html").read_text().count("plotly") > 0
+    assert json.loads((out / "validation.json").read_text())["rows"][0]["id"] == "my-attention"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("format = 1", "not a reference set"),
+        ('format = "nspsim-reference"\nversion = 1', "at least one"),
+        ("[[row", "not valid TOML"),
+        ('format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "a"\nkind = "kernel"\npublished = 1.0\n'
+         'unit = "TFLOP/s"\nsource = {url = "x", where = "y"}\nspeed = 3', r"row 1 \(a\): unknown key\(s\) speed"),
+        ('format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "a"\nkind = "kernel"\npublished = -1.0\n'
+         'unit = "TFLOP/s"\nsource = {url = "x", where = "y"}', "published must be a positive number"),
+        ('format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "a"\nkind = "kernel"\npublished = 1.0\n'
+         'unit = "TFLOP/s"\nsource = {repo = "o/r", path = "p", commit = "abc", where = "y"}', "40 lowercase hex"),
+        ('format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "a"\nkind = "kernel"\npublished = 1.0\n'
+         'unit = "tokens/s/gpu"\nsource = {url = "x", where = "y"}', "unit 'tokens/s/gpu' is not one of"),
+        ('format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "a"\nkind = "kernel"\npublished = 1.0\n'
+         'unit = "TFLOP/s"\nsource = {url = "x"}', "needs 'where'"),
+    ],
+)  # fmt: skip
+def test_malformed_datasets_are_one_line_errors(
+    body: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    assert main(["validate", "--dataset", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nspsim: error: ") and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--dataset", str(tmp_path / "missing.toml")]) == 2
+    assert "missing.toml" in capsys.readouterr().err
+    assert main(["validate", "--max-mape", "-3"]) == 2
+    assert "--max-mape: must be positive" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert main(["validate", "--dataset", str(USER), "-o", str(tmp_path / "file")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    twice = tmp_path / "twice.toml"
+    twice.write_text(USER.read_text() + USER.read_text().split("version = 1", 1)[1].replace("[[row]]", "[[row]]", 1))
+    assert main(["validate", "--dataset", str(twice)]) == 2
+    assert "already used" in capsys.readouterr().err
