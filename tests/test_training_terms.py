@@ -150,3 +150,19 @@ def test_sweep_specs_take_training_settings() -> None:
     assert [p.checkpointing for p in points] == ["op", "full"] and not points[0].training_spec().optimizer_offload
     with pytest.raises(ValueError, match=r"\[workload\] optimizer_offload: true or false"):
         parse_spec({"workload": {"optimizer_offload": "yes"}})
+
+
+def test_ring_steps_pay_their_fp32_merge() -> None:
+    # Degree 2, one 1000-token sample: 500 tokens per GPU; forward merge 10 bytes per query-width element
+    # plus 12 per head, backward the same over dQ, dK and dV; links fast enough that compute bounds each step.
+    fast = replace(toy_cluster(), nvlink_bw=1e15, intra_latency_s=0.0)
+    training = TrainingSpec(backend="ring")  # type: ignore[arg-type]
+    plain = AnalyticCostModel(model=toy_model(), cluster=fast, training=training, attn_half_length=0.0,
+                              elementwise=False)  # fmt: skip
+    merged = replace(plain, elementwise=True)
+    L = np.array([1000])
+    fwd_merge = 500 * (10 * 64 + 12 * 4) / 1e11
+    bwd_merge = 500 * (10 * (64 + 2 * 64) + 12 * 4) / 1e11
+    a, b = merged.attention(L, 2), plain.attention(L, 2)
+    assert a.fwd.compute - b.fwd.compute == pytest.approx(2 * fwd_merge)  # two steps, each merged
+    assert a.bwd.compute - b.bwd.compute == pytest.approx(2 * bwd_merge)

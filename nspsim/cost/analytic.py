@@ -286,6 +286,10 @@ class AnalyticCostModel:
         per_element = self.training.act_bytes / self.hbm_bandwidth
         return traffic.fwd * per_element, (traffic.bwd + rerun) * per_element
 
+    def stream_seconds_per_byte(self) -> float:
+        """HBM seconds per byte of element-wise kernels (0 with ``elementwise`` off)."""
+        return 1.0 / self.hbm_bandwidth if self.elementwise else 0.0
+
     @property
     def hbm_bandwidth(self) -> float:
         """Achieved HBM bandwidth of streaming kernels (B/s): the GPU's measured stream efficiency."""

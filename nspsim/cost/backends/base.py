@@ -56,6 +56,10 @@ class Coefficients(Protocol):
         """Bandwidth part of one ring hop per byte."""
         ...
 
+    def stream_seconds_per_byte(self) -> float:
+        """HBM time per byte of a memory-bound element-wise kernel (0 when the model leaves such work out)."""
+        ...
+
 
 def attention_compute(
     c: Coefficients, lengths: np.ndarray, degree: int, block: np.ndarray, heads: int | None = None

@@ -1,10 +1,19 @@
 """Ring attention cost of one SP-tree node of degree k > 1.
 
 k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward) to its neighbour while the next
-block is computed; a step takes max(block compute, block transfer + latency), and the first block is
-computed before any transfer. The whole node (:meth:`node`) overlaps the summed blocks; the
+block is computed; a step takes max(block compute + merge, block transfer + latency), and the first
+block is computed before any transfer. The whole node (:meth:`node`) overlaps the summed blocks; the
 per-sample view (:meth:`sample_costs`) overlaps each sample on its own, a conservative upper bound.
 All of a phase is "compute" (the transfers hide inside it). Any degree up to the GPU count.
+
+The load-balanced (zigzag) ring gives every GPU two chunks of L/2k tokens, so each step's kernels run
+over blocks of L/2k (what sets their efficiency). After every step's kernels the partial results are
+merged in fp32, as ring-flash-attention's ``update_out_and_lse`` and its backward accumulation do:
+forward reads and rewrites the fp32 output accumulator and reads the step's bf16 output (10 bytes per
+query-width element) and the log-sum-exps (12 bytes per head); backward does the same for dQ, and for
+dK and dV (the kv-width gradients that travel with the ring). That memory-bound merge is the ring's
+per-step overhead over the ideal 1/k of the kernel, at the GPU's streaming bandwidth (0 when the cost
+model leaves element-wise work out).
 """
 
 from __future__ import annotations
@@ -17,13 +26,22 @@ from nspsim.cost.backends.base import BackendCost, Coefficients, attention_compu
 from nspsim.cost.interface import AttentionCost, Phases, SampleCosts
 from nspsim.specs.model import ModelSpec
 
+MERGE_BYTES_PER_ELEMENT = 4 + 4 + 2
+"""fp32 accumulator read and written, the step's bf16 result read."""
+LSE_BYTES_PER_HEAD = 3 * 4
+
 
 def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-sample ring step compute and step transfer times, (fwd, bwd) each, per GPU."""
-    kv_block = lengths.astype(np.float64) / k * 2 * c.model.kv_width * c.training.act_bytes
+    """Per-sample ring step compute (kernels and merge) and step transfer times, (fwd, bwd) each, per GPU."""
+    m = c.model
+    tokens = lengths.astype(np.float64) / k
+    kv_block = tokens * 2 * m.kv_width * c.training.act_bytes
     step_comm = kv_block * c.p2p_seconds_per_byte(k)
-    fwd, bwd = attention_compute(c, lengths, k, np.maximum(lengths // k, 1))
-    return fwd / k, bwd / k, step_comm, 2 * step_comm
+    fwd, bwd = attention_compute(c, lengths, k, np.maximum(lengths // (2 * k), 1))
+    lse = LSE_BYTES_PER_HEAD * m.num_heads
+    merge_fwd = tokens * (MERGE_BYTES_PER_ELEMENT * m.q_width + lse) * c.stream_seconds_per_byte()
+    merge_bwd = tokens * (MERGE_BYTES_PER_ELEMENT * (m.q_width + 2 * m.kv_width) + lse) * c.stream_seconds_per_byte()
+    return fwd / k + merge_fwd, bwd / k + merge_bwd, step_comm, 2 * step_comm
 
 
 @dataclass(frozen=True)
