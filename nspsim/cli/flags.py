@@ -242,11 +242,13 @@ def add_workload_args(
     tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH,
     max_context: int = DEFAULT_MAX_CONTEXT,
     seed_help: str = "batch sampler seed",
+    training: bool = True,
 ) -> None:
     """Flags shared by every command that needs a workload (info, plan, simulate, compare) and by
     ``runtime.train``, which passes its own defaults: ``gpus=False`` leaves ``--gpus`` out (its world
     size decides it), ``cluster=None`` leaves the preset to the caller (say how in ``cluster_help``),
-    and ``seed_help`` says what else the seed seeds."""
+    ``seed_help`` says what else the seed seeds, and ``training=False`` leaves the training-setting
+    flags out (the runtime executes one training setup, so they would only change its predictions)."""
     if trace:
         parser.add_argument("--trace", default="wikipedia", help="built-in trace name or length file")
     parser.add_argument(
@@ -280,7 +282,8 @@ def add_workload_args(
         "a warning when the override is above it)",
     )
     parser.add_argument("--spmax", type=positive_int, default=None, help="largest SP degree (default: admissible max)")
-    add_training_flags(parser)
+    if training:
+        add_training_flags(parser)
 
 
 def add_training_flags(parser: argparse.ArgumentParser) -> None:
@@ -353,7 +356,7 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
         profile=args.profile,
         token_budget=args.token_budget,
         spmax=args.spmax,
-        **training_settings(args),
+        **(training_settings(args) if hasattr(args, "training") else {}),
     )
 
 

@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         tokens_per_batch=RUNTIME_WORKLOAD.tokens_per_batch,
         max_context=RUNTIME_WORKLOAD.max_context,
         seed_help="seed of batches, tokens and initial weights",
+        training=False,
     )
     # --model's default is applied in parse_args, so that --model and --hf-config together are refused.
     model = next(a for a in p._actions if a.dest == "model")

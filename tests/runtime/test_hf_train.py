@@ -105,3 +105,12 @@ def test_hf_config_trains_a_users_transformers_config_file(tmp_path: Path) -> No
         parse_args([*argv, "--model", "tiny"])
     with pytest.raises(ValueError, match="no such file"):
         parse_args(["--planner", "nsp", "--hf-config", str(tmp_path / "missing.json")])
+
+
+@pytest.mark.parametrize("flag", ["--checkpointing", "--training", "--expert-parallel", "--optimizer-offload"])
+def test_runtime_train_has_no_simulator_training_settings(flag: str) -> None:
+    """The runtime executes one training setup; a simulator setting there would only change its
+    predictions (issue 22), so the flags do not exist on runtime.train."""
+    with pytest.raises(ValueError, match=f"unrecognized arguments: {flag}"):
+        parse_args(["--planner", "nsp", flag, "full" if flag == "--checkpointing" else "1"])
+    assert parse_args(["--planner", "nsp"]).workload.training_spec().checkpointing == "selective"

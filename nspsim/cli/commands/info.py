@@ -26,12 +26,26 @@ def cmd_info(args: argparse.Namespace) -> int:
         "buffer_bytes_per_gpu": mem.buffer_bytes,
         "activation_capacity_bytes": mem.activation_capacity,
         "activation_bytes_per_token_recompute": mem.keep_bytes_per_token + mem.working_bytes_per_token,
+        "training": {
+            "preset": wl.config.training,
+            "checkpointing": str(wl.training.checkpointing),
+            "attention_kernel": str(wl.training.attention_kernel),
+            "fused_elementwise": wl.training.fused_elementwise,
+            "expert_parallel": wl.training.expert_parallel,
+            "optimizer_offload": wl.training.optimizer_offload,
+            "fsdp_prefetch_layers": wl.training.fsdp_prefetch_layers,
+        },
     }
+    t = wl.training
     text = "\n".join(
         [
             f"model    {model.name}: {model.total_params / 1e9:.2f}B params, {model.active_params / 1e9:.2f}B active",
             f"cluster  {wl.cluster.label}: {wl.cluster.gpu.name}, {wl.cluster.num_nodes} hosts",
             f"spmax    {wl.tree.spmax}",
+            f"training {wl.config.training}: checkpointing {t.checkpointing}, attention {t.attention_kernel}, "
+            f"element-wise {'fused' if t.fused_elementwise else 'eager'}, EP {t.expert_parallel}, "
+            f"optimizer {'on the host' if t.optimizer_offload else 'on the GPU'}, "
+            f"FSDP prefetch {t.fsdp_prefetch_layers}",
             f"memory   states {format_bytes(mem.state_bytes)}, buffers {format_bytes(mem.buffer_bytes)}, "
             f"activations {format_bytes(mem.activation_capacity)} per GPU",
             f"budget   B_tok = {wl.token_budget} sharded tokens per GPU ({format_tokens(wl.token_budget)})"
