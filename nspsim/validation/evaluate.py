@@ -163,8 +163,8 @@ def _kernel_unit(row: ReferenceRow, flops: float, seconds: float) -> float:
 
 def _gemm(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     c = row.config
-    if str(c.get("dtype", "bf16")) != "bf16":
-        raise NotExpressible(f"{c.get('dtype')} GEMMs are not modelled (bf16 only)")
+    if str(c.get("dtype", "bf16")) not in ("bf16", "fp16"):  # equal dense tensor-core peaks on A100 and H100
+        raise NotExpressible(f"{c.get('dtype')} GEMMs are not modelled (bf16 and fp16 only)")
     cluster = _cluster(c, 1, 1)
     m, n, k = (int(_get(c, key)) for key in ("m", "n", "k"))
     tile = cluster.gpu.gemm_tile_rows
