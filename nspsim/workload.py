@@ -17,8 +17,9 @@ from nspsim.cost.profile import Profile, load_profile
 from nspsim.plan.refs import ProfileRef
 from nspsim.sp_tree import SPTree
 from nspsim.specs.backend import BACKENDS, SPBackend
-from nspsim.specs.cluster import ClusterSpec, get_cluster
+from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec, get_cluster
 from nspsim.specs.hf import resolve_model
+from nspsim.specs.kernels import attention_curves
 from nspsim.specs.memory import MemoryModel, memory_model
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import (
@@ -68,6 +69,14 @@ class WorkloadConfig:
         for name in ("checkpointing", "attention_kernel"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, getattr(spec, name))  # plain strings become members
+        if isinstance(self.gpus, int) and spec.expert_parallel > self.gpus:
+            raise ValueError(
+                f"expert_parallel {spec.expert_parallel} exceeds the {self.gpus} GPUs (an expert-parallel group "
+                "is a set of GPUs; use at most --gpus)"
+            )
+        family = GPU_FAMILIES.get(self.cluster)
+        if family and spec.attention_kernel is not AttentionKernel.SPEC:
+            attention_curves(family, spec.attention_kernel, 128)  # a kernel never measured there fails here
 
     def training_spec(self, **extra: Any) -> TrainingSpec:
         """The training preset ``training`` with this config's settings (``None``: the preset's) and
@@ -125,6 +134,24 @@ def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requeste
     return requested
 
 
+GPU_FAMILIES: dict[str, str] = {name: factory(8).gpu.family for name, factory in CLUSTER_PRESETS.items()}
+"""Each cluster preset's attention-kernel family (checked when a config is made)."""
+
+
+def check_training(model: ModelSpec, training: TrainingSpec) -> None:
+    """Settings that cannot apply to ``model``: expert parallelism on a dense model or over more groups
+    than it has experts, FSDP prefetch beyond its layers; ``ValueError`` with the fix."""
+    ep = training.expert_parallel
+    if ep > 1 and model.moe is None:
+        raise ValueError(f"expert_parallel {ep} needs an MoE model; {model.name} is dense (use 1)")
+    if model.moe is not None and ep > model.moe.num_experts:
+        raise ValueError(f"expert_parallel {ep} exceeds {model.name}'s {model.moe.num_experts} experts")
+    if training.fsdp_prefetch_layers > model.num_layers:
+        raise ValueError(
+            f"fsdp_prefetch_layers {training.fsdp_prefetch_layers} exceeds {model.name}'s {model.num_layers} layers"
+        )
+
+
 def build_workload(config: WorkloadConfig) -> Workload:
     """Resolve presets, profile, memory model and sampler; ``ValueError`` for any bad setting."""
     model = resolve_model(config.model)  # a preset, a named transformers config or a config.json path
@@ -137,6 +164,7 @@ def build_workload(config: WorkloadConfig) -> Workload:
     if profile.element_bytes is not None:  # the measured runtime's precision (fp32 on the CPU runtime)
         overrides |= dict.fromkeys(("act_bytes", "param_bytes", "grad_bytes"), profile.element_bytes)
     training = config.training_spec(**overrides)
+    check_training(model, training)
     memory = memory_model(model, cluster, training)
     spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
     sampler = BatchSampler(

@@ -377,6 +377,8 @@ def test_summary_hand_computed() -> None:
             "point_key": "k",
             **dict.fromkeys(("trace", "model", "cluster", "backend", "profile"), "x"),
             **dict.fromkeys(("gpus", "tokens_per_batch", "max_context", "seed", "token_budget", "spmax"), 1),
+            **dict.fromkeys(("training", "checkpointing", "attention_kernel", "fused_elementwise"), None),
+            **dict.fromkeys(("expert_parallel", "optimizer_offload", "fsdp_prefetch_layers"), None),
             "planner": planner,
             "baseline": "static-best",
             "iteration": i,

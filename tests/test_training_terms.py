@@ -6,6 +6,7 @@ training presets and their flags."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +167,45 @@ def test_ring_steps_pay_their_fp32_merge() -> None:
     a, b = merged.attention(L, 2), plain.attention(L, 2)
     assert a.fwd.compute - b.fwd.compute == pytest.approx(2 * fwd_merge)  # two steps, each merged
     assert a.bwd.compute - b.bwd.compute == pytest.approx(2 * bwd_merge)
+
+
+def test_settings_that_cannot_apply_are_refused() -> None:
+    with pytest.raises(ValueError, match="expert_parallel 8 needs an MoE model; tiny is dense"):
+        build_workload(WorkloadConfig(model="tiny", gpus=8, expert_parallel=8))
+    with pytest.raises(ValueError, match="expert_parallel 16 exceeds the 8 GPUs"):
+        WorkloadConfig(model="tiny-moe", gpus=8, expert_parallel=16)
+    with pytest.raises(ValueError, match="fsdp_prefetch_layers 5 exceeds tiny's 2 layers"):
+        build_workload(WorkloadConfig(model="tiny", gpus=8, fsdp_prefetch_layers=5))
+    with pytest.raises(ValueError, match="'fa3' has no published curve for a100"):
+        WorkloadConfig(cluster="a100", attention_kernel="fa3")  # type: ignore[arg-type]  # at config time
+
+
+def test_plans_record_their_training_settings_and_simulate_says_when_they_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nspsim.cli.main import main
+
+    plan = tmp_path / "p.json"
+    common = ["--model", "tiny-moe", "--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "16k"]
+    assert main(["plan", *common, "--checkpointing", "full", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--json"]) == 0
+    assert "made with training settings 'checkpointing=full" in capsys.readouterr().err
+    assert main(["simulate", str(plan), "--json", "--checkpointing", "full"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_sweep_can_vary_training_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    from nspsim.cli.main import main
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        '[workload]\nmodel = "tiny-moe"\ngpus = 8\ntokens_per_batch = "64k"\nmax_context = "16k"\n'
+        '[axes]\ncheckpointing = ["none", "full"]\n[run]\nplanners = ["static"]\niters = 1\n'
+    )
+    assert main(["sweep", str(spec), "-o", str(tmp_path / "out"), "--jobs", "1"]) == 0
+    assert "checkpointing=full" in capsys.readouterr().out
+    rows = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert sorted(rows["checkpointing"]) == ["full", "none"]

@@ -89,7 +89,7 @@ def test_validate_a_users_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert {"n", "mape", "max_abs_error"} <= set(data["summary"][kind])
     assert data["summary"]["end-to-end"]["n"] == 1 and data["summary"]["end-to-end"]["not_expressible"] == 1
     assert main(["validate", "--dataset", str(USER), "--max-mape", "0.1%"]) == 1
-    assert "MAPE above 0.1%" in capsys.readouterr().err
+    assert "MAPE above 0.001 (0.10%)" in capsys.readouterr().err
     out = tmp_path / "report"
     assert main(["validate", "--dataset", str(USER), "--kind", "kernel", "-o", str(out)]) == 0
     text = capsys.readouterr().out
@@ -130,7 +130,11 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["validate", "--dataset", str(tmp_path / "missing.toml")]) == 2
     assert "missing.toml" in capsys.readouterr().err
     assert main(["validate", "--max-mape", "-3"]) == 2
-    assert "--max-mape: must be positive" in capsys.readouterr().err
+    assert "--max-mape: must be a positive finite number" in capsys.readouterr().err
+    assert main(["validate", "--max-mape", "10"]) == 2
+    assert "a fraction is at most 1" in capsys.readouterr().err
+    assert main(["validate", "--dataset", str(USER), "-o", ""]) == 2
+    assert "the output folder is empty" in capsys.readouterr().err
     (tmp_path / "file").write_text("x")
     assert main(["validate", "--dataset", str(USER), "-o", str(tmp_path / "file")]) == 2
     assert "not a directory" in capsys.readouterr().err
@@ -138,3 +142,36 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     twice.write_text(USER.read_text() + USER.read_text().split("version = 1", 1)[1].replace("[[row]]", "[[row]]", 1))
     assert main(["validate", "--dataset", str(twice)]) == 2
     assert "already used" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('gpu = "h100"\nop = "allgather"\ngpus = 0\ngpus_per_node = 8\nbytes = 1024', "gpus must be an integer"),
+        ('gpu = "h100"\nop = "allgather"\ngpus = true\ngpus_per_node = 8\nbytes = 1024', "gpus must be an integer"),
+        ('gpu = "h100"\nop = "allgather"\ngpus = 8\ngpus_per_node = 8\nbytes = -5', "bytes must be a positive"),
+        ('gpu = "h100"\nop = "allgather"\ngpus = 8\ngpus_per_node = 8\nbytes = nan', "bytes must be a positive"),
+        ('gpu = "h100"\nop = "allgather"\ngpus = 8\ngpus_per_node = 8\nbytes = 9\nnic_gbps_per_gpu = inf',
+         "nic_gbps_per_gpu must be"),
+    ],
+)  # fmt: skip
+def test_malformed_row_configs_are_input_errors(
+    config: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rows.toml"
+    path.write_text(
+        'format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "c"\nkind = "collective"\npublished = 1.0\n'
+        f'unit = "us"\nsource = {{url = "x", where = "y"}}\n[row.config]\n{config}\n'
+    )
+    assert main(["validate", "--dataset", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nspsim: error: ") and "row c:" in err and message in err and len(err.splitlines()) == 1
+
+
+def test_a_fifo_is_refused_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    fifo = tmp_path / "f.toml"
+    os.mkfifo(fifo)
+    assert main(["validate", "--dataset", str(fifo)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err

@@ -47,6 +47,7 @@ from nspsim.planners.feasibility import check_feasible
 from nspsim.planners.lower_bound import lower_bound
 from nspsim.planners.proxy import CostTable, ProxyLoad
 from nspsim.sp_tree import Node
+from nspsim.specs.training import training_label
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -248,6 +249,7 @@ def finish(name: str, ctx: Context, placement: Placement, started: Stopwatch, ex
         "micro_batches": placement.num_micro_batches,
         "dropped_samples": ctx.batch.dropped_samples,
         "dropped_tokens": ctx.batch.dropped_tokens,
+        "training": training_label(ctx.workload.training),
     }
     if ctx.budget != ctx.workload.token_budget:
         metadata["effective_token_budget"] = ctx.budget

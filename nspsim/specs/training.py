@@ -108,6 +108,16 @@ class TrainingSpec:
         _member(self, "attention_kernel", AttentionKernel, ATTENTION_KERNELS, "attention kernel")
 
 
+def training_label(spec: TrainingSpec) -> str:
+    """The settings that change what a step costs, as one canonical line (plans record it in their
+    metadata, so simulating a plan with other settings can be flagged)."""
+    return (
+        f"checkpointing={spec.checkpointing} attention_kernel={spec.attention_kernel} "
+        f"fused_elementwise={str(spec.fused_elementwise).lower()} expert_parallel={spec.expert_parallel} "
+        f"optimizer_offload={str(spec.optimizer_offload).lower()} fsdp_prefetch_layers={spec.fsdp_prefetch_layers}"
+    )
+
+
 def _member(spec: TrainingSpec, name: str, enum: type[StrEnum], known: tuple[str, ...], what: str) -> None:
     value = getattr(spec, name)
     if value not in known:

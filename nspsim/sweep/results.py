@@ -47,6 +47,13 @@ WORKLOAD_TYPES: dict[str, pa.DataType] = {
     "profile": pa.string(),
     "token_budget": pa.int64(),
     "spmax": pa.int64(),
+    "training": pa.string(),
+    "checkpointing": pa.string(),
+    "attention_kernel": pa.string(),
+    "fused_elementwise": pa.bool_(),
+    "expert_parallel": pa.int64(),
+    "optimizer_offload": pa.bool_(),
+    "fsdp_prefetch_layers": pa.int64(),
 }
 ROW_SCHEMA = pa.schema(
     [
@@ -104,9 +111,11 @@ RESULTS_FILE, SUMMARY_FILE, SUMMARY_CSV, CONFIG_FILE = (
 
 
 def workload_columns(config: WorkloadConfig) -> dict[str, Any]:
-    """The workload fields of a row (``backend`` as its string)."""
+    """The workload fields of a row (string enums as their strings; unset training settings ``None``)."""
     data = config.to_dict()
-    data["backend"] = str(config.backend)
+    for key in ("backend", "checkpointing", "attention_kernel"):
+        if data[key] is not None:
+            data[key] = str(data[key])
     return data
 
 

@@ -229,8 +229,9 @@ def _workload_value(table: str, key: str, value: Any) -> Any:
     if key in INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{where}: an integer, got {value!r}")
-        if value < (0 if key == "seed" else 1):
-            raise ValueError(f"{where}: must be {'>= 0' if key == 'seed' else 'positive'}, got {value}")
+        zero_ok = key in ("seed", "fsdp_prefetch_layers")
+        if value < (0 if zero_ok else 1):
+            raise ValueError(f"{where}: must be {'>= 0' if zero_ok else 'positive'}, got {value}")
         return value
     if key in BOOL_FIELDS:
         if not isinstance(value, bool):

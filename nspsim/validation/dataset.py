@@ -136,13 +136,17 @@ def load_reference(paths: Sequence[str | Path] | None = None) -> tuple[Reference
 
 
 def _read(path: Path) -> list[ReferenceRow]:
+    if not path.is_file():  # a FIFO would block, a directory or device is no reference file
+        what = "does not exist" if not path.exists() else "is not a regular file"
+        raise ValueError(f"reference file {path} {what}")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a UTF-8 text file") from None
-    if data.get("format") != FORMAT or data.get("version") != VERSION:
+    version = data.get("version")
+    if data.get("format") != FORMAT or isinstance(version, bool) or not isinstance(version, int) or version != VERSION:
         raise ValueError(f'{path}: not a reference set (expected format = "{FORMAT}" and version = {VERSION})')
     raw = data.get("row")
     if not isinstance(raw, list) or not raw:
@@ -153,7 +157,10 @@ def _read(path: Path) -> list[ReferenceRow]:
         try:
             rows.append(_row(item, path.name))
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            message = str(exc)
+            if isinstance(item, dict) and message.startswith(f"row {item.get('id')}: "):
+                message = message.split(": ", 1)[1]
+            raise ValueError(f"{where}: {message}") from None
     return rows
 
 
@@ -174,6 +181,9 @@ def _row(item: Any, origin: str) -> ReferenceRow:
     bad = sorted(set(source) - SOURCE_KEYS)
     if bad:
         raise ValueError(f"unknown source key(s) {', '.join(bad)} (known: {', '.join(sorted(SOURCE_KEYS))})")
+    not_text = sorted(k for k, v in source.items() if not isinstance(v, str))
+    if not_text:
+        raise ValueError(f"source {', '.join(not_text)} must be text")
     note = item.get("note", "")
     if not isinstance(note, str):
         raise ValueError("note must be a string")
@@ -182,7 +192,7 @@ def _row(item: Any, origin: str) -> ReferenceRow:
         kind=item["kind"],
         published=item["published"],
         unit=item["unit"],
-        source=Source(**{k: str(v) for k, v in source.items()}),
+        source=Source(**source),
         config=item.get("config", {}),
         note=note,
         origin=origin,

@@ -55,6 +55,51 @@ class NotExpressible(ValueError):
     """The model cannot express a row; the message says why."""
 
 
+class BadConfig(ValueError):
+    """A row's configuration is malformed (a count that is not a positive integer, a flag that is not a
+    boolean): an input error, reported with the row and never priced."""
+
+
+MAX_GPUS = 2**20
+MAX_BATCH = 2**20
+MAX_SEQLEN = 2**30
+MAX_SIMULATED_GPUS = 4096
+MAX_SIMULATED_SAMPLES = 2**17
+_MISSING = object()
+
+
+def _int(config: Mapping[str, Any], key: str, default: Any = _MISSING, *, hi: int = 2**40) -> int:
+    """A positive integer setting (``default`` when absent)."""
+    if key not in config:
+        if default is _MISSING:
+            raise NotExpressible(f"the configuration has no {key!r}")
+        return int(default)
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+        raise BadConfig(f"{key} must be an integer in [1, {hi:,}], got {value!r}")
+    return value
+
+
+def _num(config: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
+    """A positive finite number (``default`` when absent)."""
+    if key not in config:
+        if default is _MISSING:
+            raise NotExpressible(f"the configuration has no {key!r}")
+        return default
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise BadConfig(f"{key} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A true/false setting (``default`` when absent)."""
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise BadConfig(f"{key} must be true or false, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Prediction:
     """A row's simulated figure (in the row's unit), or the reason there is none, and details."""
@@ -73,10 +118,14 @@ def evaluate_row(row: ReferenceRow) -> Prediction:
             value, detail = _collective(row)
         else:
             value, detail = _end_to_end(row)
+    except BadConfig as exc:
+        raise ValueError(f"{row.origin or 'reference set'}: row {row.id}: {exc}") from None
     except NotExpressible as exc:
         return Prediction(reason=str(exc))
     except (ValueError, KeyError, TypeError) as exc:
         return Prediction(reason=f"configuration not understood: {exc}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"row {row.id}: the model gave no finite positive prediction ({value!r}); a bug in nspsim")
     return Prediction(simulated=value, detail=detail)
 
 
@@ -87,8 +136,9 @@ def _get(config: Mapping[str, Any], key: str, default: Any = None) -> Any:
 
 
 def _cluster(config: Mapping[str, Any], gpus: int, gpus_per_node: int) -> ClusterSpec:
+    nic = _num(config, "nic_gbps_per_gpu", None)
     try:
-        return row_cluster(str(_get(config, "gpu")), gpus, gpus_per_node, config.get("nic_gbps_per_gpu"))
+        return row_cluster(str(_get(config, "gpu")), gpus, gpus_per_node, nic)
     except ValueError as exc:
         raise NotExpressible(str(exc)) from None
 
@@ -118,13 +168,13 @@ def _kernel_cost(config: Mapping[str, Any], gpus: int, backend: SPBackend = SPBa
         raise NotExpressible(
             f"attention kernel {config.get('kernel')!r} is not one nspsim prices (fa2, fa3, cudnn, triton)"
         )
-    if not config.get("causal", False):
+    if not _bool(config, "causal", False):
         raise NotExpressible("non-causal attention: nspsim prices causal LM training only")
     if str(config.get("dtype", "bf16")) not in ("bf16", "fp16"):
         raise NotExpressible(f"{config.get('dtype')} attention is not modelled (bf16/fp16 only)")
-    heads, head_dim = int(_get(config, "heads")), int(_get(config, "head_dim"))
-    model = _attention_model(heads, int(config.get("kv_heads", heads)), head_dim)
-    cluster = _cluster(config, _pow2_at_least(gpus), int(config.get("gpus_per_node", 8)))
+    heads, head_dim = _int(config, "heads"), _int(config, "head_dim")
+    model = _attention_model(heads, _int(config, "kv_heads", heads), head_dim)
+    cluster = _cluster(config, _pow2_at_least(gpus), _int(config, "gpus_per_node", 8))
     training = TrainingSpec(attention_kernel=kernel, backend=backend)  # type: ignore[arg-type]
     try:
         return AnalyticCostModel(model=model, cluster=cluster, training=training)
@@ -144,7 +194,7 @@ def _kernel(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     if c.get("varlen"):
         raise NotExpressible("a varlen benchmark whose document lengths (cu_seqlens) the row does not give")
     cost = _kernel_cost(c, 1)
-    batch, seqlen = int(_get(c, "batch")), int(_get(c, "seqlen"))
+    batch, seqlen = _int(c, "batch", hi=MAX_BATCH), _int(c, "seqlen", hi=MAX_SEQLEN)
     phases = cost.attention(np.full(batch, seqlen, dtype=np.int64), 1)
     fwd_s, bwd_s = phases.fwd.total, phases.bwd.total
     seconds = {"fwd": fwd_s, "bwd": bwd_s, "fwd+bwd": fwd_s + bwd_s}[str(_get(c, "pass"))]
@@ -166,7 +216,7 @@ def _gemm(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     if str(c.get("dtype", "bf16")) not in ("bf16", "fp16"):  # equal dense tensor-core peaks on A100 and H100
         raise NotExpressible(f"{c.get('dtype')} GEMMs are not modelled (bf16 and fp16 only)")
     cluster = _cluster(c, 1, 1)
-    m, n, k = (int(_get(c, key)) for key in ("m", "n", "k"))
+    m, n, k = (_int(c, key) for key in ("m", "n", "k"))
     tile = cluster.gpu.gemm_tile_rows
     rows = math.ceil(m / tile) * tile
     seconds = 2.0 * rows * n * k / cluster.gpu.matmul_flops
@@ -183,9 +233,11 @@ def _ring(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
             f"ring variant {variant!r}: nspsim's Ring backend is the load-balanced (zigzag) ring; "
             "plain ring, stripe and all-gather (llama3) variants are not modelled"
         )
-    gpus = int(_get(c, "gpus"))
+    gpus = _int(c, "gpus", hi=MAX_GPUS)
+    if gpus < 2:
+        raise NotExpressible("ring attention over one GPU is plain attention (op = 'attention')")
     cost = _kernel_cost({**c, "kernel": c.get("kernel", "fa2")}, gpus, SPBackend.RING)
-    batch, seqlen = int(_get(c, "batch")), int(_get(c, "seqlen"))
+    batch, seqlen = _int(c, "batch", hi=MAX_BATCH), _int(c, "seqlen", hi=MAX_SEQLEN)
     phases = cost.attention(np.full(batch, seqlen, dtype=np.int64), gpus)
     fwd_s, bwd_s = phases.fwd.total, phases.bwd.total
     seconds = {"fwd": fwd_s, "fwd+bwd": fwd_s + bwd_s}[str(_get(c, "pass"))]
@@ -211,12 +263,12 @@ def collective_seconds(cost: AnalyticCostModel, op: str, size: float, gpus: int)
 def collective_row_seconds(row: ReferenceRow, zero_latency: bool = False) -> float:
     """Seconds of a collective row's operation (``zero_latency``: the bandwidth part alone)."""
     c = row.config
-    gpus, gpn = int(_get(c, "gpus")), int(_get(c, "gpus_per_node"))
+    gpus, gpn = _int(c, "gpus", hi=MAX_GPUS), _int(c, "gpus_per_node")
     cluster = _cluster(c, _pow2_at_least(gpus), gpn)
     if zero_latency:
         cluster = replace(cluster, intra_latency_s=0.0, inter_latency_s=0.0, alltoall_peer_latency_s=0.0)
     cost = AnalyticCostModel(model=_attention_model(1, 1, 1), cluster=cluster, training=TrainingSpec())
-    return collective_seconds(cost, str(_get(c, "op")), float(_get(c, "bytes")), gpus)
+    return collective_seconds(cost, str(_get(c, "op")), _num(c, "bytes"), gpus)
 
 
 def _collective(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
@@ -227,7 +279,9 @@ def _collective(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
         raise NotExpressible(
             "GPUDirect-TCPX (TCP without offload): a ~1 ms floor per collective; nspsim's fabrics are RDMA"
         )
-    op, gpus, gpn = str(_get(c, "op")), int(_get(c, "gpus")), int(_get(c, "gpus_per_node"))
+    op, gpus, gpn = str(_get(c, "op")), _int(c, "gpus", hi=MAX_GPUS), _int(c, "gpus_per_node")
+    if gpus < 2:
+        raise NotExpressible("a collective over one GPU moves nothing")
     if op == "allreduce":
         raise NotExpressible(
             "all-reduce: a training step in nspsim uses none (FSDP reduce-scatters, SP all-to-alls), and "
@@ -238,11 +292,11 @@ def _collective(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     cluster = _cluster(c, _pow2_at_least(gpus), gpn)
     cost = AnalyticCostModel(model=_attention_model(1, 1, 1), cluster=cluster, training=TrainingSpec())
     if row.unit == "GB/s-per-device":
-        size = float(c["bytes"])
+        size = _num(c, "bytes")
         moved = size * (gpus - 1) / gpus
         seconds = collective_seconds(cost, op, size, gpus)
         return moved / seconds / 1e9, {"seconds": seconds}
-    size = float(_get(c, "bytes"))
+    size = _num(c, "bytes")
     seconds = collective_seconds(cost, op, size, gpus)
     if row.unit == "us":
         return seconds * 1e6, {"seconds": seconds}
@@ -269,7 +323,7 @@ def row_model(config: Mapping[str, Any], name: str) -> ModelSpec:
 def row_training(config: Mapping[str, Any]) -> TrainingSpec:
     """The row's training settings (``NotExpressible`` for what nspsim does not model)."""
     for key, what in (("tp", "tensor"), ("pp", "pipeline")):
-        if int(config.get(key, 1)) > 1:
+        if _int(config, key, 1) > 1:
             raise NotExpressible(f"{what} parallelism ({key} = {config[key]}) is not modelled (FSDP + SP only)")
     precision = str(config.get("precision", "bf16"))
     if precision != "bf16":
@@ -284,15 +338,15 @@ def row_training(config: Mapping[str, Any]) -> TrainingSpec:
     if kernel is None:
         raise NotExpressible(f"attention kernel {config.get('attention_kernel')!r} is not one nspsim prices")
     backend = CP_BACKENDS.get(str(config.get("cp_backend", "ulysses")))
-    if backend is None and int(config.get("cp", 1)) > 1:
+    if backend is None and _int(config, "cp", 1) > 1:
         raise NotExpressible(f"context-parallel backend {config.get('cp_backend')!r} is not modelled (ulysses, ring)")
     return TrainingSpec(
         checkpointing=CHECKPOINTING[mode],
         attention_kernel=kernel,  # type: ignore[arg-type]
-        fused_elementwise=bool(config.get("compile", False)),
+        fused_elementwise=_bool(config, "compile", False),
         backend=backend or SPBackend.ULYSSES,
-        expert_parallel=int(config.get("expert_parallel", 1)),
-        optimizer_offload=bool(config.get("optimizer_offload", False)),
+        expert_parallel=_int(config, "expert_parallel", 1),
+        optimizer_offload=_bool(config, "optimizer_offload", False),
     )
 
 
@@ -304,13 +358,15 @@ def _end_to_end(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
 
     c = row.config
     training = row_training(c)
-    gpus, gpn = int(_get(c, "gpus")), int(_get(c, "gpus_per_node"))
+    gpus, gpn = _int(c, "gpus", hi=MAX_GPUS), _int(c, "gpus_per_node")
     if not is_power_of_two(gpus):
         raise NotExpressible(f"{gpus} GPUs: nspsim's clusters are powers of two")
+    if gpus > MAX_SIMULATED_GPUS:
+        raise NotExpressible(f"{gpus:,} GPUs: validation simulates end-to-end rows up to {MAX_SIMULATED_GPUS:,} GPUs")
     cluster = _cluster(c, gpus, gpn)
     model = row_model(c, row.id)
-    cp, seq_len = int(c.get("cp", 1)), int(_get(c, "seq_len"))
-    local_batch, accum = int(_get(c, "local_batch")), int(c.get("grad_accum", 1))
+    cp, seq_len = _int(c, "cp", 1), _int(c, "seq_len", hi=MAX_SEQLEN)
+    local_batch, accum = _int(c, "local_batch"), _int(c, "grad_accum", 1)
     if gpus % cp or local_batch % accum:
         raise NotExpressible(f"cp {cp} must divide {gpus} GPUs and grad_accum {accum} the local batch {local_batch}")
     if cp > 1 and training.backend is SPBackend.ULYSSES and cp > model.max_ulysses_degree:
@@ -318,6 +374,8 @@ def _end_to_end(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     groups = gpus // cp
     per_micro = local_batch // accum
     samples = groups * local_batch
+    if samples > MAX_SIMULATED_SAMPLES:
+        raise NotExpressible(f"{samples:,} sequences per step: validation simulates up to {MAX_SIMULATED_SAMPLES:,}")
     lengths = (seq_len,) * samples
     nodes = [Node(cp, (i // local_batch)) for i in range(samples)]
     micro = [(i % local_batch) // per_micro for i in range(samples)]

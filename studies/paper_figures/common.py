@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class StudyArgs:
     quick: bool
     out: Path
     jobs: int
+    profile: str | None = None
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -72,10 +73,16 @@ def parse_args(name: str, description: str, argv: Sequence[str] | None = None) -
     parser.add_argument("--quick", action="store_true", help="a few batches (under a minute on 2 cores)")
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--jobs", type=int, default=None, help="parallel sweep workers (default: the core count)")
+    parser.add_argument(
+        "--profile", default=None, help="cost profile for every point (e.g. flexsp-a100: FlexSP's measured all-to-all)"
+    )
     args = parser.parse_args(argv)
     try:
         return StudyArgs(
-            quick=args.quick, out=args.output, jobs=args.jobs if args.jobs is not None else os.cpu_count() or 1
+            quick=args.quick,
+            out=args.output,
+            jobs=args.jobs if args.jobs is not None else os.cpu_count() or 1,
+            profile=args.profile,
         )
     except ValueError as exc:
         parser.error(str(exc))
@@ -93,6 +100,11 @@ class SweepRun:
     wall_s: float
     computed: int
     cached: int
+
+
+def with_profile(spec: SweepSpec, profile: str | None) -> SweepSpec:
+    """``spec`` with every point priced by the cost ``profile`` (unchanged for ``None``)."""
+    return spec if profile is None else replace(spec, workload={**spec.workload, "profile": profile})
 
 
 def run_spec(spec: SweepSpec, out: Path, *, jobs: int = 1, progress: bool = True) -> SweepRun:

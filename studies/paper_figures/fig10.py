@@ -33,6 +33,7 @@ from studies.paper_figures.common import (
     html_table,
     parse_args,
     run_spec,
+    with_profile,
     write_study,
 )
 
@@ -194,7 +195,7 @@ def tables(ours: dict[str, dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run (or reload) the Figure 10 sweep and write fig10.html / .json / .config.json."""
     args = parse_args(NAME, "NSP paper Figure 10: leave-one-out ablations on both models", argv)
-    spec = build_spec(args.quick)
+    spec = with_profile(build_spec(args.quick), args.profile)
     run: SweepRun = run_spec(spec, args.out, jobs=args.jobs)
     ours = to_nsp(run.rows)
     data = {

@@ -41,6 +41,7 @@ from studies.paper_figures.common import (
     parse_args,
     run_spec,
     spread,
+    with_profile,
     write_study,
 )
 
@@ -305,7 +306,7 @@ def tables(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
 def main(argv: list[str] | None = None) -> int:
     """Run (or reload from the cache) the Figure 7 sweep and write fig7.html / .json / .config.json."""
     args: StudyArgs = parse_args(NAME, "NSP paper Figure 7: end-to-end step time, both models x context x trace", argv)
-    spec = build_spec(args.quick)
+    spec = with_profile(build_spec(args.quick), args.profile)
     run = run_spec(spec, args.out, jobs=args.jobs)
     configs = configurations(run)
     batches = spec.run.iters

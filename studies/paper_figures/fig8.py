@@ -38,6 +38,7 @@ from studies.paper_figures.common import (
     parse_args,
     run_spec,
     spread,
+    with_profile,
     write_study,
 )
 
@@ -186,7 +187,7 @@ def tables(parts: dict[str, dict[str, float]], run: SweepRun, batch_index: int) 
 def main(argv: list[str] | None = None) -> int:
     """Run (or reload) the Figure 8 sweep and write fig8.html / .json / .config.json."""
     args = parse_args(NAME, "NSP paper Figure 8: breakdown of one representative 235B iteration", argv)
-    spec = build_spec(args.quick)
+    spec = with_profile(build_spec(args.quick), args.profile)
     run = run_spec(spec, args.out, jobs=args.jobs)
     iteration = representative(run.rows)
     batch_index = int(run.rows[run.rows["iteration"] == iteration]["batch_index"].iloc[0])

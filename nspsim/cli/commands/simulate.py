@@ -44,6 +44,7 @@ from nspsim.plan.refs import ProfileRef
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.specs.memory import GIB
+from nspsim.specs.training import training_label
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 EXIT_OOM = 1
@@ -127,6 +128,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         )
     warnings: set[str] = set()
     sources = [profile_source(plan, args.profile, warnings) for _, plan in picked]  # refuse before simulating
+    now = training_label(WorkloadConfig(**training_settings(args)).training_spec())
+    made = {str(plan.metadata["training"]) for _, plan in picked if "training" in plan.metadata}
+    for label in sorted(made - {now}):
+        warnings.add(
+            f"the plan was made with training settings '{label}' but is simulated with '{now}' "
+            "(give the same --training and setting flags to simulate as it was planned with)"
+        )
     for message in sorted(warnings):
         warn(message)
     drops = [d for _, plan in picked if (d := BatchDrops.of_plan(plan)) is not None]

@@ -38,7 +38,11 @@ def fraction(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"a fraction such as 0.1 or a percentage such as 10%, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    if value > 1 and not raw.endswith("%"):
+        raise argparse.ArgumentTypeError(
+            f"a fraction is at most 1 (0.1 is 10%; write {raw}% for a percentage), got {text!r}"
+        )
     return value
 
 
@@ -46,6 +50,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Validate, print the table or JSON, write the report if asked; exit 1 over ``--max-mape``."""
     path = None
     if args.output is not None:
+        if not args.output.strip():
+            raise ValueError("-o: the output folder is empty")
         folder = Path(args.output)
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"-o {args.output}: not a directory")
@@ -66,7 +72,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     emit(args, data, format_table(result))
     over = over_limit(result, args.max_mape)
     if over:
-        print(f"nspsim: MAPE above {args.max_mape:.1%}: {', '.join(over)}", file=sys.stderr)
+        print(f"nspsim: MAPE above {args.max_mape:.4g} ({args.max_mape:.2%}): {', '.join(over)}", file=sys.stderr)
         return EXIT_MAPE
     return 0
 
