@@ -148,6 +148,11 @@ def _read(path: Path) -> list[ReferenceRow]:
     version = data.get("version")
     if data.get("format") != FORMAT or isinstance(version, bool) or not isinstance(version, int) or version != VERSION:
         raise ValueError(f'{path}: not a reference set (expected format = "{FORMAT}" and version = {VERSION})')
+    extra = sorted(set(data) - {"format", "version", "row"})
+    if extra:
+        raise ValueError(
+            f"{path}: unknown top-level key(s) {', '.join(extra)} (a reference file has format, version, [[row]])"
+        )
     raw = data.get("row")
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"{path}: a reference set needs at least one [[row]]")
