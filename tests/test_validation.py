@@ -175,3 +175,18 @@ def test_a_fifo_is_refused_not_read(tmp_path: Path, capsys: pytest.CaptureFixtur
     os.mkfifo(fifo)
     assert main(["validate", "--dataset", str(fifo)]) == 2
     assert "is not a regular file" in capsys.readouterr().err
+
+
+def test_max_mape_fails_a_kind_without_expressed_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--dataset", str(USER), "--kind", "end-to-end", "--max-mape", "10%"]) in (0, 1)
+    capsys.readouterr()
+    only_tp = tmp_path / "tp.toml"
+    text = USER.read_text()
+    only_tp.write_text('format = "nspsim-reference"\nversion = 1\n' + "[[row]]" + text.split("[[row]]")[-1])
+    out = tmp_path / "never"
+    assert main(["validate", "--dataset", str(only_tp), "--max-mape", "10%", "-o", str(out)]) == 1
+    assert "end-to-end (no expressed row of 1)" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[row")
+    assert main(["validate", "--dataset", str(bad), "-o", str(tmp_path / "not-made")]) == 2
+    assert not (tmp_path / "not-made").exists()  # a failing run leaves no folder behind

@@ -55,15 +55,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         folder = Path(args.output)
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"-o {args.output}: not a directory")
+    report = _report_module() if args.output is not None else None
+    result = validate(args.dataset, kinds=args.kind)  # seconds; a bad dataset fails before -o makes a folder
+    if args.output is not None:
         path = output_file(
-            str(folder / REPORT_NAME),
+            str(Path(args.output) / REPORT_NAME),
             flag="-o",
             inputs=tuple(args.dataset or ()),
             siblings=(".json",),
             make_parent=True,
         )
-    report = _report_module() if path is not None else None
-    result = validate(args.dataset, kinds=args.kind)
     data = result.to_dict()
     if path is not None and report is not None:
         write_output(
@@ -78,10 +79,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def over_limit(result: ValidationResult, limit: float | None) -> list[str]:
-    """``kind MAPE`` for every kind whose MAPE exceeds ``limit``."""
+    """``kind MAPE`` for every kind whose MAPE exceeds ``limit``, and every kind with rows of which
+    none is expressed (no MAPE is no pass)."""
     if limit is None:
         return []
-    return [f"{k} {s.mape:.1%}" for k, s in result.summary().items() if s.mape is not None and s.mape > limit]
+    out = []
+    for kind, s in result.summary().items():
+        if s.mape is None:
+            out.append(f"{kind} (no expressed row of {s.rows})")
+        elif s.mape > limit:
+            out.append(f"{kind} {s.mape:.1%}")
+    return out
 
 
 def _report_module() -> Any:
