@@ -74,7 +74,7 @@ class WorkloadConfig:
                 f"expert_parallel {spec.expert_parallel} exceeds the {self.gpus} GPUs (an expert-parallel group "
                 "is a set of GPUs; use at most --gpus)"
             )
-        family = GPU_FAMILIES.get(self.cluster)
+        family = preset_family(self.cluster)
         if family and spec.attention_kernel is not AttentionKernel.SPEC:
             attention_curves(family, spec.attention_kernel, 128)  # a kernel never measured there fails here
 
@@ -134,8 +134,10 @@ def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requeste
     return requested
 
 
-GPU_FAMILIES: dict[str, str] = {name: factory(8).gpu.family for name, factory in CLUSTER_PRESETS.items()}
-"""Each cluster preset's attention-kernel family (checked when a config is made)."""
+def preset_family(cluster: str) -> str | None:
+    """The attention-kernel family of a cluster preset's GPU (``None`` for a name that is no preset)."""
+    factory = CLUSTER_PRESETS.get(cluster)
+    return None if factory is None else factory(8).gpu.family
 
 
 def check_training(model: ModelSpec, training: TrainingSpec) -> None:
@@ -165,6 +167,13 @@ def build_workload(config: WorkloadConfig) -> Workload:
         overrides |= dict.fromkeys(("act_bytes", "param_bytes", "grad_bytes"), profile.element_bytes)
     training = config.training_spec(**overrides)
     check_training(model, training)
+    if profile.nonattn_fwd_s_by_tokens is not None and (
+        config.checkpointing is not None or config.fused_elementwise is not None
+    ):
+        raise ValueError(
+            f"profile {config.profile} measured non-attention time with the runtime's own setup, so "
+            "--checkpointing and --fused-elementwise cannot change it; drop them or the profile"
+        )
     memory = memory_model(model, cluster, training)
     spmax = resolve_spmax(model, cluster, config.backend, config.spmax)
     sampler = BatchSampler(

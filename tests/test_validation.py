@@ -190,3 +190,73 @@ def test_max_mape_fails_a_kind_without_expressed_rows(tmp_path: Path, capsys: py
     bad.write_text("[[row")
     assert main(["validate", "--dataset", str(bad), "-o", str(tmp_path / "not-made")]) == 2
     assert not (tmp_path / "not-made").exists()  # a failing run leaves no folder behind
+
+
+def _one_row(tmp_path: Path, kind: str, unit: str, config: str, published: float = 1.0) -> Path:
+    path = tmp_path / f"{kind}-{unit.replace('/', '_')}.toml"
+    path.write_text(
+        f'format = "nspsim-reference"\nversion = 1\n[[row]]\nid = "r"\nkind = "{kind}"\npublished = {published}\n'
+        f'unit = "{unit}"\nsource = {{url = "x", where = "y"}}\n[row.config]\n{config}\n'
+    )
+    return path
+
+
+ALLGATHER = 'gpu = "h100"\nop = "allgather"\ngpus = 8\ngpus_per_node = 8\nbytes = 1073741824'
+ATTENTION = (
+    'gpu = "h100"\nop = "attention"\nkernel = "fa2"\npass = "fwd"\nbatch = 1\nseqlen = 8192\nheads = 16\n'
+    "head_dim = 128\ncausal = true"
+)
+
+
+def test_every_unit_is_the_same_prediction(tmp_path: Path) -> None:
+    """One all-gather and one attention kernel in each unit their kinds take, by hand from the time."""
+    us = evaluate_row(load_reference([_one_row(tmp_path, "collective", "us", ALLGATHER)])[0]).simulated
+    assert us is not None
+    seconds = us * 1e-6
+    for unit, expected in (
+        ("GB/s-algbw", 2**30 / seconds / 1e9),
+        ("GB/s-busbw", 2**30 / seconds / 1e9 * 7 / 8),  # nccl-tests: all-gather busbw = algbw (n-1)/n
+        ("GB/s-per-device", 2**30 * 7 / 8 / seconds / 1e9),
+    ):
+        row = load_reference([_one_row(tmp_path, "collective", unit, ALLGATHER)])[0]
+        assert evaluate_row(row).simulated == pytest.approx(expected)
+    tflops = evaluate_row(load_reference([_one_row(tmp_path, "kernel", "TFLOP/s", ATTENTION)])[0]).simulated
+    assert tflops is not None
+    kernel_s = 2 * 8192**2 * 16 * 128 / (tflops * 1e12)
+    ms = evaluate_row(load_reference([_one_row(tmp_path, "kernel", "ms", ATTENTION)])[0]).simulated
+    per_s = evaluate_row(load_reference([_one_row(tmp_path, "kernel", "iter/s", ATTENTION)])[0]).simulated
+    assert ms == pytest.approx(kernel_s * 1e3) and per_s == pytest.approx(1 / kernel_s)
+    rows = {r.id: r for r in load_reference([USER])}
+    run = evaluate_row(rows["my-training-run"])
+    step = load_reference([USER])[2].config
+    as_step = _one_row(
+        tmp_path,
+        "end-to-end",
+        "s/step",
+        "\n".join(
+            f"{k} = {v!r}".replace("'", '"').replace("True", "true").replace("False", "false")
+            for k, v in step.items()
+            if k != "model"
+        )
+        + "\n[row.config.model]\n"
+        + "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in step["model"].items()),
+    )
+    assert evaluate_row(load_reference([as_step])[0]).simulated == pytest.approx(run.detail["step_s"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "config", "message"),
+    [
+        ("kernel", ATTENTION + "\ncasual = true", "unknown kernel config key(s) casual"),
+        ("kernel", ATTENTION.replace('"fwd"', '"fwd-bwd"'), "pass must be one of fwd, bwd, fwd+bwd"),
+        ("kernel", ATTENTION + "\nkv_heads = 5", "num_heads (16) must be a multiple"),
+        ("collective", ALLGATHER + "\nspeed = 1", "unknown collective config key(s) speed"),
+    ],
+)
+def test_typos_in_a_row_are_errors_not_reasons(
+    kind: str, config: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = "TFLOP/s" if kind == "kernel" else "us"
+    assert main(["validate", "--dataset", str(_one_row(tmp_path, kind, unit, config))]) == 2
+    err = capsys.readouterr().err
+    assert "row r:" in err and message in err and len(err.splitlines()) == 1, err

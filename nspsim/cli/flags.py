@@ -23,7 +23,7 @@ from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS
 from nspsim.specs.model import MODEL_PRESETS
-from nspsim.specs.training import ATTENTION_KERNELS, CHECKPOINTING, DEFAULT_TRAINING, TRAINING_PRESETS
+from nspsim.specs.training import ATTENTION_KERNELS, CHECKPOINTING, DEFAULT_TRAINING, TRAINING_PRESETS, TrainingSpec
 from nspsim.trace.base import MAX_SEED
 from nspsim.units import format_tokens, parse_tokens
 from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, Workload, WorkloadConfig
@@ -297,13 +297,17 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
         "optimizer offload)",
     )
     group.add_argument(
-        "--checkpointing", choices=CHECKPOINTING, default=None, help="activation checkpointing (default: selective)"
+        "--checkpointing",
+        choices=CHECKPOINTING,
+        default=None,
+        help=f"activation checkpointing (default: the preset's; {TrainingSpec().checkpointing} for fsdp)",
     )
     group.add_argument(
         "--attention-kernel",
         choices=ATTENTION_KERNELS,
         default=None,
-        help="attention kernel whose published throughput prices attention (default: fa2)",
+        help="attention kernel whose published throughput prices attention "
+        f"(default: the preset's; {TrainingSpec().attention_kernel} for fsdp)",
     )
     group.add_argument(
         "--fused-elementwise",

@@ -9,9 +9,16 @@ Attention core (per layer, per GPU of a node of SP degree k, samples of lengths 
   backend under :mod:`nspsim.cost.backends` (Ulysses: all-to-all prologue and epilogue; Ring: k-1
   overlapped K/V hops), looked up once per model; degree-1 nodes are the plain local kernel.
 
-Non-attention work: GEMM FLOPs of the projections and active FFN at ``nonattn_flops``; backward is
-2x forward plus one recomputed FFN forward (selective checkpointing); expert parallelism adds two
-all-to-alls per FFN pass. Small inputs: a GEMM over M rows computes ceil(M / tile) tiles of
+Attention kernels run at the published curve of the training's kernel on the GPU's family
+(:mod:`nspsim.specs.kernels`), or the GPU spec's saturation curve (``attention_kernel = "spec"``, or a
+device without published kernels).
+
+Non-attention work: GEMM FLOPs of the projections and active FFN at ``nonattn_flops`` (the GPU's
+measured best-shape matmul rate; MoE grouped GEMMs at ``moe_gemm_efficiency`` of it), plus the
+element-wise work as HBM traffic (:mod:`nspsim.cost.elementwise`); backward is 2x forward plus what
+activation checkpointing reruns (:meth:`AnalyticCostModel.recompute_flops_per_token`); expert
+parallelism adds two all-to-alls per FFN pass (four in backward when the FFN forward reruns).
+Small inputs: a GEMM over M rows computes ceil(M / tile) tiles of
 ``gpu.gemm_tile_rows`` rows, so on average it wastes (tile - 1) / 2 rows (the residue of M is
 spread evenly over the tile). A GPU holding tokens pays that once per dense GEMM and once per *local
 expert* in the grouped GEMM (every one of its E / EP experts gets a ragged last tile), per layer and
@@ -231,7 +238,7 @@ class AnalyticCostModel:
         """(fwd, bwd) GEMM FLOPs one layer wastes on ragged last tiles on a GPU that holds tokens
         (module doc): (tile - 1) / 2 rows per dense GEMM and per local expert, i.e. that many rows of
         every weight the GPU multiplies by; backward redoes it for the data and weight gradients and
-        for the recomputed FFN forward."""
+        for the matmuls activation checkpointing reruns."""
         return self._padding
 
     def _tile_padding(self) -> tuple[float, float]:
@@ -245,10 +252,15 @@ class AnalyticCostModel:
             ffn = 3.0 * model.hidden * (local_experts * moe.expert_ffn + moe.shared_expert_ffn)
             other = float(model.attention_params_per_layer + model.hidden * moe.num_experts)
         fwd = 2.0 * pad_rows * (other + ffn)
+        op_share = (
+            self.recompute_flops_per_token() / model.dense_flops_per_token_layer
+            if self.training.checkpointing is Checkpointing.OP
+            else 0.0
+        )
         recomputed = {
             Checkpointing.NONE: 0.0,
             Checkpointing.SELECTIVE: 2.0 * pad_rows * ffn,
-            Checkpointing.OP: fwd / 2.0,
+            Checkpointing.OP: fwd * op_share,  # the rerun matmuls' share of the layer's FLOPs
             Checkpointing.FULL: fwd,
         }[self.training.checkpointing]
         return fwd, 2.0 * fwd + recomputed
@@ -300,20 +312,20 @@ class AnalyticCostModel:
         if tokens <= 0:
             return NonAttentionCost(0.0, 0.0, 0.0, 0.0)
         fwd_fit, bwd_fit = self._fits("nonattn")
+        a2a = self._ep_alltoall(tokens)
+        bwd_a2a = (2 if self.training.checkpointing is Checkpointing.NONE else 4) * a2a  # + the rerun FFN's
         if fwd_fit is not None and bwd_fit is not None:
-            a2a = self._ep_alltoall(tokens)
-            return NonAttentionCost(fwd_fit(tokens), bwd_fit(tokens), 2 * a2a, 4 * a2a)
+            return NonAttentionCost(fwd_fit(tokens), bwd_fit(tokens), 2 * a2a, bwd_a2a)
         pad_fwd, pad_bwd = self.tile_padding_flops()
         fwd_flops = tokens * self.model.dense_flops_per_token_layer + pad_fwd
         bwd_flops = 2.0 * tokens * self.model.dense_flops_per_token_layer + tokens * self.recompute_flops_per_token()
         bwd_flops += pad_bwd
         ew_fwd, ew_bwd = self.elementwise_seconds_per_token()
-        a2a = self._ep_alltoall(tokens)
         return NonAttentionCost(
             fwd_flops / self.nonattn_flops + tokens * ew_fwd,
             bwd_flops / self.nonattn_flops + tokens * ew_bwd,
             2 * a2a,
-            4 * a2a,
+            bwd_a2a,
         )
 
     def head(self, tokens: float) -> tuple[float, float]:

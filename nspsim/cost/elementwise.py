@@ -15,7 +15,8 @@ RoPE on Q and K             read + write: 2(q + kv)      complex view, multiply,
 QK-norm (Qwen3)             fused into RoPE: 0           18 per element of q + kv, as RMSNorm
 SwiGLU (gate, up -> act)    read 2f, write f = 3f        silu 2f + multiply 3f = 5f
 GELU (a plain MLP)          read f, write f = 2f         2f
-MoE permute / combine       read + write h + k*h, x2     the same (index copies either way)
+MoE permute, combine        permute reads h, writes k*h;  the same (index copies either way)
+                            combine the reverse: 2(h+kh)
 ==========================  ===========================  =================================
 
 with h the hidden size, q and kv the query and key/value widths, f the FFN width a token uses (the
@@ -83,7 +84,7 @@ def elementwise_traffic(model: ModelSpec, fused: bool) -> ElementwiseTraffic:
         rope = EAGER_ROPE_PASSES * (q + kv) + (EAGER_NORM_PASSES * (q + kv) if model.qk_norm else 0.0)
         swiglu = (EAGER_SWIGLU_PASSES if model.ffn_gated else 2.0) * f
         loss = EAGER_LOSS
-    moe = 0.0 if model.moe is None else 2.0 * 2.0 * (h + model.moe.top_k * h)
+    moe = 0.0 if model.moe is None else 2.0 * (h + model.moe.top_k * h)  # permute h -> k h, combine k h -> h
     ffn = add_norm + swiglu + moe
     fwd = add_norm + rope + ffn
     return ElementwiseTraffic(

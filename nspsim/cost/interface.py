@@ -71,7 +71,7 @@ class SampleCosts:
 class NonAttentionCost:
     """Per-layer, per-GPU non-attention work: GEMM compute and expert-parallel all-to-all time.
 
-    ``bwd_compute`` includes the FFN recomputation of selective checkpointing.
+    ``bwd_compute`` includes what activation checkpointing reruns (matmuls and element-wise work).
     """
 
     fwd_compute: float

@@ -89,8 +89,11 @@ def saved_samples(
     lengths: np.ndarray, degrees: np.ndarray, firsts: np.ndarray, free: np.ndarray, memory: MemoryModel, cost: CostModel
 ) -> np.ndarray:
     """Steps 2-3 for one micro-batch's samples, given as parallel arrays (length, node degree, node's
-    first rank): which are saved (``True``). ``free`` (bytes per GPU) is consumed in place."""
+    first rank): which are saved (``True``). ``free`` (bytes per GPU) is consumed in place. Under full
+    activation checkpointing (``memory.keeps_attention`` false) nothing is saved."""
     saved = np.zeros(lengths.size, dtype=bool)
+    if not memory.keeps_attention:
+        return saved
     for degree, first, members in nodes_top_down(degrees, firsts):
         keep = save_node(
             Node(degree, first // degree), lengths[members], float(free[first : first + degree].min()), memory, cost

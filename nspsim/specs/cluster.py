@@ -281,7 +281,7 @@ def h800(num_gpus: int = 64) -> ClusterSpec:
 
 
 def h200(num_gpus: int = 64) -> ClusterSpec:
-    """H200-141GB hosts: H100 links and compute, ~790 TFLOP/s measured GEMM, 141 GB HBM."""
+    """H200-141GB hosts: H100 links and compute (794.5 TFLOP/s best-shape GEMM), 141 GB HBM."""
     return _preset("h200", H200, num_gpus, nvlink_bw=370e9, nic_bw=46e9, host_bw=45e9)
 
 

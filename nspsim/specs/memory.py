@@ -4,9 +4,9 @@ HBM holds (1) FSDP-sharded model states, (2) gathered parameter/gradient buffers
 flight, and (3) activations, which scale with the GPU's sharded token count Tok_p. Activations per
 sharded token, per decoder layer, are split into
 
-* ``keep``: the sub-layer checkpoints always stored (layer input and FFN input, hidden-sized each);
-  the FFN/MoE internals are recomputed in backward (selective checkpointing), so they only count
-  in the one-layer ``working`` set;
+* ``keep``: what activation checkpointing stores per layer (:func:`kept_elements_per_token_layer`:
+  under the default, selective, the layer input and FFN input, hidden-sized each, with the FFN/MoE
+  internals recomputed in backward, so they only count in the one-layer ``working`` set);
 * ``attention``: what the attention core keeps for its backward, for saved nodes only (recompute-marked
   nodes keep none of it and rerun their attention, compute and SP communication, in backward). It is
   stated as the runtime keeps it (``runtime/backends``; measured in

@@ -72,6 +72,8 @@ class ModelSpec:
             )
         if (self.moe is None) == (self.dense_ffn <= 0):
             raise ValueError(f"model {self.name!r}: give exactly one of dense_ffn > 0 or moe")
+        if not isinstance(self.ffn_gated, bool) or (self.moe is not None and not self.ffn_gated):
+            raise ValueError(f"model {self.name!r}: ffn_gated is true or false, and MoE experts are gated")
 
     # ---- parameter counts -------------------------------------------------------------------
     @property

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from nspsim.cost.analytic import AnalyticCostModel
+from nspsim.cost.backends.base import BWD_ATTN_FLOP_RATIO
 from nspsim.sp_tree import Node, is_power_of_two
 from nspsim.specs.backend import SPBackend
 from nspsim.specs.cluster import ClusterSpec
@@ -34,11 +35,9 @@ from nspsim.specs.memory import memory_model
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import Checkpointing, TrainingSpec
 from nspsim.validation.dataset import ReferenceRow
-from nspsim.validation.hardware import row_cluster
+from nspsim.validation.hardware import ROW_KERNELS, row_cluster
 
-KERNELS: Mapping[str, str] = {"fa2": "fa2", "sdpa-flash": "fa2", "fa3": "fa3", "cudnn": "cudnn", "triton": "triton"}
-"""Row kernel names -> nspsim attention kernels (torch SDPA's flash backend is FlashAttention-2)."""
-CHECKPOINTING: Mapping[str, Checkpointing] = {
+ROW_CHECKPOINTING: Mapping[str, Checkpointing] = {
     "none": Checkpointing.NONE,
     "selective": Checkpointing.SELECTIVE,
     "selective-op": Checkpointing.OP,
@@ -46,8 +45,8 @@ CHECKPOINTING: Mapping[str, Checkpointing] = {
     "full": Checkpointing.FULL,
 }
 CP_BACKENDS: Mapping[str, SPBackend] = {"ulysses": SPBackend.ULYSSES, "ring": SPBackend.RING}
-FA_BACKWARD_RATIO = 2.5  # FlashAttention's benchmark convention (and nspsim's): backward FLOPs = 2.5x forward
-BUSBW_FACTOR: Mapping[str, float] = {"allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0, "allreduce": 2.0}
+FA_BACKWARD_RATIO = BWD_ATTN_FLOP_RATIO  # FlashAttention's benchmark convention is nspsim's: backward = 2.5x forward
+BUSBW_FACTOR: Mapping[str, float] = {"allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
 """nccl-tests' bus-bandwidth factor over (n-1)/n (NVIDIA/nccl-tests doc/PERFORMANCE.md)."""
 
 
@@ -92,6 +91,14 @@ def _num(config: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
     return float(value)
 
 
+def _pass(config: Mapping[str, Any], allowed: tuple[str, ...]) -> str:
+    """The kernel row's ``pass``, one of ``allowed``."""
+    value = _get(config, "pass")
+    if value not in allowed:
+        raise BadConfig(f"pass must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)
+
+
 def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
     """A true/false setting (``default`` when absent)."""
     value = config.get(key, default)
@@ -109,8 +116,34 @@ class Prediction:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
+CONFIG_KEYS: Mapping[str, frozenset[str]] = {
+    "kernel": frozenset(
+        {"gpu", "gpu_note", "op", "kernel", "pass", "batch", "seqlen", "heads", "kv_heads", "head_dim", "causal",
+         "dtype", "m", "n", "k", "variant", "varlen", "gpus", "gpus_per_node"}
+    ),
+    "collective": frozenset(
+        {"gpu", "gpu_note", "op", "gpus", "gpus_per_node", "bytes", "dtype", "nic", "nic_gbps_per_gpu", "transport",
+         "variant", "tokens_per_batch", "hidden", "topk", "topk_groups"}
+    ),
+    "end-to-end": frozenset(
+        {"gpu", "gpu_note", "model", "gpus", "gpus_per_node", "seq_len", "local_batch", "grad_accum", "cp",
+         "cp_backend", "tp", "pp", "fsdp", "checkpointing", "attention_kernel", "compile", "precision",
+         "expert_parallel", "optimizer_offload"}
+    ),
+}  # fmt: skip
+"""The config keys each kind may carry (docs/validation.md); another key (a typo such as ``casual``) is
+an input error, never silently ignored."""
+PASSES = ("fwd", "bwd", "fwd+bwd")
+
+
 def evaluate_row(row: ReferenceRow) -> Prediction:
     """Predict ``row`` (module docstring)."""
+    unknown = sorted(set(row.config) - CONFIG_KEYS[row.kind])
+    if unknown:
+        raise ValueError(
+            f"{row.origin or 'reference set'}: row {row.id}: unknown {row.kind} config key(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(CONFIG_KEYS[row.kind]))})"
+        )
     try:
         if row.kind == "kernel":
             value, detail = _kernel(row)
@@ -163,7 +196,7 @@ def _attention_model(heads: int, kv_heads: int, head_dim: int) -> ModelSpec:
 
 
 def _kernel_cost(config: Mapping[str, Any], gpus: int, backend: SPBackend = SPBackend.ULYSSES) -> AnalyticCostModel:
-    kernel = KERNELS.get(str(_get(config, "kernel", "fa2")))
+    kernel = ROW_KERNELS.get(str(_get(config, "kernel", "fa2")))
     if kernel is None:
         raise NotExpressible(
             f"attention kernel {config.get('kernel')!r} is not one nspsim prices (fa2, fa3, cudnn, triton)"
@@ -173,7 +206,10 @@ def _kernel_cost(config: Mapping[str, Any], gpus: int, backend: SPBackend = SPBa
     if str(config.get("dtype", "bf16")) not in ("bf16", "fp16"):
         raise NotExpressible(f"{config.get('dtype')} attention is not modelled (bf16/fp16 only)")
     heads, head_dim = _int(config, "heads"), _int(config, "head_dim")
-    model = _attention_model(heads, _int(config, "kv_heads", heads), head_dim)
+    try:
+        model = _attention_model(heads, _int(config, "kv_heads", heads), head_dim)
+    except ValueError as exc:
+        raise BadConfig(str(exc)) from None
     cluster = _cluster(config, _pow2_at_least(gpus), _int(config, "gpus_per_node", 8))
     training = TrainingSpec(attention_kernel=kernel, backend=backend)  # type: ignore[arg-type]
     try:
@@ -197,7 +233,7 @@ def _kernel(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     batch, seqlen = _int(c, "batch", hi=MAX_BATCH), _int(c, "seqlen", hi=MAX_SEQLEN)
     phases = cost.attention(np.full(batch, seqlen, dtype=np.int64), 1)
     fwd_s, bwd_s = phases.fwd.total, phases.bwd.total
-    seconds = {"fwd": fwd_s, "bwd": bwd_s, "fwd+bwd": fwd_s + bwd_s}[str(_get(c, "pass"))]
+    seconds = {"fwd": fwd_s, "bwd": bwd_s, "fwd+bwd": fwd_s + bwd_s}[_pass(c, PASSES)]
     fwd_flops = cost.model.attention_flops(float(batch) * seqlen**2)
     flops = {"fwd": 1.0, "bwd": FA_BACKWARD_RATIO, "fwd+bwd": 1.0 + FA_BACKWARD_RATIO}[str(c["pass"])] * fwd_flops
     return _kernel_unit(row, flops, seconds), {"seconds": seconds}
@@ -240,7 +276,7 @@ def _ring(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     batch, seqlen = _int(c, "batch", hi=MAX_BATCH), _int(c, "seqlen", hi=MAX_SEQLEN)
     phases = cost.attention(np.full(batch, seqlen, dtype=np.int64), gpus)
     fwd_s, bwd_s = phases.fwd.total, phases.bwd.total
-    seconds = {"fwd": fwd_s, "fwd+bwd": fwd_s + bwd_s}[str(_get(c, "pass"))]
+    seconds = {"fwd": fwd_s, "fwd+bwd": fwd_s + bwd_s}[_pass(c, ("fwd", "fwd+bwd"))]
     fwd_flops = cost.model.attention_flops(float(batch) * seqlen**2) / gpus
     factor = {"fwd": 1.0, "fwd+bwd": 1.0 + FA_BACKWARD_RATIO}[str(c["pass"])]
     return _kernel_unit(row, factor * fwd_flops, seconds), {"seconds": seconds}
@@ -249,14 +285,12 @@ def _ring(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
 # ---- collectives -----------------------------------------------------------------------------------
 def collective_seconds(cost: AnalyticCostModel, op: str, size: float, gpus: int) -> float:
     """Seconds of one nccl-tests collective of ``size`` bytes over ``gpus`` ranks (nccl-tests sizes:
-    the all-gather output, reduce-scatter input, all-reduce buffer, all-to-all send buffer per rank)."""
+    the all-gather output, reduce-scatter input, all-to-all send buffer per rank)."""
     moved = size * (gpus - 1) / gpus
     if op == "alltoall":
         return cost.alltoall_time(moved, gpus)
     if op in ("allgather", "reduce_scatter"):
         return cost.ring_collective_time(moved, gpus, op)
-    if op == "allreduce":  # a ring reduce-scatter then all-gather, one call
-        return cost.ring_collective_time(2.0 * moved, gpus, "allgather")
     raise NotExpressible(f"collective {op!r} is not modelled")
 
 
@@ -291,12 +325,11 @@ def _collective(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
         raise NotExpressible("the source states neither the message size nor the network of this bandwidth")
     cluster = _cluster(c, _pow2_at_least(gpus), gpn)
     cost = AnalyticCostModel(model=_attention_model(1, 1, 1), cluster=cluster, training=TrainingSpec())
+    size = _num(c, "bytes")
     if row.unit == "GB/s-per-device":
-        size = _num(c, "bytes")
         moved = size * (gpus - 1) / gpus
         seconds = collective_seconds(cost, op, size, gpus)
         return moved / seconds / 1e9, {"seconds": seconds}
-    size = _num(c, "bytes")
     seconds = collective_seconds(cost, op, size, gpus)
     if row.unit == "us":
         return seconds * 1e6, {"seconds": seconds}
@@ -311,13 +344,19 @@ def row_model(config: Mapping[str, Any], name: str) -> ModelSpec:
     """The row's model: a transformers config table (``mlp = "gelu"``: a plain two-matrix MLP); MPT
     configs (``model_type = "mpt"``) are read as a Llama-shaped decoder with a GELU MLP, no QK-norm."""
     table = dict(_get(config, "model"))
-    gelu = table.pop("mlp", "swiglu") == "gelu"
+    mlp = table.pop("mlp", "swiglu")
+    if mlp not in ("swiglu", "gelu"):
+        raise BadConfig(f"model mlp must be 'swiglu' (gated) or 'gelu' (plain), got {mlp!r}")
+    gelu = mlp == "gelu"
     if table.get("model_type") == "mpt":
         table["model_type"] = "llama"
     if table.get("model_type") not in QK_NORM_ARCHITECTURES:
         raise NotExpressible(f"model_type {table.get('model_type')!r} is not supported")
-    spec = spec_from_hf_config(table, name=name)
-    return replace(spec, ffn_gated=not gelu)
+    try:
+        spec = spec_from_hf_config(table, name=name)
+        return replace(spec, ffn_gated=not gelu)
+    except ValueError as exc:
+        raise BadConfig(str(exc)) from None
 
 
 def row_training(config: Mapping[str, Any]) -> TrainingSpec:
@@ -329,19 +368,19 @@ def row_training(config: Mapping[str, Any]) -> TrainingSpec:
     if precision != "bf16":
         raise NotExpressible(f"{precision} training is not modelled (bf16 GEMMs only)")
     mode = str(config.get("checkpointing", "selective"))
-    if mode not in CHECKPOINTING:
+    if mode not in ROW_CHECKPOINTING:
         raise NotExpressible(
             f"checkpointing {mode!r} is not modelled (every layer is alike in the simulator: "
-            f"{', '.join(CHECKPOINTING)})"
+            f"{', '.join(ROW_CHECKPOINTING)})"
         )
-    kernel = KERNELS.get(str(config.get("attention_kernel", "fa2")))
+    kernel = ROW_KERNELS.get(str(config.get("attention_kernel", "fa2")))
     if kernel is None:
         raise NotExpressible(f"attention kernel {config.get('attention_kernel')!r} is not one nspsim prices")
     backend = CP_BACKENDS.get(str(config.get("cp_backend", "ulysses")))
     if backend is None and _int(config, "cp", 1) > 1:
         raise NotExpressible(f"context-parallel backend {config.get('cp_backend')!r} is not modelled (ulysses, ring)")
     return TrainingSpec(
-        checkpointing=CHECKPOINTING[mode],
+        checkpointing=ROW_CHECKPOINTING[mode],
         attention_kernel=kernel,  # type: ignore[arg-type]
         fused_elementwise=_bool(config, "compile", False),
         backend=backend or SPBackend.ULYSSES,
@@ -351,7 +390,7 @@ def row_training(config: Mapping[str, Any]) -> TrainingSpec:
 
 
 def _end_to_end(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
-    # imported here: the simulator and the plan sit above the specs this module's kernel rows need
+    # imported here: kernel and collective rows never need the simulator, and it is the slow import
     from nspsim.plan import make_plan
     from nspsim.simulator import Simulator
     from nspsim.trace.batching import Batch

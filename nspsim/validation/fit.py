@@ -25,19 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from nspsim.specs.kernels import BACKWARD_FROM_FA2, AttentionCurves, KernelCurve
+from nspsim.cost.backends.base import BWD_ATTN_FLOP_RATIO
+from nspsim.specs.kernels import AttentionCurves, KernelCurve
 from nspsim.validation.dataset import ReferenceRow
-from nspsim.validation.hardware import family_of
+from nspsim.validation.hardware import ROW_KERNELS, family_of
 
-FIT_KERNELS: Mapping[str, str] = {
-    "fa2": "fa2",
-    "sdpa-flash": "fa2",
-    "fa3": "fa3",
-    "cudnn": "cudnn",
-    "triton": "triton",
-}
-"""Row kernel names -> nspsim attention kernels (torch SDPA's flash backend is FlashAttention-2)."""
 RATIO_LENGTH = 16384.0
+R = BWD_ATTN_FLOP_RATIO
 
 
 def attention_fit_rows(rows: Iterable[ReferenceRow]) -> dict[tuple[str, str, int], list[ReferenceRow]]:
@@ -47,7 +41,7 @@ def attention_fit_rows(rows: Iterable[ReferenceRow]) -> dict[tuple[str, str, int
         c = row.config
         if row.kind != "kernel" or c.get("op") != "attention" or row.unit != "TFLOP/s" or not c.get("causal"):
             continue
-        kernel, family = FIT_KERNELS.get(str(c.get("kernel"))), family_of(str(c.get("gpu")))
+        kernel, family = ROW_KERNELS.get(str(c.get("kernel"))), family_of(str(c.get("gpu")))
         if kernel is None or family is None or c.get("pass") not in ("fwd", "fwd+bwd"):
             continue
         out[(family, kernel, int(c["head_dim"]))].append(row)
@@ -69,7 +63,7 @@ def fit_attention_curves(rows: Iterable[ReferenceRow]) -> dict[tuple[str, str, i
     groups = attention_fit_rows(rows)
     out: dict[tuple[str, str, int], AttentionCurves] = {}
     pending: list[tuple[tuple[str, str, int], KernelCurve, list[ReferenceRow]]] = []
-    for key in sorted(groups, key=lambda k: (k[1] in BACKWARD_FROM_FA2, k)):
+    for key in sorted(groups):
         group = groups[key]
         fwd = [r for r in group if r.config["pass"] == "fwd"]
         both = [r for r in group if r.config["pass"] == "fwd+bwd"]
@@ -78,7 +72,7 @@ def fit_attention_curves(rows: Iterable[ReferenceRow]) -> dict[tuple[str, str, i
             fcurve = _fit(lf, tf, lambda c, L: c(L))
             if both:
                 lb, tb = _points(both)
-                bcurve = _fit(lb, tb, lambda c, L, f=fcurve: 3.5 / (1.0 / f(L) + 2.5 / c(L)))
+                bcurve = _fit(lb, tb, lambda c, L, f=fcurve: (1 + R) / (1.0 / f(L) + R / c(L)))
                 out[key] = AttentionCurves(fcurve, bcurve)
             else:
                 pending.append((key, fcurve, group))
@@ -86,9 +80,10 @@ def fit_attention_curves(rows: Iterable[ReferenceRow]) -> dict[tuple[str, str, i
             lb, tb = _points(both)
             curve = _fit(lb, tb, lambda c, L: c(L))
             out[key] = AttentionCurves(curve, curve)
+    with_backward = [k for k in out if k[1] == "fa2"]  # FA2 curves whose backward rows were measured
     for key, fcurve, _ in pending:
         family, _, head_dim = key
-        measured = [d for (f, k, d) in out if f == family and k == "fa2"]
+        measured = [d for (f, _, d) in with_backward if f == family]
         if not measured:
             continue  # no FA2 backward to borrow the ratio from: the kernel stays unpublished there
         nearest = min(measured, key=lambda d: (abs(np.log2(d) - np.log2(head_dim)), d))

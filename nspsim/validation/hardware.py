@@ -30,6 +30,10 @@ ROW_GPUS: Mapping[str, tuple[str, GpuSpec]] = {
 SXM parts whose memory size the source does not state: compute and NVLink are the same."""
 
 
+ROW_KERNELS: Mapping[str, str] = {"fa2": "fa2", "sdpa-flash": "fa2", "fa3": "fa3", "cudnn": "cudnn", "triton": "triton"}
+"""Row kernel names -> nspsim attention kernels (torch SDPA's flash backend is FlashAttention-2)."""
+
+
 def family_of(gpu: str) -> str | None:
     """The kernel family of a row's GPU name (``a100``, ``h100``), ``None`` when unknown."""
     entry = ROW_GPUS.get(gpu)

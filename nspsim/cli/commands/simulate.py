@@ -56,7 +56,8 @@ EXIT_OOM_HELP = (
 
 def plan_workload_config(plan: Plan, profile: str | None, training: dict[str, Any] | None = None) -> WorkloadConfig:
     """The workload a plan was made for (its batch is not re-drawn: the plan holds the lengths), with the
-    ``training`` settings given on the command line (a plan records no training settings)."""
+    ``training`` settings given on the command line (a plan records its own only as a metadata label,
+    which ``simulate`` compares and warns about)."""
     return WorkloadConfig(
         **(training or {}),
         model=plan.model.name,
@@ -128,13 +129,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         )
     warnings: set[str] = set()
     sources = [profile_source(plan, args.profile, warnings) for _, plan in picked]  # refuse before simulating
-    now = training_label(WorkloadConfig(**training_settings(args)).training_spec())
-    made = {str(plan.metadata["training"]) for _, plan in picked if "training" in plan.metadata}
-    for label in sorted(made - {now}):
-        warnings.add(
-            f"the plan was made with training settings '{label}' but is simulated with '{now}' "
-            "(give the same --training and setting flags to simulate as it was planned with)"
-        )
+    for _, plan in picked:
+        made = plan.metadata.get("training")
+        now = training_label(plan_workload_config(plan, None, training_settings(args)).training_spec())
+        if made is not None and str(made) != now:
+            warnings.add(
+                f"the plan was made with training settings '{made}' but is simulated with '{now}' "
+                "(give the same --training and setting flags to simulate as it was planned with)"
+            )
     for message in sorted(warnings):
         warn(message)
     drops = [d for _, plan in picked if (d := BatchDrops.of_plan(plan)) is not None]

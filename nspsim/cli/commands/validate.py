@@ -8,7 +8,8 @@ collective), over all expressed rows and split into the rows that fitted a shipp
 ``--json`` prints the document (``rows``: id, kind, source, published, simulated, error, ...;
 ``summary``: per kind n, mape, max_abs_error). ``-o DIR`` writes ``DIR/validation.html`` (a
 predicted-vs-published scatter per kind, log axes, rows labelled) and ``DIR/validation.json`` beside
-it. ``--max-mape X`` exits 1 when some kind's MAPE over its expressed rows exceeds X (0.10 or 10%).
+it. ``--max-mape X`` exits 1 when some kind's MAPE over its expressed rows exceeds X (0.10 or 10%),
+or when a kind has rows but none the model expresses.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from nspsim.cli.flags import emit, output_file, shown, write_output
 from nspsim.jsonfile import dumps_json
 from nspsim.validation.dataset import KINDS
 from nspsim.validation.run import SPLIT, ValidationResult, validate
+from nspsim.validation.summary import reasons
 
 REPORT_RENDERER = "studies.reference_report"  # plotly lives in the studies layer (see compare.py)
 EXIT_MAPE = 1
@@ -122,10 +124,7 @@ def format_table(result: ValidationResult) -> str:
     blocked = [r for r in result.results if r.prediction.reason is not None]
     if blocked:
         lines.append(f"## not expressible ({len(blocked)} rows; --json lists each)")
-        counts: dict[str, int] = {}
-        for r in blocked:
-            counts[str(r.prediction.reason)] = counts.get(str(r.prediction.reason), 0) + 1
-        for reason, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        for reason, n in reasons(result.results).items():
             lines.append(f"{n:5d}  {shown(reason)}")
         lines.append("")
     lines.append("## summary (error = simulated / published - 1, in the row's unit)")

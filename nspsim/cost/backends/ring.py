@@ -1,17 +1,19 @@
 """Ring attention cost of one SP-tree node of degree k > 1.
 
-k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward) to its neighbour while the next
-block is computed; a step takes max(block compute + merge, block transfer + latency), and the first
-block is computed before any transfer. The whole node (:meth:`node`) overlaps the summed blocks; the
+k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward, in the activation dtype) to its
+neighbour while the next block is computed; a step takes max(block compute + merge, block transfer +
+latency), and the first block is computed, and its result written, before any transfer. A hop's
+latency is the cluster's collective latency (no send/receive sweep is in the reference set; it is
+small next to long-context steps). The whole node (:meth:`node`) overlaps the summed blocks; the
 per-sample view (:meth:`sample_costs`) overlaps each sample on its own, a conservative upper bound.
 All of a phase is "compute" (the transfers hide inside it). Any degree up to the GPU count.
 
 The load-balanced (zigzag) ring gives every GPU two chunks of L/2k tokens, so each step's kernels run
-over blocks of L/2k (what sets their efficiency). After every step's kernels the partial results are
-merged in fp32, as ring-flash-attention's ``update_out_and_lse`` and its backward accumulation do:
-forward reads and rewrites the fp32 output accumulator and reads the step's bf16 output (10 bytes per
-query-width element) and the log-sum-exps (12 bytes per head); backward does the same for dQ, and for
-dK and dV (the kv-width gradients that travel with the ring). That memory-bound merge is the ring's
+over blocks of L/2k (what sets their efficiency). After the kernels of every step but the first,
+the partial results are merged in fp32, as ring-flash-attention's ``update_out_and_lse`` and its
+backward accumulation do: forward reads and rewrites the fp32 output accumulator and reads the step's
+bf16 output (10 bytes per query-width element) and the log-sum-exps (12 bytes per head); backward
+does the same for dQ and for dK and dV. That memory-bound merge is the ring's
 per-step overhead over the ideal 1/k of the kernel, at the GPU's streaming bandwidth (0 when the cost
 model leaves element-wise work out).
 """
@@ -31,8 +33,9 @@ MERGE_BYTES_PER_ELEMENT = 4 + 4 + 2
 LSE_BYTES_PER_HEAD = 3 * 4
 
 
-def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-sample ring step compute (kernels and merge) and step transfer times, (fwd, bwd) each, per GPU."""
+def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+    """Per-sample times per GPU: step kernels (fwd, bwd), step transfers (fwd, bwd) and the merge of
+    one step's result into the accumulators (fwd, bwd; the first step only writes them)."""
     m = c.model
     tokens = lengths.astype(np.float64) / k
     kv_block = tokens * 2 * m.kv_width * c.training.act_bytes
@@ -41,7 +44,7 @@ def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray
     lse = LSE_BYTES_PER_HEAD * m.num_heads
     merge_fwd = tokens * (MERGE_BYTES_PER_ELEMENT * m.q_width + lse) * c.stream_seconds_per_byte()
     merge_bwd = tokens * (MERGE_BYTES_PER_ELEMENT * (m.q_width + 2 * m.kv_width) + lse) * c.stream_seconds_per_byte()
-    return fwd / k + merge_fwd, bwd / k + merge_bwd, step_comm, 2 * step_comm
+    return fwd / k, bwd / k, step_comm, 2 * step_comm, merge_fwd, merge_bwd
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,18 @@ class RingCost(BackendCost):
     """See the module docstring."""
 
     def node(self, c: Coefficients, lengths: np.ndarray, degree: int) -> AttentionCost:
-        """k steps of the summed blocks, the last k-1 bounded by their transfer."""
-        cf, cb, mf, mb = (float(x.sum()) for x in ring_parts(c, lengths, degree))
+        """k steps of the summed blocks, the last k-1 merged and bounded by their transfer."""
+        cf, cb, mf, mb, gf, gb = (float(x.sum()) for x in ring_parts(c, lengths, degree))
         lat = c.latency(degree)
-        fwd = cf + (degree - 1) * max(cf, mf + lat)
-        bwd = cb + (degree - 1) * max(cb, mb + lat)
+        fwd = cf + (degree - 1) * max(cf + gf, mf + lat)
+        bwd = cb + (degree - 1) * max(cb + gb, mb + lat)
         return AttentionCost(Phases(0.0, fwd, 0.0), Phases(0.0, bwd, 0.0))
 
     def sample_costs(self, c: Coefficients, lengths: np.ndarray, degree: int) -> SampleCosts:
         """Each sample's own k steps (no latency)."""
-        cf, cb, mf, mb = ring_parts(c, lengths, degree)
-        return SampleCosts(cf + (degree - 1) * np.maximum(cf, mf), cb + (degree - 1) * np.maximum(cb, mb))
+        cf, cb, mf, mb, gf, gb = ring_parts(c, lengths, degree)
+        k = degree - 1
+        return SampleCosts(cf + k * np.maximum(cf + gf, mf), cb + k * np.maximum(cb + gb, mb))
 
     def collectives_per_node(self, degree: int) -> int:
         """One hop per step after the first: k-1."""
