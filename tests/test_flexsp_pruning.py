@@ -75,18 +75,35 @@ def long_tailed(seed: int, gpus: int, budget: int) -> list[int]:
     return [int(x) for x in np.minimum(np.concatenate([short, long]), gpus * budget)]
 
 
+def later_count_wins(workload: object, gpus: int, budget: int, wanted: int = 2) -> list[list[int]]:
+    """The first ``wanted`` long-tailed batches (seeds 0..79) whose FlexSP plan uses more micro-batches
+    than the memory minimum: where pruning could wrongly cut the winner. Searched rather than pinned,
+    so the cases stay hard when the cost model's coefficients move."""
+    found = []
+    for seed in range(80):
+        lengths = long_tailed(seed, gpus, budget)
+        try:
+            plan = FlexSPPlanner().plan(batch_of(lengths), workload)  # type: ignore[arg-type]
+        except ValueError:  # no plan within the counts tried (issue 29's defect): not a case here
+            continue
+        if plan.num_micro_batches > min_micro_batches(sum(lengths), gpus, budget):
+            found.append(lengths)
+        if len(found) == wanted:
+            break
+    return found
+
+
 def test_pruning_never_changes_the_chosen_count_or_plan() -> None:
-    # Chosen so that a later count wins by a small margin over an earlier feasible one: a floor
-    # inflated by 1% (8 GPUs) or 3% (16 GPUs) prunes the winner in these cases and changes the plan.
+    # Cases where a later count wins over an earlier feasible one: a floor inflated by a few percent
+    # prunes the winner in such cases and changes the plan.
     pruned_total = 0
-    for gpus, budget, seeds in ((8, 65_536, (19, 41)), (16, 32_768, (13, 20))):
+    for gpus, budget in ((8, 65_536), (16, 32_768)):
         workload = model_workload(gpus=gpus, token_budget=budget)
-        for seed in seeds:
-            lengths = long_tailed(seed, gpus, budget)
-            first = min_micro_batches(sum(lengths), gpus, budget)
+        cases = later_count_wins(workload, gpus, budget)
+        assert len(cases) == 2
+        for lengths in cases:
             made, pruned = sweeps_agree(workload, lengths)
             pruned_total += pruned
-            assert FlexSPPlanner().plan(batch_of(lengths), workload).num_micro_batches > first
     assert pruned_total > 0
 
 
