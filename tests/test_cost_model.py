@@ -77,9 +77,9 @@ def test_ring_degree_2() -> None:
     c = toy_cost("ring").attention(L, 2)
     assert c.fwd.prologue == 0 and c.fwd.epilogue == 0
     assert c.fwd.compute == pytest.approx(3.2e-5 + 1.38e-4)
-    # Backward circulates K,V and dK,dV: 2 * 1.28e-4 per step; compute 2.5x at half the throughput.
+    # Backward circulates K,V (bf16) and the fp32 dK,dV: 3 * 1.28e-4 per step; compute 2.5x at half the throughput.
     cb = 2.5 * 6.4e7 / 0.5e12 / 2
-    assert c.bwd.compute == pytest.approx(cb + max(cb, 2.56e-4 + 1e-5))
+    assert c.bwd.compute == pytest.approx(cb + max(cb, 3.84e-4 + 1e-5))
 
 
 def test_ring_sample_costs_bound_the_node_cost() -> None:

@@ -1,6 +1,6 @@
 """Ring attention cost of one SP-tree node of degree k > 1.
 
-k-1 steps pass each GPU's K,V block (K,V plus dK,dV in backward, in the activation dtype) to its
+k-1 steps pass each GPU's K,V block (in backward also its fp32 dK,dV accumulator) to its
 neighbour while the next block is computed; a step takes max(block compute + merge, block transfer +
 latency), and the first block is computed, and its result written, before any transfer. A hop's
 latency is the cluster's collective latency (no send/receive sweep is in the reference set; it is
@@ -31,6 +31,9 @@ from nspsim.specs.model import ModelSpec
 MERGE_BYTES_PER_ELEMENT = 4 + 4 + 2
 """fp32 accumulator read and written, the step's bf16 result read."""
 LSE_BYTES_PER_HEAD = 3 * 4
+GRAD_ACCUMULATOR_BYTES = 4
+"""Backward passes each K,V block on with its dK,dV accumulator, kept in fp32 (runtime/backends/ring.py and
+ring-flash-attention alike): 1 + 4 / act_bytes times the forward's bytes (3x in bf16, 2x in fp32)."""
 
 
 def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
@@ -44,7 +47,8 @@ def ring_parts(c: Coefficients, lengths: np.ndarray, k: int) -> tuple[np.ndarray
     lse = LSE_BYTES_PER_HEAD * m.num_heads
     merge_fwd = tokens * (MERGE_BYTES_PER_ELEMENT * m.q_width + lse) * c.stream_seconds_per_byte()
     merge_bwd = tokens * (MERGE_BYTES_PER_ELEMENT * (m.q_width + 2 * m.kv_width) + lse) * c.stream_seconds_per_byte()
-    return fwd / k, bwd / k, step_comm, 2 * step_comm, merge_fwd, merge_bwd
+    bwd_comm = step_comm * (1.0 + GRAD_ACCUMULATOR_BYTES / c.training.act_bytes)  # K,V and the fp32 dK,dV
+    return fwd / k, bwd / k, step_comm, bwd_comm, merge_fwd, merge_bwd
 
 
 @dataclass(frozen=True)
