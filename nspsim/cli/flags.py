@@ -23,7 +23,14 @@ from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS
 from nspsim.specs.model import MODEL_PRESETS
-from nspsim.specs.training import ATTENTION_KERNELS, CHECKPOINTING, DEFAULT_TRAINING, TRAINING_PRESETS, TrainingSpec
+from nspsim.specs.training import (
+    ATTENTION_KERNELS,
+    CHECKPOINTING,
+    DEFAULT_TRAINING,
+    TRAINING_FIELDS,
+    TRAINING_PRESETS,
+    TrainingSpec,
+)
 from nspsim.trace.base import MAX_SEED
 from nspsim.units import format_tokens, parse_tokens
 from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, Workload, WorkloadConfig
@@ -334,16 +341,9 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def training_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`WorkloadConfig` training fields of parsed training flags."""
-    return {
-        "training": args.training,
-        "checkpointing": args.checkpointing,
-        "attention_kernel": args.attention_kernel,
-        "fused_elementwise": args.fused_elementwise,
-        "expert_parallel": args.expert_parallel,
-        "optimizer_offload": args.optimizer_offload,
-        "fsdp_prefetch_layers": args.fsdp_prefetch_layers,
-    }
+    """The :class:`WorkloadConfig` training fields of parsed training flags (each flag's dest is its
+    field's name)."""
+    return {"training": args.training, **{name: getattr(args, name) for name in TRAINING_FIELDS}}
 
 
 def workload_config(args: argparse.Namespace) -> WorkloadConfig:

@@ -79,6 +79,7 @@ class AnalyticCostModel:
     _backend: BackendCost = field(init=False, repr=False, compare=False)
     _padding: tuple[float, float] = field(init=False, repr=False, compare=False)
     _elementwise: tuple[float, float] = field(init=False, repr=False, compare=False)
+    _recompute: float = field(init=False, repr=False, compare=False)
     _curves: AttentionCurves | None = field(init=False, repr=False, compare=False)
     _loss: tuple[float, float] = field(init=False, repr=False, compare=False)
     _affine: dict[str, tuple[AffineFit | None, AffineFit | None]] = field(
@@ -92,6 +93,7 @@ class AnalyticCostModel:
             raise ValueError("GEMM efficiencies must be in (0, 1]")
         object.__setattr__(self, "_backend", backend_cost(self.training.backend))
         object.__setattr__(self, "_curves", self._attention_curves())
+        object.__setattr__(self, "_recompute", self._recompute_flops())
         object.__setattr__(self, "_padding", self._tile_padding())
         object.__setattr__(self, "_elementwise", self._elementwise_times())
         loss = elementwise_traffic(self.model, self.training.fused_elementwise).loss
@@ -270,7 +272,10 @@ class AnalyticCostModel:
         checkpointing (:class:`~nspsim.specs.training.Checkpointing`): none; the FFN (selective); every
         second matmul in execution order (op: torchtitan's policy, which for Llama reruns wk, wo and w3);
         the whole layer outside the attention core (full, whose attention core reruns through the
-        recompute pass the simulator charges every sample)."""
+        recompute pass the simulator charges every sample). Computed once per cost model."""
+        return self._recompute
+
+    def _recompute_flops(self) -> float:
         dense = self.model.dense_flops_per_token_layer
         every_second = sum(flops for flops, _ in self.model.forward_matmuls()[1::2])
         return {

@@ -112,11 +112,8 @@ class TrainingSpec:
 def training_label(spec: TrainingSpec) -> str:
     """The settings that change what a step costs, as one canonical line (plans record it in their
     metadata, so simulating a plan with other settings can be flagged)."""
-    return (
-        f"checkpointing={spec.checkpointing} attention_kernel={spec.attention_kernel} "
-        f"fused_elementwise={str(spec.fused_elementwise).lower()} expert_parallel={spec.expert_parallel} "
-        f"optimizer_offload={str(spec.optimizer_offload).lower()} fsdp_prefetch_layers={spec.fsdp_prefetch_layers}"
-    )
+    values = ((name, getattr(spec, name)) for name in TRAINING_FIELDS)
+    return " ".join(f"{name}={str(v).lower() if isinstance(v, bool) else v}" for name, v in values)
 
 
 def _member(spec: TrainingSpec, name: str, enum: type[StrEnum], known: tuple[str, ...], what: str) -> None:
