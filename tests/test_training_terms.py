@@ -18,7 +18,7 @@ from nspsim.execution.activation import RecomputePolicy, plan_activations
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from nspsim.specs.memory import kept_elements_per_token_layer, memory_model
-from nspsim.specs.training import Checkpointing, TrainingSpec, training_preset
+from nspsim.specs.training import Checkpointing, TrainingSpec, parse_training_label, training_label, training_preset
 from nspsim.sweep.spec import parse_spec
 from nspsim.workload import WorkloadConfig, build_workload
 
@@ -122,6 +122,10 @@ def test_training_presets_and_overrides() -> None:
     paper = training_preset("paper-235b")
     assert paper.expert_parallel == 8 and paper.optimizer_offload
     assert training_preset("fsdp", checkpointing="full").checkpointing is Checkpointing.FULL
+    label = training_label(training_preset("paper-235b", checkpointing="op"))
+    assert TrainingSpec(**parse_training_label(label)) == training_preset("paper-235b", checkpointing="op")
+    with pytest.raises(ValueError, match="not a training-settings label"):
+        parse_training_label("checkpointing=full speed=3")
     with pytest.raises(ValueError, match="unknown training preset 'x'"):
         training_preset("x")
     with pytest.raises(ValueError, match="unknown checkpointing mode 'most'"):
@@ -180,19 +184,25 @@ def test_settings_that_cannot_apply_are_refused() -> None:
         WorkloadConfig(cluster="a100", attention_kernel="fa3")  # type: ignore[arg-type]  # at config time
 
 
-def test_plans_record_their_training_settings_and_simulate_says_when_they_differ(
+def test_plans_record_their_training_settings_and_simulate_uses_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import json
+
     from nspsim.cli.main import main
 
     plan = tmp_path / "p.json"
     common = ["--model", "tiny-moe", "--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "16k"]
-    assert main(["plan", *common, "--checkpointing", "full", "-o", str(plan)]) == 0
+    assert main(["plan", *common, "--checkpointing", "full", "--expert-parallel", "2", "-o", str(plan)]) == 0
     capsys.readouterr()
-    assert main(["simulate", str(plan), "--json"]) == 0
-    assert "made with training settings 'checkpointing=full" in capsys.readouterr().err
-    assert main(["simulate", str(plan), "--json", "--checkpointing", "full"]) == 0
-    assert capsys.readouterr().err == ""
+    assert main(["simulate", str(plan), "--json"]) == 0  # the plan's own settings, no warning
+    out = capsys.readouterr()
+    config = json.loads(out.out)["config"]
+    assert out.err == "" and (config["checkpointing"], config["expert_parallel"]) == ("full", 2)
+    assert main(["simulate", str(plan), "--json", "--checkpointing", "none"]) == 0  # a flag overrides, with a warning
+    out = capsys.readouterr()
+    assert json.loads(out.out)["config"]["checkpointing"] == "none"
+    assert "made with training settings 'checkpointing=full" in out.err and "'checkpointing=none" in out.err
 
 
 def test_a_sweep_can_vary_training_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

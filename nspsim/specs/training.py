@@ -116,6 +116,28 @@ def training_label(spec: TrainingSpec) -> str:
     return " ".join(f"{name}={str(v).lower() if isinstance(v, bool) else v}" for name, v in values)
 
 
+def parse_training_label(text: str) -> dict[str, Any]:
+    """The settings of a :func:`training_label` line (``ValueError`` for a line it did not write)."""
+    types = {f.name: f.type for f in fields(TrainingSpec)}
+    out: dict[str, Any] = {}
+    for item in str(text).split():
+        name, _, value = item.partition("=")
+        if name not in TRAINING_FIELDS or not value:
+            raise ValueError(f"not a training-settings label: {text!r}")
+        if str(types[name]) == "bool":
+            if value not in ("true", "false"):
+                raise ValueError(f"not a training-settings label: {text!r}")
+            out[name] = value == "true"
+        elif str(types[name]) == "int":
+            try:
+                out[name] = int(value)
+            except ValueError:
+                raise ValueError(f"not a training-settings label: {text!r}") from None
+        else:
+            out[name] = value
+    return out
+
+
 def _member(spec: TrainingSpec, name: str, enum: type[StrEnum], known: tuple[str, ...], what: str) -> None:
     value = getattr(spec, name)
     if value not in known:

@@ -1,12 +1,15 @@
 """``nspsim simulate PLAN``: predict one training step of a plan file and explain where the time goes.
 
 The model, cluster, GPU count, SP backend and cost profile come from the plan itself (it refuses a
-plan whose recorded cluster or model fingerprint differs from the preset, and a recorded profile that
-cannot be read or has changed; ``--profile`` overrides the recorded one, with a warning when it
-differs). ``--timeline out.json`` writes a Chrome trace (open it in ui.perfetto.dev) and
-``out.config.json`` beside it. A plan log (``*.jsonl``, one plan per line: ``runtime.train``'s
-``<records>.plans.jsonl``) simulates every plan as a table of steps (``--json``: a list); ``--index
-N`` picks one, which is then reported like a plan file.
+plan whose recorded cluster or model fingerprint differs from the preset, and a recorded profile
+that cannot be read or has changed; ``--profile`` overrides the recorded one, with a warning when it
+differs). So do the training settings (checkpointing, attention kernel, expert parallelism, ...: the
+label the planner recorded in the plan's metadata); a setting flag given here overrides that one,
+with a warning, and a ``--training`` preset other than the default replaces them all. ``--timeline
+out.json`` writes a Chrome trace (open it in ui.perfetto.dev) and ``out.config.json`` beside it. A
+plan log (``*.jsonl``, one plan per line: ``runtime.train``'s ``<records>.plans.jsonl``) simulates
+every plan as a table of steps (``--json``: a list); ``--index N`` picks one, which is then reported
+like a plan file.
 
 Exit status (:data:`EXIT_OOM_HELP`): 0 when every simulated step fits in memory, 1 when one does
 not (the result, printed as usual, is a real answer: "out of memory"; ``--timeline`` then writes
@@ -44,7 +47,7 @@ from nspsim.plan.refs import ProfileRef
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.specs.memory import GIB
-from nspsim.specs.training import training_label
+from nspsim.specs.training import DEFAULT_TRAINING, parse_training_label, training_label
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 EXIT_OOM = 1
@@ -54,10 +57,23 @@ EXIT_OOM_HELP = (
 )
 
 
+def plan_training(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
+    """The training settings to simulate ``plan`` with: those it was planned with (its metadata label),
+    each overridden by a flag given here; a ``--training`` preset other than the default replaces them."""
+    given = training_settings(args)
+    recorded = plan.metadata.get("training")
+    if recorded is None or given["training"] != DEFAULT_TRAINING:
+        return given
+    try:
+        settings = parse_training_label(str(recorded))
+    except ValueError as exc:
+        raise ValueError(f"plan {plan.content_hash}: {exc}") from None
+    return {**settings, **{k: v for k, v in given.items() if v is not None}}
+
+
 def plan_workload_config(plan: Plan, profile: str | None, training: dict[str, Any] | None = None) -> WorkloadConfig:
     """The workload a plan was made for (its batch is not re-drawn: the plan holds the lengths), with the
-    ``training`` settings given on the command line (a plan records its own only as a metadata label,
-    which ``simulate`` compares and warns about)."""
+    ``training`` settings (:func:`plan_training`: the plan's own unless flags override them)."""
     return WorkloadConfig(
         **(training or {}),
         model=plan.model.name,
@@ -131,12 +147,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     sources = [profile_source(plan, args.profile, warnings) for _, plan in picked]  # refuse before simulating
     for _, plan in picked:
         made = plan.metadata.get("training")
-        now = training_label(plan_workload_config(plan, None, training_settings(args)).training_spec())
+        now = training_label(plan_workload_config(plan, None, plan_training(plan, args)).training_spec())
         if made is not None and str(made) != now:
-            warnings.add(
-                f"the plan was made with training settings '{made}' but is simulated with '{now}' "
-                "(give the same --training and setting flags to simulate as it was planned with)"
-            )
+            warnings.add(f"the plan was made with training settings '{made}' but is simulated with '{now}'")
     for message in sorted(warnings):
         warn(message)
     drops = [d for _, plan in picked if (d := BatchDrops.of_plan(plan)) is not None]
@@ -199,7 +212,7 @@ class _Runner:
     def run(self, plan: Plan, profile: str | None, index: int | None) -> tuple[Plan, StepResult, dict[str, Any]]:
         """(prepared plan, result, resolved config) of one plan."""
         args = self.args
-        workload, simulator, ranker = self._simulators(plan_workload_config(plan, profile, training_settings(args)))
+        workload, simulator, ranker = self._simulators(plan_workload_config(plan, profile, plan_training(plan, args)))
         scored: dict[str, StepResult] = {}
 
         def step_time(candidate: Plan) -> float:
