@@ -384,3 +384,14 @@ def test_cli_baseline_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*args, "--planners", "static-2,static-4", "--baseline", "static-4", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["baseline"] == "static-4" and data["results"][1]["normalized_to_static"] == 1.0
+
+
+def test_flexsp_artifact_label_is_flexsp_with_the_artifact_variant() -> None:
+    spec = parse_planner_spec("flexsp-artifact:count_window=4")
+    assert spec.planner == "flexsp" and spec.options == {"variant": "artifact", "count_window": 4}
+    assert (
+        parse_planner_spec("flexsp-artifact", defaults={"flexsp": {"variant": "nspsim"}}).options["variant"]
+        == "artifact"
+    )
+    with pytest.raises(ValueError, match="flexsp-artifact defines variant itself; use flexsp"):
+        parse_planner_spec("flexsp-artifact:variant=nspsim")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from nspsim.planners.base import make_context, micro_batch_estimate, step_estimate
-from nspsim.planners.flexsp_planner import FlexSPPlanner, StepFloor
+from nspsim.planners.flexsp_floor import StepFloor
+from nspsim.planners.flexsp_planner import FlexSPPlanner
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.workload import Workload
 from planner_fixtures import batch_of, model_workload, tiny_workload

@@ -75,11 +75,18 @@ def test_fig7_spec_is_the_merged_toml() -> None:
 def test_fig8_fig9_fig10_specs() -> None:
     s8 = fig8.build_spec(quick=False)
     paper_sp32 = "static:degree=32+packing=tokens"
-    assert s8.run.planners == (paper_sp32, "static:degree=64+packing=tokens", "static-32", "flexsp", "nsp")
+    assert s8.run.planners == (
+        paper_sp32,
+        "static:degree=64+packing=tokens",
+        "static-32",
+        "flexsp",
+        "flexsp-artifact",
+        "nsp",
+    )
     assert s8.run.baseline == paper_sp32 == baseline_of(s8.run.planners, s8.run.baseline)
     # every strategy but the load-packed variant stands for one of the paper's decoded bars
     keys = [v.key if (v := fig8.paper_value(p)) else None for p in s8.run.planners]
-    assert keys == ["static-32", "static-64", None, "flexsp", "nsp"]
+    assert keys == ["static-32", "static-64", None, "flexsp", "flexsp", "nsp"]
     assert fig8.paper_value("static-32") is None
     (c8,) = s8.points()
     assert (c8.model, c8.cluster, c8.gpus, c8.max_context) == ("qwen3-235b-a22b", "h200", 64, 393216)

@@ -22,6 +22,7 @@ from nspsim.compare.specs import (
     DEFAULT_ITERS,
     MAIN_PLANNERS,
     MAX_ITERS,
+    VARIANTS,
     CompareConfig,
     PlannerSpec,
     default_planners,
@@ -43,6 +44,7 @@ from nspsim.compare.summary import (
 
 __all__ = [
     "ABLATIONS",
+    "VARIANTS",
     "DEFAULT_FLEXSP_TIME_LIMIT_S",
     "DEFAULT_ITERS",
     "DROPPED_WARN_SHARE",

@@ -14,6 +14,8 @@ A label is one of
 * an NSP ablation (paper section 6.4): ``nsp-no-recompute`` (no tree-level marks: full recomputation
   when memory forces it), ``nsp-no-overlap`` (phase streaming off), ``nsp-greedy`` (the ``greedy``
   planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model");
+* a named variant of a baseline: ``flexsp-artifact`` (``flexsp`` with ``variant="artifact"``: FlexSP
+  as its artifact runs it, beside nspsim's stronger default ``flexsp``);
 
 optionally followed by ``:key=value+key=value`` planner options. How a spec's plans are prepared
 (tree-level recompute marks, optimised issue order) is what its planner declares
@@ -46,6 +48,10 @@ ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "nsp-no-overlap": ("nsp", {}, {"mode": SimMode.NO_STREAM}),
     "nsp-greedy": ("greedy", {}, {}),
     "nsp-attn-fwd": ("nsp", {"proxy": "attn-fwd"}, {}),
+}
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # label: (planner, the options that make the variant)
+    "flexsp-artifact": ("flexsp", {"variant": "artifact"}),
 }
 
 
@@ -94,7 +100,13 @@ def parse_planner_spec(
     base = dict((defaults or {}).get(spec.planner, {}))
     if name in SWEPT_STATIC:  # the label defines its packing and sweeps the degree: defaults cannot change them
         base = {k: v for k, v in base.items() if k not in SWEPT_STATIC_DEFINES}
-    options = {**base, **spec.options, **_parse_options(label, text)}
+    given = _parse_options(label, text)
+    fixed = sorted(set(given) & set(VARIANTS.get(name, ("", {}))[1]))
+    if fixed:
+        raise ValueError(
+            f"planner spec {label!r}: {name} defines {', '.join(fixed)} itself; use {spec.planner} to set it"
+        )
+    options = {**base, **spec.options, **given}
     return replace(spec, label=label, options=options)
 
 
@@ -110,6 +122,10 @@ def _base_spec(label: str, mode: str) -> PlannerSpec:
         planner, options, overrides = ABLATIONS[label]
         _check_registered(planner, label)
         return replace(_declared_spec(label, planner, options, mode), **overrides)
+    if label in VARIANTS:
+        planner, options = VARIANTS[label]
+        _check_registered(planner, label)
+        return _declared_spec(label, planner, dict(options), mode)
     if label in SWEPT_STATIC:
         return _declared_spec(label, "static", dict(SWEPT_STATIC[label]), mode)
     if label.startswith("static-"):
@@ -138,7 +154,7 @@ def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str)
 
 def _check_registered(planner: str, label: str) -> None:
     if planner not in PLANNER_NAMES:
-        known = ", ".join([*PLANNER_NAMES, *SWEPT_STATIC, "static-<d>", *ABLATIONS])
+        known = ", ".join([*PLANNER_NAMES, *SWEPT_STATIC, "static-<d>", *ABLATIONS, *VARIANTS])
         raise ValueError(f"planner {label!r} is not available (known: {known})")
 
 

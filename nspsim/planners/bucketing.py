@@ -9,10 +9,19 @@ from at most ``MAX_CANDIDATES`` distinct lengths (every distinct length when the
 longest distinct lengths always included, since the tail is where padding is expensive). The bucket
 count starts at 16 and doubles while the padding exceeds ``max_padding`` of the tokens (up to 64).
 Trade-off: fewer buckets mean a faster MILP and a larger over-estimate of time and memory.
+
+:func:`bucketize_artifact` is the FlexSP artifact's rule (``bucket_seqs``): start at min(n, 16)
+buckets and add one at a time while the padded total exceeds (tokens + P * B_tok) / 2, i.e. while
+the padding exceeds half the micro-batch's free capacity, with no cap; the DP's layers are built once,
+in order, so each added bucket costs one layer. Reaching n buckets means one per sequence (the
+artifact then solves its per-sequence MILP; one bucket per distinct length is the same MILP, since
+equal sequences are interchangeable).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,29 +64,40 @@ def _candidates(values: IntArray, counts: IntArray) -> tuple[IntArray, IntArray]
     return np.concatenate([low_vals[ends], values[-keep_top:]]), np.concatenate([group_counts, counts[-keep_top:]])
 
 
-def _dp_bounds(values: IntArray, counts: IntArray, buckets: int) -> list[int]:
-    """Indices (into ``values``) of the bucket maxima minimising padding, by DP."""
+def _dp_layers(values: IntArray, counts: IntArray) -> Iterator[tuple[float, list[int]]]:
+    """For 1, 2, ... buckets: the least padding and the indices (into ``values``) of the bucket maxima
+    reaching it, by DP, one layer per added bucket."""
     u = values.size
-    if buckets >= u:
-        return list(range(u))
     n = np.concatenate([[0], np.cumsum(counts)]).astype(np.float64)
     s = np.concatenate([[0], np.cumsum(counts * values.astype(np.float64))])
     lo, hi = np.meshgrid(np.arange(u), np.arange(u), indexing="ij")  # a bucket covers candidates lo..hi
     pad = np.where(lo <= hi, (n[hi + 1] - n[lo]) * values[hi] - (s[hi + 1] - s[lo]), np.inf)
     best = pad[0].copy()  # one bucket ending at j
     choice = [np.zeros(u, dtype=np.int64)]
-    for _ in range(buckets - 1):
+    while True:
+        ends, j = [], u - 1
+        for arg in reversed(choice):
+            ends.append(j)
+            j = int(arg[j]) - 1
+            if j < 0:
+                break
+        yield float(best[u - 1]), sorted(set(ends))
         total = np.concatenate([[np.inf], best[:-1]])[:, None] + pad  # previous bucket ends at lo-1
         arg = np.argmin(total, axis=0)
         best = total[arg, np.arange(u)]
         choice.append(arg)
-    ends, j = [], u - 1
-    for arg in reversed(choice):
-        ends.append(j)
-        j = int(arg[j]) - 1
-        if j < 0:
-            break
-    return sorted(set(ends))
+
+
+def _dp_bounds(values: IntArray, counts: IntArray, buckets: int) -> list[int]:
+    """Indices (into ``values``) of the bucket maxima minimising padding, by DP."""
+    if buckets >= values.size:
+        return list(range(values.size))
+    return next(itertools.islice(_dp_layers(values, counts), buckets - 1, None))[1]
+
+
+def _buckets(arr: IntArray, maxima: IntArray) -> Buckets:
+    of_sample = np.searchsorted(maxima, arr, side="left").astype(np.int64)
+    return Buckets(maxima=maxima.astype(np.int64), of_sample=of_sample, padding=int((maxima[of_sample] - arr).sum()))
 
 
 def bucketize(lengths: npt.ArrayLike, buckets: int = 16, max_padding: float = 0.05) -> Buckets:
@@ -93,3 +113,21 @@ def bucketize(lengths: npt.ArrayLike, buckets: int = 16, max_padding: float = 0.
         if padding <= max_padding * arr.sum() or count >= MAX_BUCKETS or count >= values.size:
             return Buckets(maxima=maxima.astype(np.int64), of_sample=of_sample, padding=padding)
         count *= 2
+
+
+def bucketize_artifact(lengths: npt.ArrayLike, capacity: float, start: int = 16) -> tuple[Buckets, int]:
+    """The FlexSP artifact's bucketing (module doc): the buckets and the artifact's bucket count (n
+    when it falls back to one bucket per sequence). ``capacity`` is the cluster's P * B_tok tokens."""
+    arr = np.asarray(lengths, dtype=np.int64)
+    values, counts = np.unique(arr, return_counts=True)
+    allowed = (capacity - float(arr.sum())) / 2  # padded total <= (tokens + capacity) / 2
+    first = min(arr.size, start)
+    if first >= values.size:  # as many buckets as distinct lengths: no padding
+        return _buckets(arr, values), first
+    cand_vals, cand_counts = _candidates(values, counts)
+    for count, (padding, ends) in enumerate(_dp_layers(cand_vals, cand_counts), start=1):
+        if count >= first and padding <= allowed:
+            return _buckets(arr, cand_vals[ends]), count
+        if count >= cand_vals.size:  # more than MAX_CANDIDATES distinct lengths: one bucket per length
+            break
+    return _buckets(arr, values), arr.size

@@ -51,6 +51,11 @@ class MilpProblem:
     token_budget: float
     upper: float | None = None
     start: tuple[IntArray, IntArray] | None = None  # a feasible point: slot sizes, (slots, buckets) counts
+    slot_limit: dict[int, int] | None = None  # at most this many slots of a size (default P / s)
+
+    def slots_of(self, size: int) -> int:
+        """How many slots (potential groups) of ``size`` the MILP has: P / size, or fewer if limited."""
+        return min(self.num_gpus // size, (self.slot_limit or {}).get(size, self.num_gpus))
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class _Layout:
 
 
 def _layout(p: MilpProblem) -> _Layout:
-    slot_size = np.concatenate([np.full(p.num_gpus // s, s, dtype=np.int64) for s in p.sizes])
+    slot_size = np.concatenate([np.full(p.slots_of(s), s, dtype=np.int64) for s in p.sizes])
     fits = p.lengths[:, None] <= slot_size[None, :] * p.token_budget
     bucket, slot = np.nonzero(fits)
     return _Layout(slot_size, np.stack([bucket, slot], axis=1).astype(np.int64))

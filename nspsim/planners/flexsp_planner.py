@@ -32,22 +32,14 @@ Bucketed sequences count at their bucket's longest length, so the MILP's times a
 conservative; the realised plan places the actual sequences of each bucket on the slots the MILP
 chose, and its proxy Load is evaluated on the actual lengths.
 
-Pruning (same plans, fewer solves): a count's step estimate is the sum of its chunks' micro-batch
-estimates, and each chunk's depends on that chunk alone. :class:`StepFloor` gives, per chunk and
-without solving, a floor no placement FlexSP can make of it goes below: on the forward (likewise
-backward) stage, the busiest GPU carries at least the mean over GPUs holding tokens, which is at
-least ``sum_j min_d d fwd_j(d) / P`` plus the cheapest node latency plus the intercept, and at least
-any one sample's cheapest ``fwd_j(d) + latency(d)`` plus the intercept (``d`` over the allowed sizes
-that hold sample j; groups are disjoint and every sample has >= 1 token); the stage floors go through
-:func:`~nspsim.planners.base.estimate_of`, which is monotone in both. Counts are tried in increasing
-order as before and their chunks longest first; before each solve, the solved chunks' exact
-estimates plus the unsolved chunks' floors are compared with the best step so far, and the count is
-abandoned once that sum exceeds it (by a relative 1e-9, far above rounding). An abandoned count
-could only have lost (its step is at least the sum), and ties still go to the smaller count, so the
-chosen plan is the one the full sweep chooses. Measured (``benchmarks/results/flexsp_speed.md``):
-6.9 of the 15 solves per Figure 7 batch remain (2.3x less CPU), mostly because the longest chunk's
-floor is loose (10-25%: packing and bucketing) while the others' are within a few percent. Trade-off: the
-floors cost a few array passes per count; a plan's ``milp_solves`` now counts the solves made.
+Pruning (same plans, fewer solves): :mod:`~nspsim.planners.flexsp_floor` gives each chunk a floor no
+placement goes below; a count is abandoned once its solved chunks plus the unsolved chunks' floors
+exceed the best step so far, so the chosen plan is the one the full sweep chooses.
+
+Count rule (variant ``nspsim``): counts from the memory minimum, ``count_window`` of them (5) but at
+most ``max_micro_batches``; if none of them plans, further counts are tried one at a time until one
+does (at most one sample per micro-batch), so a batch some count can hold always gets a plan. The
+``artifact`` variant follows the FlexSP artifact's rules instead (:mod:`~nspsim.planners.flexsp_artifact`).
 """
 
 from __future__ import annotations
@@ -67,17 +59,23 @@ from nspsim.planners.base import (
     Preparation,
     Stopwatch,
     check_count_option,
-    estimate_of,
     finish,
     make_context,
-    micro_batch_estimate,
     step_estimate,
 )
-from nspsim.planners.bucketing import MAX_BUCKETS, Buckets, bucketize
+from nspsim.planners.bucketing import MAX_BUCKETS, Buckets, bucketize, bucketize_artifact
+from nspsim.planners.flexsp_artifact import VARIANTS, slot_limits
+from nspsim.planners.flexsp_floor import PRUNE_RTOL, StepFloor, chunk_estimate
 from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
-from nspsim.planners.microbatch import MAX_MICRO_BATCHES, blaster_split, min_micro_batches
+from nspsim.planners.microbatch import (
+    MAX_MICRO_BATCHES,
+    artifact_first_count,
+    blaster_split,
+    blaster_split_artifact,
+    min_micro_batches,
+)
 from nspsim.planners.packing import pack_balanced
-from nspsim.planners.proxy import CostTable, FloatArray, ProxyLoad
+from nspsim.planners.proxy import CostTable
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -87,8 +85,6 @@ MAX_TIME_LIMIT_S = 3600.0
 MAX_WORK_LIMIT = 10**6
 """Largest ``work_limit``: 100,000 times the default (whose solves take ~1 s at 64 GPUs); the time
 limit stops a solve long before."""
-PRUNE_RTOL = 1e-9
-"""A count is abandoned only when its floor exceeds the best step by this relative margin (module doc)."""
 
 
 @dataclass(frozen=True)
@@ -99,13 +95,17 @@ class _Routed:
     degrees: IntArray
     firsts: IntArray
     solution: MilpSolution
+    buckets: int
 
 
 @dataclass(frozen=True, kw_only=True)
 class FlexSPPlanner:
-    """FlexSP: options ``time_limit`` (s per MILP solve, safety net), ``work_limit`` (deterministic
-    work units per solve), ``max_micro_batches``, ``buckets``, ``min_group``, ``solver`` ("highs" or
-    "scip"), ``mip_gap``."""
+    """FlexSP: options ``variant`` ("nspsim", the stronger default, or "artifact": the FlexSP
+    artifact's count, chunk, bucket and slot rules, :mod:`~nspsim.planners.flexsp_artifact`),
+    ``count_window`` (consecutive micro-batch counts tried), ``time_limit`` (s per MILP solve, safety
+    net), ``work_limit`` (deterministic work units per solve), ``max_micro_batches`` (nspsim's cap on
+    the count), ``buckets`` (the first bucket count), ``min_group``, ``solver`` ("highs" or "scip"),
+    ``mip_gap``."""
 
     time_limit: float = DEFAULT_TIME_LIMIT_S
     work_limit: int = DEFAULT_WORK_LIMIT
@@ -114,6 +114,8 @@ class FlexSPPlanner:
     min_group: int | str = "auto"
     solver: str = "highs"
     mip_gap: float = 1e-4
+    variant: str = "nspsim"
+    count_window: int = 5
     name: ClassVar[str] = "flexsp"
     preparation: ClassVar[Preparation] = AS_PLANNED
 
@@ -138,6 +140,14 @@ class FlexSPPlanner:
             raise ValueError(f"option solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         if not isinstance(self.mip_gap, (int, float)) or not 0 <= self.mip_gap < 1:
             raise ValueError(f"option mip_gap must be in [0, 1), got {self.mip_gap!r}")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"option variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        check_count_option("count_window", self.count_window, MAX_MICRO_BATCHES, "each count costs a MILP per chunk")
+        if self.variant == "artifact" and self.max_micro_batches != 5:
+            raise ValueError(
+                "option max_micro_batches does not apply to variant=artifact (the artifact has no cap on the "
+                "count); set count_window, the number of counts tried"
+            )
 
     def check(self, workload: Workload) -> None:
         """An explicit ``min_group`` must be <= spmax (a larger group does not exist there)."""
@@ -159,21 +169,53 @@ class FlexSPPlanner:
     def sweep(self, ctx: Context, *, prune: bool = True) -> tuple[Placement, SweepFacts]:
         """The best count's placement and what the sweep did; ``prune=False`` solves every chunk of
         every count (the same placement, for checks; module doc "Pruning")."""
+        if self.variant == "artifact":
+            return self._sweep_artifact(ctx)
+        n = ctx.table.num_samples
         first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
-        last = min(max(first, min(first + 4, self.max_micro_batches)), ctx.table.num_samples)
+        last = min(max(first, min(first + self.count_window - 1, self.max_micro_batches)), n)
         floor = StepFloor.of(ctx, self.sizes(ctx)) if prune else None
         best: tuple[float, Placement] | None = None
         facts = SweepFacts()
-        for m in range(first, max(first, last) + 1):
+        m = first
+        while m <= last or (best is None and m <= n):  # past the window only until a count plans
             placement = self._try_count(ctx, m, facts, floor, None if best is None else best[0])
             if placement is not None:
                 step = step_estimate(ctx, placement)
                 if best is None or step < best[0]:
                     best = (step, placement)
+            m += 1
         if best is None:
             raise ValueError(
-                f"FlexSP found no plan with {first}..{last} micro-batches under B_tok={ctx.budget}; "
-                "raise max_micro_batches or the token budget"
+                f"FlexSP found no plan with {first}..{n} micro-batches under B_tok={ctx.budget}; raise the token budget"
+            )
+        facts.counts = f"{first}-{m - 1}"
+        return best[1], facts
+
+    def _sweep_artifact(self, ctx: Context) -> tuple[Placement, SweepFacts]:
+        """The artifact's sweep (:mod:`~nspsim.planners.flexsp_artifact`): ``count_window`` counts
+        from its first valid one; the feasible count with the least sum of MILP makespans."""
+        lengths = ctx.table.lengths
+        first = artifact_first_count(lengths, ctx.num_gpus * ctx.budget)
+        last = min(first + self.count_window - 1, ctx.table.num_samples)
+        best: tuple[float, Placement] | None = None
+        facts = SweepFacts(counts=f"{first}-{last}")
+        for m in range(first, last + 1):
+            routed = []
+            for chunk in blaster_split_artifact(lengths, m):
+                r = self._route_chunk(ctx, chunk)
+                if r is None:
+                    break
+                routed.append(r)
+                facts.solves.append(r.solution)
+            else:
+                total = sum(r.solution.makespan for r in routed)
+                if best is None or total < best[0]:
+                    best = (total, _placement(ctx, routed))
+        if best is None:
+            raise ValueError(
+                f"FlexSP (variant=artifact) found no plan with {first}..{last} micro-batches under "
+                f"B_tok={ctx.budget}, as the artifact would not; variant=nspsim tries further counts"
             )
         return best[1], facts
 
@@ -189,6 +231,8 @@ class FlexSPPlanner:
             "milp_work_total": sum(s.work for s in solves),
             "milp_counts_pruned": sweep.counts_pruned,
             "milp_solves_pruned": sweep.solves_pruned,
+            "flexsp_variant": self.variant,
+            "flexsp_counts": sweep.counts,
         }
 
     @property
@@ -223,27 +267,34 @@ class FlexSPPlanner:
             routed.append(r)
             sweep.solves.append(r.solution)
             if floor is not None:
-                exact += _chunk_estimate(ctx, r)
+                exact += chunk_estimate(ctx, r.samples, r.degrees, r.firsts)
         return _placement(ctx, routed)
 
     def _route_chunk(self, ctx: Context, chunk: IntArray) -> _Routed | None:
+        """Bucket the chunk, solve its MILP from the static incumbent (or from nothing when no single
+        size packs it); ``None`` if the MILP finds no placement."""
         lengths = ctx.table.lengths[chunk]
-        buckets = bucketize(lengths, self.buckets)
-        problem = _problem(ctx, buckets, self.sizes(ctx))
+        sizes = self.sizes(ctx)
+        if self.variant == "artifact":
+            buckets, count = bucketize_artifact(lengths, ctx.num_gpus * ctx.budget, self.buckets)
+            limit: dict[int, int] | None = slot_limits(lengths, sizes, ctx.num_gpus, ctx.budget)
+        else:
+            buckets, limit = bucketize(lengths, self.buckets), None
+            count = buckets.maxima.size
+        problem = _problem(ctx, buckets, sizes, limit)
         incumbent = static_incumbent(problem)
-        if incumbent is None:
-            return None
-        bounded = MilpProblem(
-            **{
-                **problem.__dict__,
-                "upper": incumbent.makespan * (1 + 1e-9),
-                "start": (incumbent.slot_sizes, incumbent.assignment),
-            }
-        )
-        run = solve(bounded, solver=self.solver, limits=self.limits)
+        if incumbent is not None:
+            problem = MilpProblem(
+                **{
+                    **problem.__dict__,
+                    "upper": incumbent.makespan * (1 + 1e-9),
+                    "start": (incumbent.slot_sizes, incumbent.assignment),
+                }
+            )
+        run = solve(problem, solver=self.solver, limits=self.limits)
         solved = run.solution
-        if solved is None or solved.makespan >= incumbent.makespan:  # no better than its start: keep the incumbent
-            solved = MilpSolution(
+        if incumbent is not None and (solved is None or solved.makespan >= incumbent.makespan):
+            solved = MilpSolution(  # no better than its start: keep the incumbent
                 incumbent.slot_sizes,
                 incumbent.assignment,
                 incumbent.makespan,
@@ -252,8 +303,10 @@ class FlexSPPlanner:
                 self.solver,
                 run.work,
             )
+        if solved is None:
+            return None
         degrees, firsts = realise(solved, buckets, chunk, ctx.table)
-        return _Routed(chunk, degrees, firsts, solved)
+        return _Routed(chunk, degrees, firsts, solved, count)
 
 
 @dataclass
@@ -264,66 +317,12 @@ class SweepFacts:
     solves: list[MilpSolution] = field(default_factory=list)
     counts_pruned: int = 0
     solves_pruned: int = 0
+    counts: str = ""
 
 
-@dataclass(frozen=True)
-class StepFloor:
-    """Per sorted sample, floors on what it adds to a micro-batch's busiest GPU (module doc
-    "Pruning"): ``work_*`` min over allowed fitting sizes of ``d * cost(d)`` (its share of the GPUs'
-    summed time), ``own_*`` min of ``cost(d) + node latency(d)`` (the time of its own GPUs); the
-    cheapest node latency per pass."""
-
-    ctx: Context
-    work_fwd: FloatArray
-    work_bwd: FloatArray
-    own_fwd: FloatArray
-    own_bwd: FloatArray
-    node_fwd: float
-    node_bwd: float
-
-    @staticmethod
-    def of(ctx: Context, sizes: tuple[int, ...]) -> StepFloor:
-        """Floors of every sample of ``ctx`` over groups of the ``sizes`` that hold it within the budget."""
-        table = ctx.table
-        work_fwd, work_bwd, own_fwd, own_bwd = arrays = [np.full(table.num_samples, np.inf) for _ in range(4)]
-        for d in sizes:
-            fits = table.lengths <= d * table.token_budget
-            fwd, bwd = table.sample_costs(d)
-            lat_fwd, lat_bwd = table.overhead(d)
-            for out, value in zip(arrays, (d * fwd, d * bwd, fwd + lat_fwd, bwd + lat_bwd)):
-                np.minimum(out, np.where(fits, value, np.inf), out=out)
-        latencies = [table.overhead(d) for d in sizes]
-        return StepFloor(
-            ctx,
-            work_fwd,
-            work_bwd,
-            own_fwd,
-            own_bwd,
-            node_fwd=min(lat[0] for lat in latencies),
-            node_bwd=min(lat[1] for lat in latencies),
-        )
-
-    def micro_batch(self, samples: IntArray) -> float:
-        """No FlexSP placement of ``samples`` (sorted-space indices, at least one) as one micro-batch
-        has a step estimate below this."""
-        gpus = self.ctx.num_gpus
-        ifwd, ibwd = self.ctx.table.intercept
-        fwd = max(float(self.work_fwd[samples].sum()) / gpus + self.node_fwd, float(self.own_fwd[samples].max()))
-        bwd = max(float(self.work_bwd[samples].sum()) / gpus + self.node_bwd, float(self.own_bwd[samples].max()))
-        stages = ProxyLoad(d_fwd=np.array([fwd + ifwd]), d_bwd=np.array([bwd + ibwd]), tokens=np.ones(1))
-        return estimate_of(self.ctx, stages)
-
-
-def _chunk_estimate(ctx: Context, r: _Routed) -> float:
-    """The step estimate of one routed chunk as its own micro-batch (what :func:`step_estimate` adds)."""
-    n = ctx.table.num_samples
-    degrees, firsts = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    mask = np.zeros(n, dtype=bool)
-    degrees[r.samples], firsts[r.samples], mask[r.samples] = r.degrees, r.firsts, True
-    return micro_batch_estimate(ctx, degrees, firsts, mask)
-
-
-def _problem(ctx: Context, buckets: Buckets, sizes: tuple[int, ...]) -> MilpProblem:
+def _problem(
+    ctx: Context, buckets: Buckets, sizes: tuple[int, ...], slot_limit: dict[int, int] | None = None
+) -> MilpProblem:
     table = CostTable(ctx.workload.cost, ctx.workload.tree, buckets.maxima, ctx.budget)
     back = np.empty_like(table.order)
     back[table.order] = np.arange(table.order.size)  # table is sorted descending; buckets ascending
@@ -335,6 +334,7 @@ def _problem(ctx: Context, buckets: Buckets, sizes: tuple[int, ...]) -> MilpProb
         sizes=sizes,
         num_gpus=ctx.num_gpus,
         token_budget=float(ctx.budget),
+        slot_limit=slot_limit,
     )
 
 
@@ -346,7 +346,9 @@ def static_incumbent(p: MilpProblem) -> MilpSolution | None:
     for s in p.sizes:
         if p.lengths[-1] > s * p.token_budget:
             continue
-        groups = p.num_gpus // s
+        groups = p.slots_of(s)
+        if groups == 0:
+            continue
         cost = p.time[s][items]
         slots = pack_balanced(cost, p.lengths[items] / s, groups, p.token_budget, p.latency[s])
         if slots is None:
@@ -407,5 +409,6 @@ def _placement(ctx: Context, routed: list[_Routed]) -> Placement:
         "milp_status": ",".join(f"{k}:{v}" for k, v in sorted(statuses.items())),
         "milp_fallbacks": sum(v for k, v in statuses.items() if k.startswith("incumbent")),
         "max_group": int(degrees.max()),
+        "flexsp_buckets": ",".join(str(r.buckets) for r in routed),
     }
     return Placement(degrees, firsts, mbs, meta)

@@ -42,11 +42,12 @@ be set, as Megatron users do to keep headroom. ``min_cp_size`` is Megatron's opt
 
 Mapping onto nspsim, and where it differs: a Megatron micro-batch is one nspsim micro-batch (disjoint
 aligned groups, every rank in exactly one); the degrees are capped at spmax (Megatron's largest group is
-the DP x CP size, P here); with spmax < P a micro-batch whose smallest group is already spmax leaves the
-remaining ranks idle instead of the whole-group fallback, which would need a degree of P. With P a
-power of two and spmax = P the fallback is never reached (the idle ranks are always a multiple of the
-smallest group). New groups open at the lowest free ranks in non-increasing size order (a later sample
-is no longer, so its best degree is no larger), so every group is aligned; the planner checks it.
+the DP x CP size, P here). With spmax < P the doubling step stops once the smallest group is spmax and
+leaves the remaining ranks idle, where Megatron's doubling goes on past spmax; that, not the whole-group
+fallback, is the difference. With P a power of two and spmax = P the fallback is never reached (the
+idle ranks are always a multiple of the smallest group). New groups open at the lowest free ranks in
+non-increasing size order (a later sample is no longer, so its best degree is no larger), so every
+group is aligned; the planner checks it.
 The ``main`` branch's ``BalancedCPScheduler.next_hdp_group`` (``megatron/core/pipeline_parallel/
 hybrid_cp_schedule.py``, ``--hybrid-context-parallel``) runs every sample as its own forward and backward
 (no packing, so no per-micro-batch token sum); it has no counterpart in nspsim's micro-batch model and is

@@ -4,7 +4,16 @@
   sorted order, minimising the largest chunk's token count. Chunks hold similar lengths (low variance
   inside a micro-batch) and even token counts. FlexSP describes a dynamic program; the same optimum
   of this min-max contiguous partition is found exactly by binary search on the largest chunk with a
-  greedy feasibility check (O(n log total) instead of O(m n^2)), which is what runs here.
+  greedy feasibility check (O(n log total) instead of O(m n^2)), which is what runs here. Among
+  the optimal splits, ours makes the *first* chunks as long as the optimum allows.
+* :func:`blaster_split_artifact` - the same optimum with the FlexSP artifact's tie rule (its DP keeps
+  the smallest split index reaching each sub-problem's optimum, so the *last* chunks are as long as
+  possible): sorted ``[10, 1, 1, 1, 1]`` in 3 gives ``[10] [1] [1, 1, 1]`` where ours gives
+  ``[10] [1, 1, 1] [1]``. Found without the O(m n^2) table: walking back from the end, the last chunk
+  of i items in k starts at ``max(k - 1, g)``, g the first start whose suffix fits the sub-problem's
+  optimum (any earlier start exceeds it; the prefix's own optimum is monotone in its length).
+* :func:`artifact_first_count` - the artifact's first micro-batch count: from the memory minimum up
+  until every chunk of its split holds strictly fewer than P * B_tok tokens.
 * :func:`token_split` - used when a nested plan (NSP, greedy) cannot hold the whole batch in one pass:
   deal the sorted samples to m micro-batches balancing tokens, so each holds an even token count and
   a similar mix of long and short samples. (The NSP paper runs one micro-batch; this is the fallback
@@ -46,11 +55,8 @@ def _chunks_needed(tokens: IntArray, cap: int) -> int:
     return count
 
 
-def blaster_split(lengths: IntArray, m: int) -> list[IntArray]:
-    """Contiguous chunks (index arrays into ``lengths``, which is sorted) minimising the largest
-    chunk's tokens; at most ``m`` chunks, exactly ``min(m, n)`` when possible."""
-    n = lengths.size
-    m = max(1, min(m, n))
+def _min_max_chunk(lengths: IntArray, m: int) -> int:
+    """The smallest possible largest-chunk token count of ``lengths`` in at most ``m`` contiguous chunks."""
     lo, hi = int(lengths.max()), int(lengths.sum())
     while lo < hi:
         mid = (lo + hi) // 2
@@ -58,8 +64,49 @@ def blaster_split(lengths: IntArray, m: int) -> list[IntArray]:
             hi = mid
         else:
             lo = mid + 1
-    bounds = _cut(lengths, lo, m)
+    return lo
+
+
+def blaster_split(lengths: IntArray, m: int) -> list[IntArray]:
+    """Contiguous chunks (index arrays into ``lengths``, which is sorted) minimising the largest
+    chunk's tokens; at most ``m`` chunks, exactly ``min(m, n)`` when possible."""
+    n = lengths.size
+    m = max(1, min(m, n))
+    bounds = _cut(lengths, _min_max_chunk(lengths, m), m)
     return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds, bounds[1:])]
+
+
+def blaster_split_artifact(lengths: IntArray, m: int) -> list[IntArray]:
+    """:func:`blaster_split`'s optimum with the FlexSP artifact's tie rule (module doc): exactly
+    ``min(m, n)`` chunks, the later ones as long as possible."""
+    n = lengths.size
+    m = max(1, min(m, n))
+    csum = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    starts, end = [], n
+    for k in range(m, 1, -1):
+        target = _min_max_chunk(lengths[:end], k)
+        first_fit = int(np.searchsorted(csum[:end], csum[end] - target, side="left"))
+        start = max(k - 1, first_fit)
+        starts.append(start)
+        end = start
+    bounds = [0, *reversed(starts), n]
+    return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds, bounds[1:])]
+
+
+def artifact_first_count(lengths: IntArray, capacity: int) -> int:
+    """The FlexSP artifact's first micro-batch count (``get_min_valid_microbatch_num``): from
+    ceil(tokens / capacity) up until every chunk of :func:`blaster_split_artifact` holds strictly
+    fewer than ``capacity`` (P * B_tok) tokens; ``ValueError`` when even one sample per chunk does not."""
+    n = lengths.size
+    if int(lengths.max()) >= capacity:
+        raise ValueError(
+            f"FlexSP (variant=artifact): a sample of {int(lengths.max())} tokens is not below the cluster's "
+            f"P x B_tok = {capacity} tokens, which the artifact's count rule requires"
+        )
+    m = max(1, math.ceil(int(lengths.sum()) / capacity))
+    while m < n and any(int(lengths[c].sum()) >= capacity for c in blaster_split_artifact(lengths, m)):
+        m += 1
+    return min(m, n)
 
 
 def _cut(lengths: IntArray, cap: int, m: int) -> list[int]:

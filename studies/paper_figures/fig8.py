@@ -46,15 +46,23 @@ NAME = "fig8"
 PAPER_SP32 = "static:degree=32+packing=tokens"
 PAPER_SP64 = "static:degree=64+packing=tokens"
 LOAD_SP32 = "static-32"
-PLANNERS = (PAPER_SP32, PAPER_SP64, LOAD_SP32, "flexsp", "nsp")
+PLANNERS = (PAPER_SP32, PAPER_SP64, LOAD_SP32, "flexsp", "flexsp-artifact", "nsp")
 BASELINE = PAPER_SP32
 # Each strategy's short name in the figure, and the paper's decoded bar it stands for (None: not in the paper).
-NAMES = {PAPER_SP32: "SP-32", PAPER_SP64: "SP-64", LOAD_SP32: "SP-32 load-packed", "flexsp": "FlexSP", "nsp": "NSP"}
+NAMES = {
+    PAPER_SP32: "SP-32",
+    PAPER_SP64: "SP-64",
+    LOAD_SP32: "SP-32 load-packed",
+    "flexsp": "FlexSP",
+    "flexsp-artifact": "FlexSP (artifact)",
+    "nsp": "NSP",
+}
 PAPER_KEY: dict[str, str | None] = {
     PAPER_SP32: "static-32",
     PAPER_SP64: "static-64",
     LOAD_SP32: None,
     "flexsp": "flexsp",
+    "flexsp-artifact": "flexsp",
     "nsp": "nsp",
 }
 FULL_ITERS = 5
@@ -72,7 +80,7 @@ CATEGORY_COLORS = ("#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#d62728", "#9467
 
 
 def build_spec(quick: bool, workload: dict[str, Any] | None = None) -> SweepSpec:
-    """The Figure 8 sweep: one point (``workload``, default :data:`WORKLOAD`), the four strategies."""
+    """The Figure 8 sweep: one point (``workload``, default :data:`WORKLOAD`), the strategies of :data:`PLANNERS`."""
     iters = QUICK_ITERS if quick else FULL_ITERS
     run = RunSpec(planners=PLANNERS, iters=iters, baseline=BASELINE)
     return SweepSpec(workload=dict(workload or WORKLOAD), run=run, name=NAME)

@@ -45,6 +45,7 @@ from nspsim.compare import (
     DEFAULT_FLEXSP_TIME_LIMIT_S,
     DEFAULT_ITERS,
     MAX_ITERS,
+    VARIANTS,
     CompareConfig,
     CompareResult,
     PlannerSummary,
@@ -231,7 +232,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="comma-separated planner specs (default: static-best and every registered main planner); "
         f"also static-<d>, static-paper (the paper's Static SP: token packing), the ablations "
-        f"{', '.join(ABLATIONS)}, and options as name:key=value+key=value",
+        f"{', '.join(ABLATIONS)}, the baseline variants {', '.join(VARIANTS)}, and options as "
+        "name:key=value+key=value",
     )
     p.add_argument(
         "--baseline",
