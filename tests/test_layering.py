@@ -18,7 +18,7 @@ GRAPH = import_graph(ROOT, ["nspsim", "runtime", "studies"])
 
 # Layers of nspsim, lowest first. A module may import its own layer and the layers below it, never above.
 NSPSIM_LAYERS: list[tuple[str, ...]] = [
-    ("nspsim.units", "nspsim.options", "nspsim.sp_tree", "nspsim.records", "nspsim.jsonfile"),
+    ("nspsim.units", "nspsim.options", "nspsim.sp_tree", "nspsim.records", "nspsim.jsonfile", "nspsim.output_files"),
     ("nspsim.trace", "nspsim.specs"),
     ("nspsim.cost",),
     ("nspsim.plan",),

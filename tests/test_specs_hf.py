@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nspsim.specs.hf import HF_CONFIGS, hf_config, load_hf_config, resolve_model, spec_from_hf_config
-from nspsim.specs.model import get_model
+from nspsim.specs.model import get_model, ulysses_admits
 from nspsim.workload import WorkloadConfig, build_workload
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"  # sources named in fixtures/hf/README.md
@@ -74,6 +74,42 @@ def test_defaults_head_dim_kv_heads_and_dense_ffn() -> None:
     )
 
 
+def test_omitted_fields_take_transformers_defaults() -> None:
+    """A Qwen3 config without head_dim is built by transformers with Qwen3Config's 128, not hidden / heads
+    (0.6B shapes: hidden 1024, 16 heads); Llama's default is hidden / heads; Qwen2's KV heads default
+    to 32 when omitted, to the head count when null."""
+    small = {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "intermediate_size": 3072}
+    qwen3 = spec_from_hf_config({"model_type": "qwen3", **small, "num_key_value_heads": 8}, name="q3")
+    assert (qwen3.head_dim, qwen3.num_kv_heads, qwen3.vocab) == (128, 8, 151936)
+    llama = spec_from_hf_config({"model_type": "llama", **small}, name="l")
+    assert (llama.head_dim, llama.num_kv_heads, llama.vocab) == (64, 16, 32000)
+    with pytest.raises(ValueError, match="multiple of num_kv_heads"):  # 16 heads cannot share 32 KV heads
+        spec_from_hf_config({"model_type": "qwen2", **small}, name="q2")
+    null_kv = spec_from_hf_config({"model_type": "qwen2", **small, "num_key_value_heads": None}, name="q2")
+    assert null_kv.num_kv_heads == 16
+
+
+@pytest.mark.parametrize(
+    ("config", "windowed"),
+    [
+        ({"model_type": "qwen2_moe", "sliding_window": 0, "use_sliding_window": False}, False),  # Qwen2-MoE's unused 0
+        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}, False),
+        ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 32}, False),  # no layer from 32 on
+        ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 28}, True),
+        ({"model_type": "mistral"}, True),  # Mistral's default window, 4096
+        ({"model_type": "mistral", "sliding_window": None}, False),
+        ({"model_type": "mixtral"}, False),
+        ({"model_type": "qwen3_moe", "use_sliding_window": True}, True),
+    ],
+)
+def test_windows_are_read_as_transformers_reads_them(config: dict, windowed: bool) -> None:
+    if windowed:
+        with pytest.raises(ValueError, match="sliding-window .*is not modelled"):
+            spec_from_hf_config(config, name="w")
+    else:
+        spec_from_hf_config(config, name="w")
+
+
 def _write(tmp_path: Path, text: str, name: str = "config.json") -> str:
     path = tmp_path / name
     path.write_text(text)
@@ -84,7 +120,10 @@ def _write(tmp_path: Path, text: str, name: str = "config.json") -> str:
     ("change", "message"),
     [
         ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
-        ({"hidden_size": None}, "no 'hidden_size'"),
+        ({"hidden_size": 0}, "'hidden_size' must be a positive integer"),
+        ({"use_sliding_window": True}, "sliding-window attention .sliding_window=4096. is not modelled"),
+        ({"attention_dropout": 0.1}, "attention dropout .0.1. is not modelled"),
+        ({"attn_logit_softcapping": 30.0}, "soft-capping"),
         ({"num_attention_heads": "32"}, "must be a positive integer"),
         ({"num_key_value_heads": 5}, "multiple of num_kv_heads"),
         ({"mlp_only_layers": [0]}, "mixing dense and MoE"),
@@ -132,3 +171,30 @@ def test_compare_runs_on_a_config_file(tmp_path: Path, capsys: pytest.CaptureFix
     assert main([*args, "--model", bad]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and bad in err and "model_type" in err, err
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "spmax"),
+    [(28, 4, 4), (6, 6, 2), (48, 6, 2), (32, 4, 32), (64, 4, 64)],
+)
+def test_ulysses_degrees_are_the_ones_the_runtime_can_split(
+    tmp_path: Path, heads: int, kv_heads: int, spmax: int
+) -> None:
+    """Every degree of the SP tree divides the heads (and the KV heads, unless fewer than the degree),
+    as runtime/backends/ulysses.py requires: 28 heads stop at SP4, not SP16."""
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": heads * 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": 64,
+        "intermediate_size": 256,
+        "vocab_size": 100,
+    }
+    path = _write(tmp_path, json.dumps(config))
+    workload = build_workload(WorkloadConfig(model=path, cluster="h100", gpus=64))
+    assert workload.tree.spmax == spmax
+    assert all(ulysses_admits(heads, kv_heads, d) for d in workload.tree.degrees)
+    ring = build_workload(WorkloadConfig(model=path, cluster="h100", gpus=64, backend="ring"))
+    assert ring.tree.spmax == 64  # ring splits the sequence, not the heads

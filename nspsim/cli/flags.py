@@ -15,10 +15,12 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 from nspsim.jsonfile import dumps_json
+from nspsim.output_files import commit_files
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS
@@ -205,16 +207,20 @@ def _probe_writable(path: Path, flag: str, text: str) -> None:
 
 def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str] | None = None) -> None:
     """Write ``text`` to ``path`` (checked by :func:`output_file`) and each of ``siblings`` (suffix ->
-    text) beside it as ``path.with_suffix(suffix)``; none beside a character device such as /dev/null.
-    A failure this late (a full disk) is one line that names ``flag``."""
-    targets = [(path, text)]
-    if _regular_target(path):
-        targets += [(path.with_suffix(suffix), body) for suffix, body in (siblings or {}).items()]
-    for target, body in targets:
+    text) beside it as ``path.with_suffix(suffix)``, as one set (:func:`nspsim.output_files.commit_files`:
+    a failure this late, e.g. a full disk, leaves the earlier files as they were and is one line that
+    names ``flag``); a character device such as /dev/null gets ``text`` in place and nothing beside it."""
+    if not _regular_target(path):
         try:
-            target.write_text(body)
+            path.write_text(text)
         except OSError as exc:
-            raise ValueError(f"{flag} {path}: cannot write {target} ({exc.strerror})") from None
+            raise ValueError(f"{flag} {path}: cannot write ({exc.strerror})") from None
+        return
+    bodies = {path: text, **{path.with_suffix(suffix): body for suffix, body in (siblings or {}).items()}}
+    try:
+        commit_files({target: partial(Path.write_text, data=body) for target, body in bodies.items()})
+    except ValueError as exc:
+        raise ValueError(f"{flag} {path}: {exc}") from None
 
 
 def shown(text: str) -> str:

@@ -15,6 +15,7 @@ option for an unknown or invalid option. Every plan's metadata holds ``planning_
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import Any
 
@@ -55,10 +56,12 @@ def get_planner(name: str, **options: Any) -> Planner:
     """The planner ``name`` configured with ``options`` (see each planner's class for its options)."""
     cls = _planner_class(name)
     known = planner_options(name)
-    for key in options:
+    for key, value in options.items():
         if key not in known:
             listed = ", ".join(known) if known else "none"
             raise ValueError(f"planner {name!r} has no option {key!r} (options: {listed})")
+        if isinstance(value, float) and not math.isfinite(value):  # TOML and JSON specs can spell nan and inf
+            raise ValueError(f"planner {name!r} option {key}={value!r} is not a finite number")
     planner: Planner = cls(**options)
     return planner
 

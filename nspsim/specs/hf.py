@@ -3,20 +3,23 @@
 A transformers model is described by its config: a flat JSON object (``hidden_size``,
 ``num_hidden_layers``, ``num_attention_heads``, ...). :func:`spec_from_hf_config` reads the fields a
 :class:`~nspsim.specs.model.ModelSpec` needs from such a mapping, so the planners and the simulator see
-the shapes of a user's model: hidden size, layers, attention and KV heads, head dimension (the
-config's ``head_dim`` or ``hidden_size / num_attention_heads``), vocabulary, tied embeddings, the dense
+the shapes of a user's model: hidden size, layers, attention and KV heads, head dimension,
+vocabulary, tied embeddings, the dense
 FFN width (``intermediate_size``) or, for MoE models, experts, top-k, expert and shared-expert widths.
-QK-norm follows the architecture (``model_type``): Qwen3 has it, Llama, Mistral, Qwen2 and Mixtral
-do not. :func:`resolve_model` is how a workload names its model: a preset name, one of the
-:data:`HF_PRESETS` (the tiny transformers models the runtime trains, whose configs are written here
-so that nspsim and the runtime build from the same values), or the path of a ``config.json``.
+A field the config omits takes transformers' own default for its architecture, and attention
+features nspsim does not model (sliding windows, soft-capping, attention dropout) are refused with
+the runtime's phrase (:mod:`nspsim.specs.hf_defaults`). QK-norm follows the architecture
+(``model_type``): Qwen3 has it, Llama, Mistral, Qwen2 and Mixtral do not. :func:`resolve_model` is how
+a workload names its model: a preset name, one of the :data:`HF_PRESETS` (the tiny transformers models the
+runtime trains, whose configs are written here so that nspsim and the runtime build from the same values), or
+the path of a ``config.json``.
 
-Trade-off: the spec is a uniform decoder (every layer the same), so configs that mix dense and MoE
-layers (``decoder_sparse_step`` > 1, ``mlp_only_layers``, ``first_k_dense_replace``), or that the
-spec cannot describe, are refused with a one-line ``ValueError`` rather than approximated; attention
-biases and other small per-architecture extras are not counted (under 0.1% of the parameters of the
-published Qwen3 configs). A spec read from a file is named by the path as given, so a plan made for
-it resolves the same file again.
+Trade-off: the spec is a uniform decoder (every layer the same), so configs that mix dense and MoE layers
+(``decoder_sparse_step`` > 1, ``mlp_only_layers``, ``first_k_dense_replace``), or that the spec cannot
+describe, are refused with a one-line ``ValueError`` rather than approximated; attention biases, Qwen2-MoE's
+scalar shared-expert gate and other small per-architecture extras are not counted (under 0.1% of the
+parameters of the published Qwen3 configs). A spec read from a file is named by the path as given, so a plan
+made for it resolves the same file again.
 """
 
 from __future__ import annotations
@@ -26,21 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.jsonfile import read_json
+from nspsim.specs.hf_defaults import EXPERT_KEYS, QK_NORM, normalised, unsupported_attention
 from nspsim.specs.model import MODEL_PRESETS, ModelSpec, MoESpec, get_model
 
-QK_NORM_ARCHITECTURES: Mapping[str, bool] = {
-    "qwen3": True,
-    "qwen3_moe": True,
-    "qwen2": False,
-    "qwen2_moe": False,
-    "llama": False,
-    "mistral": False,
-    "mixtral": False,
-}
+QK_NORM_ARCHITECTURES = QK_NORM
 """The ``model_type`` values read, and whether the architecture normalises Q and K per head."""
-
-_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-_EXPERT_FFN_KEYS = ("moe_intermediate_size",)
 
 
 def _qwen3_tiny() -> dict[str, Any]:
@@ -97,15 +90,11 @@ def _int(config: Mapping[str, Any], key: str, where: str, default: int | None = 
     return value
 
 
-def _first_key(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
-    return next((k for k in keys if config.get(k) not in (None, 0)), None)
-
-
-def _moe(config: Mapping[str, Any], where: str) -> MoESpec | None:
+def _moe(model_type: str, config: Mapping[str, Any], where: str) -> MoESpec | None:
     """The MoE part of a config, or None for a dense model; uniform MoE layers only."""
-    experts_key = _first_key(config, _EXPERT_KEYS)
-    if experts_key is None:
+    if model_type not in EXPERT_KEYS:
         return None
+    experts_key, ffn_key = EXPERT_KEYS[model_type]
     if (
         config.get("decoder_sparse_step", 1) not in (1, None)
         or config.get("mlp_only_layers")
@@ -115,7 +104,6 @@ def _moe(config: Mapping[str, Any], where: str) -> MoESpec | None:
             f"{where}: layers mixing dense and MoE FFNs (decoder_sparse_step, mlp_only_layers, "
             "first_k_dense_replace) are not supported; the spec describes one uniform layer"
         )
-    ffn_key = _first_key(config, _EXPERT_FFN_KEYS) or "intermediate_size"  # Mixtral: intermediate_size
     shared = config.get("shared_expert_intermediate_size") or 0
     sizes = {
         "num_experts": _int(config, experts_key, where),
@@ -139,17 +127,24 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
         raise ValueError(
             f"{name}: model_type {model_type!r} is not supported (supported: {', '.join(QK_NORM_ARCHITECTURES)})"
         )
+    config = normalised(model_type, config)  # transformers' defaults and rules (nspsim.specs.hf_defaults)
+    feature = unsupported_attention(config)
+    if feature is not None:
+        raise ValueError(
+            f"{name}: {feature} is not modelled (nspsim simulates full causal attention; the NSP runtime "
+            f"refuses it too: 'the NSP attention bridge does not support {feature}')"
+        )
     heads = _int(config, "num_attention_heads", name)
     hidden = _int(config, "hidden_size", name)
-    moe = _moe(config, name)
+    moe = _moe(model_type, config, name)
     try:
         return ModelSpec(
             name=name,
             num_layers=_int(config, "num_hidden_layers", name),
             hidden=hidden,
             num_heads=heads,
-            num_kv_heads=_int(config, "num_key_value_heads", name, default=heads),
-            head_dim=_int(config, "head_dim", name, default=hidden // heads),
+            num_kv_heads=_int(config, "num_key_value_heads", name),
+            head_dim=_int(config, "head_dim", name),
             vocab=_int(config, "vocab_size", name),
             dense_ffn=0 if moe is not None else _int(config, "intermediate_size", name),
             moe=moe,

@@ -30,6 +30,16 @@ class MoESpec:
             raise ValueError(f"MoE top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
 
 
+def ulysses_admits(num_heads: int, num_kv_heads: int, degree: int) -> bool:
+    """Whether Ulysses SP at ``degree`` can split the heads as the runtime splits them (the runtime's
+    backend asks this too): a power of two dividing the attention heads, and the KV heads too unless
+    there are fewer of them than ``degree`` (each rank then holds a replica of one). Ring attention
+    splits the sequence, not the heads, and admits any degree."""
+    if not is_power_of_two(degree) or num_heads % degree:
+        return False
+    return num_kv_heads < degree or num_kv_heads % degree == 0
+
+
 def causal_attention_flops(sum_sq_lengths: float, q_width: int) -> float:
     """Forward causal attention-core FLOPs for samples with sum of L_j^2 given, over ``q_width``
     (query heads x head dim) columns.
@@ -184,15 +194,17 @@ class ModelSpec:
 
     @property
     def max_ulysses_degree(self) -> int:
-        """Largest power of two <= num_heads: the largest admissible Ulysses SP degree."""
+        """The largest admissible Ulysses SP degree: the largest power of two such that it and every
+        smaller one are admissible (:meth:`admissible_degree`), since an SP tree holds every power
+        of two up to its spmax. 28 heads: 4; 6 heads: 2."""
         deg = 1
-        while deg * 2 <= self.num_heads:
+        while self.admissible_degree(deg * 2):
             deg *= 2
         return deg
 
     def admissible_degree(self, degree: int) -> bool:
-        """Whether Ulysses SP at ``degree`` is admissible (power of two <= num_heads)."""
-        return is_power_of_two(degree) and degree <= self.num_heads
+        """Whether Ulysses SP at ``degree`` can split this model's heads (:func:`ulysses_admits`)."""
+        return ulysses_admits(self.num_heads, self.num_kv_heads, degree)
 
     def kv_heads_at(self, degree: int) -> int:
         """KV heads per rank after the Ulysses all-to-all; replicated when degree > num_kv_heads."""

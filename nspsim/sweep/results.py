@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from nspsim.compare.specs import SWEPT_STATIC
 from nspsim.jsonfile import dumps_json
+from nspsim.output_files import commit_files
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sweep.engine import PointInfo, SweepPlan, degree_label
 from nspsim.workload import WorkloadConfig
@@ -311,16 +312,22 @@ def write_results(
     out_dir: Path, rows: list[dict[str, Any]], summary: list[dict[str, Any]], config: dict[str, Any]
 ) -> dict[str, Path]:
     """Write the results, the summary (Parquet and CSV) and the resolved config into ``out_dir``
-    (which the caller chose); returns the paths by name."""
+    (which the caller chose) as one set (:func:`nspsim.output_files.commit_files`: all or none
+    replace the earlier ones); returns the paths by name."""
+    config_text = dumps_json(config, what="sweep config", indent=2) + "\n"  # an unserialisable value fails first
+    results_table, summary_table = table(rows, ROW_SCHEMA), table(summary, SUMMARY_SCHEMA)
     paths = {
         "results_path": out_dir / RESULTS_FILE,
         "summary_path": out_dir / SUMMARY_FILE,
         "summary_csv_path": out_dir / SUMMARY_CSV,
         "config_path": out_dir / CONFIG_FILE,
     }
-    pq.write_table(table(rows, ROW_SCHEMA), paths["results_path"])
-    summary_table = table(summary, SUMMARY_SCHEMA)
-    pq.write_table(summary_table, paths["summary_path"])
-    pd.DataFrame(summary_table.to_pandas()).to_csv(paths["summary_csv_path"], index=False)
-    paths["config_path"].write_text(dumps_json(config, what="sweep config", indent=2) + "\n")
+    commit_files(
+        {
+            paths["results_path"]: lambda path: pq.write_table(results_table, path),
+            paths["summary_path"]: lambda path: pq.write_table(summary_table, path),
+            paths["summary_csv_path"]: lambda path: pd.DataFrame(summary_table.to_pandas()).to_csv(path, index=False),
+            paths["config_path"]: lambda path: path.write_text(config_text),
+        }
+    )
     return paths

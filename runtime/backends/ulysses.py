@@ -26,6 +26,7 @@ from torch import Tensor
 
 from nspsim.execution.shards import NodeShards, ulysses_gather_order
 from nspsim.specs.backend import SPBackend
+from nspsim.specs.model import ulysses_admits
 from runtime.backends.base import ExecContext, NodeTask, keep_rows, kept_state, merge_kept, node_index, select_rows
 from runtime.groups import Pending
 
@@ -56,7 +57,7 @@ class UlyssesBackend:
         self.num_kv_heads = num_kv_heads
 
     def _check(self, degree: int) -> None:
-        if self.num_heads % degree or max(self.num_kv_heads, degree) % degree:
+        if not ulysses_admits(self.num_heads, self.num_kv_heads, degree):
             raise ValueError(f"Ulysses degree {degree} must divide the {self.num_heads} attention heads")
 
     def _replicas(self, degree: int) -> int:

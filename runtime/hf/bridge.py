@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nspsim.specs.hf_defaults import unsupported_attention
 from runtime.hf import require_transformers
 from runtime.model import AttentionFn
 
@@ -201,22 +202,12 @@ def check_model(model: Any) -> None:
     """Refuse, from its config and modules, a transformers model (an ``nn.Module`` with a ``config``)
     whose attention the bridge cannot run exactly (one-line ``ValueError``)."""
     config = model.config
-    if not getattr(config, "is_causal", True):
-        raise unsupported("non-causal (bidirectional) attention (config.is_causal is False)")
-    layer_types = set(getattr(config, "layer_types", None) or ())
-    if layer_types & {"sliding_attention", "chunked_attention"}:
-        raise unsupported(f"sliding-window or chunked attention (layer_types {sorted(layer_types)})")
-    window = getattr(config, "sliding_window", None)
-    if window is not None or getattr(config, "use_sliding_window", False):  # configs set it None when unused
-        raise unsupported(f"sliding-window attention (sliding_window={window})")
-    if getattr(config, "attention_chunk_size", None) is not None:
-        raise unsupported("chunked attention (attention_chunk_size)")
-    if getattr(config, "attn_logit_softcapping", None) is not None:
-        raise unsupported("attention logit soft-capping (attn_logit_softcapping)")
+    # the config's attention features, read by the rule nspsim reads a config.json by (one phrase each)
+    feature = unsupported_attention({**config.to_dict(), "is_causal": getattr(config, "is_causal", True)})
+    if feature is not None:
+        raise unsupported(feature)
     if any(hasattr(m, "sinks") for m in model.modules()):
         raise unsupported("attention sinks")
-    if float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0.0:
-        raise unsupported(f"attention dropout ({config.attention_dropout})")
     if getattr(config, "output_router_logits", False):
         raise unsupported(
             "MoE router logits / auxiliary loss (output_router_logits), which need batch-global statistics"

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 import torch
 
+from nspsim.output_files import OutputLock
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.specs.memory import MemoryModel
@@ -156,10 +157,15 @@ class Outputs:
     beside it (no ``.partial`` file could be renamed over a device, nor should one be)."""
 
     def __init__(
-        self, records: TextIO | None = None, plans: TextIO | None = None, targets: tuple[Path, ...] = ()
+        self,
+        records: TextIO | None = None,
+        plans: TextIO | None = None,
+        targets: tuple[Path, ...] = (),
+        lock: OutputLock | None = None,
     ) -> None:
         self._records, self._plans = records, plans
         self._targets = targets
+        self._lock = lock
         self._steps = 0
 
     @classmethod
@@ -174,8 +180,10 @@ class Outputs:
             return cls(targets[0].open("w"))
         records, config, plans = (partial_path(t) for t in targets)
         records.parent.mkdir(parents=True, exist_ok=True)
+        # one run per records file: a second one would share these .partial names (nspsim.output_files)
+        lock = OutputLock(records.parent, targets[0].name, what="runtime.train run with these --records")
         config.write_text(json.dumps(resolved_config(args, d, workload), indent=1, sort_keys=True))
-        return cls(records.open("w"), plans.open("w"), targets)
+        return cls(records.open("w"), plans.open("w"), targets, lock)
 
     def emit(self, line: str, plan: Plan) -> None:
         """Append the step's record and executed plan, then print its summary line (in that order, so
@@ -207,3 +215,5 @@ class Outputs:
                 os.replace(partial_path(target), target)
             elif self._steps == 0:
                 partial_path(target).unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.release()

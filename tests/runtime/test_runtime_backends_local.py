@@ -189,3 +189,18 @@ def test_every_sp_backend_has_a_registered_runtime_backend() -> None:
 def test_recompute_modes_are_the_cli_choices() -> None:
     assert RECOMPUTE_CHOICES == ("plan", "all", "none")
     assert ExecOptions(recompute="all").recompute is RecomputeMode.ALL
+
+
+def test_the_ulysses_backend_admits_the_degrees_nspsim_plans_with() -> None:
+    """One rule (nspsim.specs.model.ulysses_admits) for the planner's tree and the runtime's backend."""
+    from nspsim.specs.model import ulysses_admits
+    from runtime.backends.ulysses import UlyssesBackend
+
+    for heads, kv in [(28, 4), (6, 6), (48, 6), (32, 8)]:
+        backend = UlyssesBackend(num_heads=heads, num_kv_heads=kv)
+        for degree in (1, 2, 4, 8, 16):
+            if ulysses_admits(heads, kv, degree):
+                backend._check(degree)
+            else:
+                with pytest.raises(ValueError, match=f"Ulysses degree {degree} must divide"):
+                    backend._check(degree)

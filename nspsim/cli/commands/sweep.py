@@ -30,7 +30,18 @@ from tqdm import tqdm
 
 from nspsim.cli.commands.plot import write_report
 from nspsim.cli.flags import emit, positive_int, warn
-from nspsim.sweep import Cache, build_rows, execute, load_spec, plan_sweep, resolved_config, summarise, write_results
+from nspsim.output_files import output_lock
+from nspsim.sweep import (
+    Cache,
+    SweepSpec,
+    build_rows,
+    execute,
+    load_spec,
+    plan_sweep,
+    resolved_config,
+    summarise,
+    write_results,
+)
 from nspsim.sweep.engine import ENGINES, ray_module
 from nspsim.sweep.work import UnitOutcome
 
@@ -65,6 +76,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.engine == "ray":
         ray_module()  # a missing extra fails before any work
     out = output_dir(args.output, args.spec)
+    with output_lock(out, "sweep", what="nspsim sweep"):
+        return _run(args, spec, out, started)
+
+
+def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -> int:
+    """The sweep into ``out`` (whose lock the caller holds)."""
     cache = Cache(out / "cache")
     plan = plan_sweep(spec, cache, force=args.force)
     for point in plan.points:

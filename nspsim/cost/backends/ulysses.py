@@ -57,5 +57,6 @@ class UlyssesCost(BackendCost):
         return c.alltoall_latency(degree)
 
     def max_degree(self, model: ModelSpec, num_gpus: int) -> int:
-        """Heads are split over the group: at most the largest power of two <= the attention heads."""
+        """Heads are split over the group: the largest degree that, with every smaller power of two,
+        splits them (:attr:`~nspsim.specs.model.ModelSpec.max_ulysses_degree`)."""
         return min(num_gpus, model.max_ulysses_degree)

@@ -1,0 +1,215 @@
+"""What transformers makes of a ``config.json``: its defaults for the fields a config omits, and the
+rules its config classes and attention modules apply, for the architectures nspsim reads.
+
+nspsim reads the JSON without importing transformers, but a model is what transformers builds from
+it, so every fact is taken as transformers takes it:
+
+* :data:`HF_DEFAULTS` - the dataclass field defaults of transformers 5.24.0's ``Qwen3Config``,
+  ``Qwen3MoeConfig``, ``Qwen2Config``, ``Qwen2MoeConfig``, ``LlamaConfig``, ``MistralConfig`` and
+  ``MixtralConfig`` (``src/transformers/models/<type>/configuration_<type>.py``) for the fields read
+  here; a field the JSON omits takes this value. A Qwen3 config without ``head_dim`` is thus built
+  with 128, not hidden / heads.
+* :func:`normalised` - the rules applied after the defaults: ``num_key_value_heads`` null means one KV
+  head per query head; ``head_dim`` null or absent where the class has no such field (Qwen2,
+  Qwen2-MoE, Qwen3-MoE) means hidden / heads, as their attention modules read it; the sliding window
+  is kept only when ``use_sliding_window`` is true (Qwen2/Qwen3/Qwen3-MoE keep null otherwise,
+  Qwen2-MoE 0), and Qwen2/Qwen3/Qwen2-MoE derive ``layer_types`` from it as their classes do.
+* :func:`unsupported_attention` - the attention features the NSP runtime cannot run and nspsim does
+  not model (sliding-window or chunked attention, logit soft-capping, attention dropout, non-causal
+  attention), as the phrase the runtime's one-line error uses (``runtime/hf/bridge.py`` calls it on
+  transformers' own config, nspsim on :func:`normalised`). A window is read per layer as the
+  attention modules read it: from ``layer_types`` where the class has them, else ``sliding_window``
+  itself (Mistral, Mixtral, Qwen3-MoE).
+
+``tests/runtime/test_hf_defaults.py`` checks the table and the rules against the installed
+transformers (the configs it builds and the parameters of the models it builds on the meta device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_QWEN_DENSE = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 151936,
+    "intermediate_size": 22016,
+    "tie_word_embeddings": False,
+    "sliding_window": 4096,
+    "use_sliding_window": False,
+    "max_window_layers": 28,
+    "layer_types": None,
+    "attention_dropout": 0.0,
+    "max_position_embeddings": 32768,
+}
+_MISTRAL = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": None,
+    "vocab_size": 32000,
+    "intermediate_size": 14336,
+    "tie_word_embeddings": False,
+    "attention_dropout": 0.0,
+    "max_position_embeddings": 131072,
+}
+HF_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "qwen3": {**_QWEN_DENSE, "head_dim": 128},
+    "qwen2": _QWEN_DENSE,
+    "qwen3_moe": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "vocab_size": 151936,
+        "intermediate_size": 6144,
+        "tie_word_embeddings": False,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": None,
+        "sliding_window": 4096,
+        "use_sliding_window": False,
+        "attention_dropout": 0.0,
+        "max_position_embeddings": 32768,
+    },
+    "qwen2_moe": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "vocab_size": 151936,
+        "intermediate_size": 5632,
+        "tie_word_embeddings": False,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": None,
+        "sliding_window": 4096,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+        "layer_types": None,
+        "attention_dropout": 0.0,
+        "max_position_embeddings": 32768,
+    },
+    "llama": {
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "vocab_size": 32000,
+        "intermediate_size": 11008,
+        "tie_word_embeddings": False,
+        "attention_dropout": 0.0,
+        "max_position_embeddings": 2048,
+    },
+    "mistral": {**_MISTRAL, "sliding_window": 4096},
+    "mixtral": {**_MISTRAL, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None},
+}
+"""Per ``model_type``, transformers' default of every field read here that its config class has."""
+
+NULLABLE: Mapping[str, frozenset[str]] = {
+    "qwen3": frozenset({"num_key_value_heads"}),
+    "qwen2": frozenset({"num_key_value_heads"}),
+    "qwen2_moe": frozenset(),
+    "qwen3_moe": frozenset(),
+    "llama": frozenset({"num_key_value_heads", "head_dim"}),
+    "mistral": frozenset({"head_dim"}),
+    "mixtral": frozenset({"head_dim"}),
+}
+"""Of ``num_key_value_heads`` and ``head_dim``, the ones a config may set to null: their field is
+``int | None`` in the config class and the class replaces null (one KV head per query head, hidden /
+heads). transformers refuses null for an ``int`` field; Qwen2-MoE's KV heads, and the ``head_dim`` of
+Qwen2, Qwen2-MoE and Qwen3-MoE (which have no such field), reach the attention module as null, which
+cannot build with it."""
+
+EXPERT_KEYS: Mapping[str, tuple[str, str]] = {
+    "qwen3_moe": ("num_experts", "moe_intermediate_size"),
+    "qwen2_moe": ("num_experts", "moe_intermediate_size"),
+    "mixtral": ("num_local_experts", "intermediate_size"),
+}
+"""The MoE architectures: the fields holding their expert count and each expert's FFN width (Mixtral's
+experts are ``intermediate_size`` wide; a ``moe_intermediate_size`` in its config is ignored, as
+transformers ignores it)."""
+
+QK_NORM: Mapping[str, bool] = {
+    "qwen3": True,
+    "qwen3_moe": True,
+    "qwen2": False,
+    "qwen2_moe": False,
+    "llama": False,
+    "mistral": False,
+    "mixtral": False,
+}
+"""The architectures read, and whether each normalises Q and K per head."""
+
+
+WINDOW_BY_LAYER_TYPE = frozenset({"qwen2", "qwen3", "qwen2_moe"})
+"""Architectures whose attention modules take the window only on layers ``layer_types`` marks
+sliding (their ``sliding_window`` alone, e.g. Qwen2-MoE's 0, is not a window, nor is a sliding layer
+whose window is null)."""
+NO_WINDOW = frozenset({"llama"})
+"""Architectures whose attention never reads ``sliding_window`` (a value in the config is ignored).
+Any other architecture (Mistral, Mixtral, Qwen3-MoE, and models the runtime wraps that are not
+listed here) attends within ``sliding_window`` on every layer when it is set."""
+
+
+def normalised(model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (a ``config.json`` of a :data:`QK_NORM` architecture) as transformers holds it:
+    defaults filled in and the rules of the module doc applied; ``ValueError`` for a null that
+    transformers refuses (:data:`NULLABLE`)."""
+    for key in ("num_key_value_heads", "head_dim"):
+        if key in config and config[key] is None and key not in NULLABLE[model_type]:
+            raise ValueError(f"{key!r} is null, which transformers cannot build a {model_type} model with")
+    out = {**HF_DEFAULTS[model_type], **config}
+    heads, hidden = out.get("num_attention_heads"), out.get("hidden_size")
+    if out.get("num_key_value_heads") is None:
+        out["num_key_value_heads"] = heads
+    if out.get("head_dim") is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        out["head_dim"] = hidden // heads
+    use = bool(out.get("use_sliding_window", False))
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        out["sliding_window"] = out.get("sliding_window") if use else None
+    elif model_type == "qwen2_moe":
+        out["sliding_window"] = out.get("sliding_window") if use else 0
+    layers = out.get("num_hidden_layers")
+    if out.get("layer_types") is None and isinstance(layers, int) and 0 < layers <= 1_000_000:
+        window, top = out.get("sliding_window"), out.get("max_window_layers", 0)
+        if model_type in ("qwen2", "qwen3"):
+            out["layer_types"] = [_kind(window is not None and i >= top) for i in range(layers)]
+        elif model_type == "qwen2_moe":
+            out["layer_types"] = [_kind(bool((i + 1) % 2) and i < top and use) for i in range(layers)]
+    return out
+
+
+def _kind(sliding: bool) -> str:
+    return "sliding_attention" if sliding else "full_attention"
+
+
+def unsupported_attention(config: Mapping[str, Any]) -> str | None:
+    """The attention feature of a normalised config that NSP cannot run (the runtime's phrase), or
+    ``None`` (module doc)."""
+    if config.get("is_causal", True) is False:
+        return "non-causal (bidirectional) attention (config.is_causal is False)"
+    kinds = set(config.get("layer_types") or ())
+    window = config.get("sliding_window")
+    if "chunked_attention" in kinds or ("sliding_attention" in kinds and window is not None):
+        return f"sliding-window or chunked attention (layer_types {sorted(kinds)}, sliding_window={window})"
+    if config.get("model_type") not in WINDOW_BY_LAYER_TYPE | NO_WINDOW and window is not None:
+        return f"sliding-window attention (sliding_window={window})"
+    if config.get("attention_chunk_size") is not None:
+        return "chunked attention (attention_chunk_size)"
+    if config.get("attn_logit_softcapping") is not None:
+        return "attention logit soft-capping (attn_logit_softcapping)"
+    dropout = config.get("attention_dropout", 0.0) or 0.0
+    if isinstance(dropout, (int, float)) and dropout > 0.0:
+        return f"attention dropout ({dropout})"
+    return None
