@@ -15,6 +15,7 @@ safe to delete piecemeal, at the cost of inode count for very large sweeps.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -24,6 +25,38 @@ from nspsim.jsonfile import dumps_json
 from nspsim.plan import Plan
 
 RECORD_SCHEMA = "nspsim-sweep-sim/1"
+_NUMBERS = {"step_time_s": True, "planning_time_s": False, "load_over_lower_bound": True}  # name -> may be null
+_TEXTS = ("recompute_policy", "plan_hash")
+
+
+def record_problem(record: Any) -> str | None:
+    """Why a simulation record read from a cache file cannot be used (a missing field, a value of the
+    wrong type, a negative or non-finite number), or ``None``; the one place a cached record's
+    numbers enter a sweep."""
+    if not isinstance(record, dict):
+        return "not an object"
+    if "ineligible" in record:
+        return None if isinstance(record["ineligible"], str) else "'ineligible' is not text"
+    for name, nullable in _NUMBERS.items():
+        value = record.get(name)
+        if value is None and nullable and name in record:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"{name!r} is {value!r}, not a finite number >= 0"
+    if not isinstance(record.get("oom"), bool):
+        return f"'oom' is {record.get('oom')!r}, not true or false"
+    count = record.get("num_micro_batches")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return f"'num_micro_batches' is {count!r}, not a count"
+    if any(not isinstance(record.get(name), str) for name in _TEXTS):
+        return f"{', '.join(_TEXTS)} must be text"
+    breakdown = record.get("breakdown_s", {})
+    if not isinstance(breakdown, dict) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+        for v in breakdown.values()
+    ):
+        return "'breakdown_s' must map categories to finite seconds >= 0"
+    return None
 
 
 class Cache:
@@ -31,6 +64,7 @@ class Cache:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self.rejected: list[tuple[Path, str]] = []  # entries that parsed but could not be used, and why
 
     def _path(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / f"{key}.json"
@@ -46,14 +80,20 @@ class Cache:
         return text
 
     def sim_record(self, key: str) -> dict[str, Any] | None:
-        """The cached simulation record of ``key``, else ``None`` (missing or unreadable)."""
+        """The cached simulation record of ``key``, else ``None`` (missing, unreadable, or a record
+        :func:`record_problem` refuses: that one is noted in :attr:`rejected` and recomputed)."""
+        path = self._path("sims", key)
         try:
-            data = json.loads(self._path("sims", key).read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA or data.get("key") != key:
             return None
         record = data.get("record")
+        problem = record_problem(record)
+        if problem is not None:
+            self.rejected.append((path, problem))
+            return None
         return record if isinstance(record, dict) else None
 
     def put_plan(self, key: str, text: str) -> None:

@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+import select
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -225,19 +229,90 @@ def execute(
             on_outcome(outcome)
 
 
-def _pool(tasks: list[UnitTask], jobs: int) -> Iterator[UnitOutcome]:
+WORKER_DIED = (
+    "the worker process running this unit died (killed by a signal, e.g. the out-of-memory killer); "
+    "rerun the sweep to retry it"
+)
+
+
+def _pool(tasks: list[UnitTask], jobs: int, run: Callable[[UnitTask], UnitOutcome] = run_unit) -> Iterator[UnitOutcome]:
+    """Run ``tasks`` on a process pool (``run``: a module-level function workers import by name).
+
+    A worker that dies (the out-of-memory killer, a signal) breaks the whole pool, failing every
+    unfinished unit with it, not only its own. So the unfinished units are run again on a fresh pool,
+    and if that breaks too, each remaining one alone: only a unit that kills its own worker fails
+    (:data:`WORKER_DIED`), and the sweep ends normally with every other unit done."""
+    left = yield from _run_pool(tasks, jobs, run)
+    if left:
+        left = yield from _run_pool(left, jobs, run)
+    for task in left:
+        if (yield from _run_pool([task], 1, run)):
+            yield UnitOutcome(sim_key=task.sim_key, plan_key=task.plan_key, record=None, error=WORKER_DIED)
+
+
+def _run_pool(
+    tasks: list[UnitTask], jobs: int, run: Callable[[UnitTask], UnitOutcome]
+) -> Generator[UnitOutcome, None, list[UnitTask]]:
+    """Yield the outcomes of ``tasks`` as they finish; returns the tasks left unfinished when a
+    worker died (an empty list when none did)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["nspsim.sweep.work"])
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
-        pending: set[Future[UnitOutcome]] = {pool.submit(run_unit, t) for t in tasks}
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(tasks)), mp_context=context, initializer=exit_with_driver, initargs=(os.getpid(),)
+    ) as pool:
+        futures = {pool.submit(run, t): t for t in tasks}
+        pending: set[Future[UnitOutcome]] = set(futures)
+        broken: list[UnitTask] = []
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        broken.append(futures[future])
+                        continue
+                    yield outcome
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
+        return broken
+
+
+def exit_with_driver(driver: int) -> None:
+    """Pool worker initializer: end this worker as soon as the sweep driver (pid ``driver``) has
+    ended, so a driver killed by SIGTERM or SIGKILL leaves no worker holding the caller's pipes. The
+    workers are the forkserver's children, and the forkserver outlives the driver while any worker
+    holds its liveness pipe, so neither waits for the other: a daemon thread watches the driver
+    (a pidfd on Linux, readable once the driver has exited, even before it is reaped; elsewhere a
+    poll of its pid every half second)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    try:
+        fd = pidfd_open(driver) if pidfd_open is not None else None
+    except ProcessLookupError:
+        os._exit(1)
+    except OSError:  # no pidfd support in this kernel
+        fd = None
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _alive(driver):
+                time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="nspsim-driver-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def ray_module() -> Any:

@@ -29,6 +29,7 @@ from nspsim.jsonfile import dumps_json, read_bytes, read_json
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 PLOT_RENDERER = "studies.sweep_report"  # the studies module that draws a sweep (module doc)
 RESULTS_FILE, SUMMARY_FILE, SUMMARY_CSV, CONFIG_FILE, REPORT_FILE = (
@@ -97,6 +98,8 @@ def sweep_directory(text: str) -> tuple[Path, Path]:
 
 def load_sweep(text: str) -> SweepFiles:
     """Read and check a sweep's rows, summary and config (module docstring); one-line ``ValueError``s."""
+    from nspsim.sweep.results import ROW_SCHEMA, SUMMARY_SCHEMA  # pyarrow, only when a sweep is read
+
     directory, results_path = sweep_directory(text)
     config_path = directory / CONFIG_FILE
     if not config_path.is_file():
@@ -104,14 +107,34 @@ def load_sweep(text: str) -> SweepFiles:
     config = read_json(config_path, "sweep config")
     if not isinstance(config, dict):
         raise ValueError(f"{config_path}: a sweep config is a JSON object, got {type(config).__name__}")
-    results = _read_table(results_path, "sweep results")
+    results = _checked(_read_table(results_path, "sweep results"), ROW_SCHEMA, results_path)
     if (directory / SUMMARY_FILE).is_file():
-        summary = _read_table(directory / SUMMARY_FILE, "sweep summary")
+        summary_path = directory / SUMMARY_FILE
     elif (directory / SUMMARY_CSV).is_file():
-        summary = _read_table(directory / SUMMARY_CSV, "sweep summary")
+        summary_path = directory / SUMMARY_CSV
     else:
         raise ValueError(f"{directory} is not a sweep directory: it has neither {SUMMARY_FILE} nor {SUMMARY_CSV}")
+    summary = _checked(_read_table(summary_path, "sweep summary"), SUMMARY_SCHEMA, summary_path)
     return SweepFiles(directory=directory, results_path=results_path, results=results, summary=summary, config=config)
+
+
+def _checked(table: pd.DataFrame, schema: pa.Schema, path: Path) -> pd.DataFrame:
+    """``table`` if its columns are the sweep schema's kinds (a column the schema has as numbers holds
+    numbers; which columns must exist, :class:`SweepFiles` checks); a one-line ``ValueError`` naming
+    the file and column otherwise."""
+    import pandas as pd
+    import pyarrow as pa
+
+    for field in schema:
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        if not numeric or field.name not in table.columns or pd.api.types.is_numeric_dtype(table[field.name]):
+            continue
+        given = table[field.name].dropna()  # an all-null column (no token budget anywhere) reads as objects
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in given):
+            raise ValueError(
+                f"{path}: column {field.name!r} holds {table[field.name].dtype} values, not numbers (rerun the sweep)"
+            )
+    return table
 
 
 def _read_table(path: Path, what: str) -> pd.DataFrame:

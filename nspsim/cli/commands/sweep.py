@@ -48,8 +48,9 @@ from nspsim.sweep.work import UnitOutcome
 EXIT_FAILED_UNITS = 1
 DEFAULT_OUT = Path("out")
 EXIT_HELP = (
-    "exit status: 0 when every unit ran; 1 when some failed (the files are still written, the failed rows "
-    "carry their error and are retried on the next run); 2 for a usage error"
+    "exit status: 0 when every unit ran; 1 when some failed or some grid points could not be built (the "
+    "files are still written, the failed rows carry their error and are retried on the next run); 2 for a "
+    "usage error"
 )
 
 
@@ -101,6 +102,10 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
             bar.update(1)
 
         execute(plan, cache, engine=args.engine, jobs=jobs, on_outcome=tick)
+    if cache.rejected:
+        path, problem = cache.rejected[0]
+        more = f" (and {len(cache.rejected) - 1} more)" if len(cache.rejected) > 1 else ""
+        warn(f"{len(cache.rejected)} cache record(s) could not be used and were recomputed: {path}: {problem}{more}")
     rows = build_rows(plan)
     summary = summarise(rows)
     paths = write_results(out, rows, summary, resolved_config(plan, source=args.spec))
@@ -127,7 +132,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
         "wall_s": round(time.perf_counter() - started, 3),
     }
     emit(args, data, format_summary(summary, {n: () for n in spec.varied}, data))
-    return EXIT_FAILED_UNITS if failed_units else 0
+    return EXIT_FAILED_UNITS if failed_units or data["failed_points"] else 0
 
 
 def _axes_text(axes: dict[str, Any], values: dict[str, Any]) -> str:

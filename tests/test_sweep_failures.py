@@ -1,0 +1,110 @@
+"""How a sweep fails: grid points that cannot be built, a worker killed mid-sweep, the driver killed,
+cache records that cannot be trusted, result files that are not what they claim."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import sweep_workers
+from nspsim.cli.main import main
+from nspsim.sweep import Cache, load_spec, plan_sweep
+from nspsim.sweep.cache import record_problem
+from nspsim.sweep.engine import WORKER_DIED, _pool
+
+SPEC = (
+    "[workload]\nmodel = 'tiny'\ncluster = 'cpu'\ntrace = 'code'\ntokens_per_batch = '64k'\n"
+    "max_context = '32k'\n[axes]\ngpus = [2, 4]\n[run]\nplanners = ['static', 'nsp']\niters = 2\n"
+)
+
+
+def write_spec(tmp_path: Path, text: str = SPEC) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_point_that_cannot_be_built_fails_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_spec(tmp_path, SPEC.replace("gpus = [2, 4]", "gpus = [2, 3]"))
+    assert main(["sweep", str(spec), "-o", str(tmp_path / "o"), "--jobs", "1", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["failed_points"] == 1 and Path(data["results_path"]).is_file()  # the rest still written
+
+
+def test_a_killed_worker_fails_its_units_and_the_sweep_keeps_the_rest(tmp_path: Path) -> None:
+    plan = plan_sweep(load_spec(str(write_spec(tmp_path))), Cache(tmp_path / "cache"))
+    outcomes = {o.sim_key: o for o in _pool(plan.tasks, 2, sweep_workers.killed_on_batch_1)}
+    assert set(outcomes) == {t.sim_key for t in plan.tasks}
+    for task in plan.tasks:  # only the units that kill their own worker fail; every other one ran
+        outcome = outcomes[task.sim_key]
+        assert (outcome.error == WORKER_DIED) == (task.batch_index == 1)
+        assert (outcome.record is None) == (task.batch_index == 1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux's (prctl)")
+def test_killing_the_driver_leaves_no_worker_holding_its_pipes(tmp_path: Path) -> None:
+    long = SPEC.replace("iters = 2", "iters = 40").replace("['static', 'nsp']", "['flexsp', 'nsp', 'basp']")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nspsim", "sweep", str(write_spec(tmp_path, long)), "-o", str(tmp_path / "o")]
+        + ["--jobs", "2", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(6)  # the forkserver and both workers are running units by now
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    started = time.monotonic()
+    proc.communicate(timeout=60)  # returns once every holder of the pipes (each worker) has gone
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"oom": "no"}, "'oom' is 'no'"),
+        ({"step_time_s": "3.2"}, "'step_time_s' is '3.2', not a finite number"),
+        ({"step_time_s": -1.0}, "not a finite number >= 0"),
+        ({"planning_time_s": float("nan")}, "'planning_time_s' is nan"),
+        ({"breakdown_s": {"attn_fwd": float("inf")}}, "breakdown_s"),
+        ({"num_micro_batches": 1.5}, "not a count"),
+        ({"plan_hash": None}, "must be text"),
+    ],
+)
+def test_a_cache_record_that_cannot_be_trusted_is_recomputed_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict, problem: str
+) -> None:
+    spec, out = write_spec(tmp_path), tmp_path / "o"
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    victim = sorted((out / "cache" / "sims").rglob("*.json"))[0]
+    data = json.loads(victim.read_text())
+    assert record_problem(data["record"]) is None
+    data["record"] = {**data["record"], **change}
+    assert problem in str(record_problem(data["record"]))
+    victim.write_text(json.dumps(data))
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    again = json.loads(captured.out)
+    assert again["computed"] == 1 and again["cached"] == first["units"] - 1
+    assert "1 cache record(s) could not be used and were recomputed" in captured.err and victim.name in captured.err
+    assert record_problem(json.loads(victim.read_text())["record"]) is None  # rewritten whole
+
+
+def test_plot_refuses_results_whose_numbers_are_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, out = write_spec(tmp_path), tmp_path / "o"
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    capsys.readouterr()
+    rows = pd.read_parquet(out / "results.parquet")
+    rows["step_time_s"] = rows["step_time_s"].astype(str)
+    rows.to_parquet(out / "results.parquet")
+    assert main(["plot", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "column 'step_time_s' holds" in err[0] and "values, not numbers" in err[0]
