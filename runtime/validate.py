@@ -11,8 +11,10 @@ is decided (:mod:`runtime.validation.stats`), with Kendall's tau.
 ``-o DIR`` (default ``out/validation``) receives ``validation.json``, the resolved configuration
 (``validation.config.json``), the profile(s) used, every case's records and log, and ``report.html``
 (predicted against measured, per-category errors, the case table). ``--json`` prints the result
-object instead of the table; ``--max-mape X`` exits 1 when the MAPE is above X. Bad options end with
-one line ``runtime.validate: error: ...`` and status 2 before anything runs.
+object instead of the table; ``--max-mape X`` exits 1 when the MAPE is above X; a run in which some
+case failed exits 3 (the others still reported). Bad options, and cases whose planner, trace, sizes
+or profile ``runtime.train`` would refuse, end with one line ``runtime.validate: error: ...`` and
+status 2 before anything runs.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ from nspsim.cli.flags import Parser
 from nspsim.cost.profile import load_profile
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from runtime.validation.cases import SUITES, Case, dump_cases, load_cases
-from runtime.validation.run import ANALYTIC, CaseFailed, records_case, run_case
+from runtime.validation.run import ANALYTIC, CaseFailed, precheck_case, records_case, run_case
 from runtime.validation.stats import CaseResult, summarise
 
 PROG = "runtime.validate"
 REPORT_RENDERER = "studies.validation_report"
 """The module that draws ``report.html`` (loaded by name: the runtime does not import studies)."""
 EXIT_FAILED_MAPE = 1
+EXIT_FAILED_CASES = 3
+"""Some cases failed (the others are reported and written); distinct from a MAPE above ``--max-mape``."""
 
 
 def build_parser() -> Parser:
@@ -128,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         cases = resolve_cases(args)
         if args.profile is not None and args.profile != ANALYTIC:
             load_profile(args.profile)  # a bad profile fails before any run
+        if args.records is None:
+            for case in cases:  # what runtime.train would refuse fails here, not after each launch
+                precheck_case(case, args.profile)
     except ValueError as exc:
         fail(PROG, exc, EXIT_USAGE)
     if args.list:
@@ -215,6 +222,10 @@ def _report(
             f"Kendall tau {summary.kendall_tau if summary.kendall_tau is None else round(summary.kendall_tau, 3)}  "
             f"({time.perf_counter() - started:.0f} s; {out}/report.html)"
         )
+    if failed:
+        first = next(iter(failed.items()))
+        print(f"{PROG}: {len(failed)} case(s) failed; first: {first[0]}: {first[1]}", file=sys.stderr)
+        sys.exit(EXIT_FAILED_CASES)
     if args.max_mape is not None and summary.mape > args.max_mape:
         print(f"{PROG}: MAPE {summary.mape:.1%} is above --max-mape {args.max_mape:.1%}", file=sys.stderr)
         sys.exit(EXIT_FAILED_MAPE)

@@ -140,3 +140,22 @@ def test_provenance_does_not_enter_the_fingerprint() -> None:
     a, b = parse_profile(v2()), parse_profile(v2(provenance={"host": "other"}))
     assert profile_fingerprint(a) == profile_fingerprint(b)
     assert profile_fingerprint(a) != profile_fingerprint(parse_profile(v2(micro_batch_s=0.004)))
+
+
+def test_a_time_table_that_falls_is_refused_and_never_extrapolates_down() -> None:
+    from nspsim.cost.profile.tables import TimeTable
+
+    with pytest.raises(ValueError, match="falls from 0.02 s at 4096 tokens to 0.01 s at 8192 tokens"):
+        TimeTable(tokens=(1024.0, 4096.0, 8192.0), seconds=(0.005, 0.02, 0.01))
+    noisy = TimeTable(tokens=(1024.0, 4096.0, 8192.0), seconds=(0.005, 0.02, 0.019))  # 5% noise is kept
+    assert noisy(8192.0) == pytest.approx(0.019) and noisy(65536.0) == pytest.approx(0.019)  # flat, not toward 0
+    rising = TimeTable(tokens=(1024.0, 2048.0), seconds=(0.01, 0.02))
+    assert rising(4096.0) == pytest.approx(0.04)
+
+
+def test_a_wait_longer_than_the_work_before_it_is_refused() -> None:
+    from nspsim.cost.profile.tables import WaitTable
+
+    with pytest.raises(ValueError, match="waits 900 s after 0.03 s of work"):
+        WaitTable(work_s=(0.03, 0.36), wait_s=(900.0, 0.016))
+    assert WaitTable(work_s=(0.03, 0.36), wait_s=(0.002, 0.016))(0.36) == pytest.approx(0.016)

@@ -13,7 +13,6 @@ Trade-off: one subprocess per case costs ~10 s of start-up, but nothing of the v
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from nspsim.jsonfile import read_json
 from nspsim.records import BREAKDOWN_CATEGORIES
 from runtime.report import load_step_records
 from runtime.validation.cases import WARMUP_STEPS, Case
@@ -62,6 +62,23 @@ def run_case(case: Case, index: int, profile: str, out_dir: Path, timeout_s: flo
     return read_case(case, records)
 
 
+def precheck_case(case: Case, profile: str | None) -> None:
+    """Refuse (one-line ``ValueError`` naming the case) what ``runtime.train`` would refuse for
+    ``case`` at its rank count: options, planner and its options, trace, sizes, and a ``profile``
+    made for another machine or rank count; run before any case launches."""
+    from nspsim.workload import build_workload
+    from runtime.training.args import parse_args
+    from runtime.training.trainer import check_planner
+
+    extra = ["--profile", profile] if profile not in (None, ANALYTIC) else []
+    try:
+        args = parse_args([*case.train_args(), *extra])
+        workload = build_workload(args.workload_on(world=case.ranks, device_type="cpu"))
+        check_planner(args, workload, "cpu")
+    except (ValueError, SystemExit) as exc:
+        raise ValueError(f"case {case.name}: {exc}") from None
+
+
 def _last_error(log: Path) -> str:
     text = log.read_text(errors="replace").splitlines()
     lines = [ln for ln in text if ln.startswith("runtime.train") and "error" in ln] or [
@@ -88,21 +105,33 @@ def records_case(path: str) -> CaseResult:
         raise CaseFailed(str(exc)) from None
     if not config_path.exists():
         raise CaseFailed(f"{path}: no {config_path.name} beside it (runtime.train --records writes one)")
-    workload = json.loads(config_path.read_text()).get("workload", {})
+    try:
+        config = read_json(config_path, "runtime.train resolved config")
+    except ValueError as exc:
+        raise CaseFailed(str(exc)) from None
+    workload = config.get("workload") if isinstance(config, dict) else None
+    if not isinstance(workload, dict):
+        raise CaseFailed(f"{config_path}: not a runtime.train resolved config (no 'workload' object)")
     first = recs[0]
-    planner = str(first.get("planner_spec") or first["planner"])
-    case = Case(
-        ranks=int(first["num_gpus"]),
-        planner=planner,
-        label=f"{Path(path).stem} ({planner} @{first['num_gpus']})",
-        trace=str(workload.get("trace", "")),
-        model=str(workload.get("model", first["model"])),
-        tokens_per_batch=int(workload.get("tokens_per_batch", 1)),
-        max_context=int(workload.get("max_context", 1)),
-        seed=int(workload.get("seed", 0)),
-        steps=max(len(recs), WARMUP_STEPS + 2),
-        start_batch=int(first["batch_index"]),
-    )
+    try:
+        planner = str(first.get("planner_spec") or first["planner"])
+        ranks = int(first["num_gpus"])
+        case = Case(
+            ranks=ranks,
+            planner=planner,
+            label=f"{Path(path).stem} ({planner} @{ranks})",
+            trace=str(workload.get("trace", "")),
+            model=str(workload.get("model", first["model"])),
+            tokens_per_batch=int(workload.get("tokens_per_batch", 1)),
+            max_context=int(workload.get("max_context", 1)),
+            seed=int(workload.get("seed", 0)),
+            steps=max(len(recs), WARMUP_STEPS + 2),
+            start_batch=int(first["batch_index"]),
+        )
+    except KeyError as exc:
+        raise CaseFailed(f"{path}: its first record has no {exc.args[0]!r} (not a runtime.train step record)") from None
+    except (TypeError, ValueError) as exc:
+        raise CaseFailed(f"{path}: {' '.join(str(exc).split())}") from None
     kept = recs[WARMUP_STEPS:] if len(recs) > WARMUP_STEPS + 1 else recs
     return case_result(case, kept, path)
 

@@ -78,11 +78,53 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
         sorted(c["measured_step_s"] for c in result["cases"])
     )
     assert replay["mape"] == pytest.approx(result["mape"])
+    bad = _bad_records(tmp_path, records[0])
+    mixed = _run("runtime.validate", "--records", str(records[0]), *map(str, bad), "-o", str(out / "m"), "--json")
+    assert mixed.returncode == 3, mixed.stderr[-2000:]  # some records failed: reported, and the status says so
+    failed = json.loads(mixed.stdout)["failed"]
+    assert len(failed) == len(bad) and "Traceback" not in mixed.stderr
+    assert "not a runtime.train resolved config" in failed[str(bad[0])]
+    assert "has no 'num_gpus'" in failed[str(bad[1])] and "invalid JSON" in failed[str(bad[2])]
     one = tmp_path / "one.json"
     one.write_text(json.dumps([{**spec, "planner": "static:degree=2"}]))
     limit = _run("runtime.validate", "--cases", str(one), "--profile", str(profile), "-o", str(out / "w"),
                  "--max-mape", "1e-9")  # fmt: skip
     assert limit.returncode == 1 and "above --max-mape" in limit.stderr
+
+
+def _bad_records(tmp_path: Path, good: Path) -> list[Path]:
+    """Copies of a good records file beside a list-valued config, with num_gpus removed from its
+    records, and beside a config that is not JSON."""
+    config = good.with_name(good.stem + ".config.json").read_text()
+    out = []
+    for name, records, conf in [
+        ("list", good.read_text(), "[1, 2]"),
+        ("nogpus", "\n".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "num_gpus"})
+                             for line in good.read_text().splitlines()), config),
+        ("notjson", good.read_text(), "{"),
+    ]:  # fmt: skip
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(records)
+        path.with_name(f"{name}.config.json").write_text(conf)
+        out.append(path)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ({"planner": "nope"}, "case nope @2: unknown planner 'nope'"),
+        ({"planner": "static:degree=2", "trace": "nope"}, "trace"),
+        ({"planner": "static:degree=4"}, "degree"),
+    ],
+)
+def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: Path, case: dict, message: str) -> None:
+    cases = tmp_path / "cases.json"
+    spec = {"ranks": 2, "steps": 3, "tokens_per_batch": "2k", "max_context": "1k", "trace": "code"}
+    cases.write_text(json.dumps([{**spec, "planner": "static:degree=1"}, {**spec, **case}]))
+    done = _run("runtime.validate", "--cases", str(cases), "--profile", "analytic", "-o", str(tmp_path / "v"))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "v").exists()
 
 
 @pytest.mark.parametrize(

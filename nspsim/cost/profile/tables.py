@@ -4,10 +4,12 @@
   log2(length), clamped at both ends (a kernel's efficiency saturates; it does not keep growing);
 * :class:`TimeTable` - seconds against tokens, piecewise linear in tokens and extended linearly past
   both ends with the end segments' slopes (small inputs keep their fixed cost, large ones grow with
-  the last measured slope), never below 0;
+  the last measured slope, never falling), never below 0; a table whose time falls by more than
+  :data:`MAX_TIME_DROP` from one point to the next is refused (a measurement error);
 * :class:`LinkFit` - one collective over one group size, ``latency + bytes / bandwidth``;
 * :class:`WaitTable` - the wait at a collective against the seconds its members worked since their
-  previous one, piecewise linear from (0, 0), extended proportionally past the last point.
+  previous one, piecewise linear from (0, 0), extended proportionally past the last point; a wait
+  longer than the work before it is refused (imbalance or a unit error, not lockstep noise).
 
 Trade-off: tables are what a calibration measures and what a person can read and check; they cannot
 express interactions between coefficients (e.g. a kernel slowed by a concurrent collective), which
@@ -25,6 +27,8 @@ import numpy as np
 from nspsim.cost.profile.ranges import BANDWIDTH, DURATION, FLOPS, LATENCY, LENGTH, Plausible, format_number
 
 T = TypeVar("T")
+MAX_TIME_DROP = 0.1
+"""How much less time a time table may take at its next, larger token count (measurement noise)."""
 
 
 def _check_points(points: tuple[float, ...], values: tuple[float, ...], kind: str) -> None:
@@ -67,6 +71,13 @@ class TimeTable:
         for tokens, value in zip(self.tokens, self.seconds, strict=True):
             LENGTH.check(tokens, "tokens")
             DURATION.check(value, f"time at {format_number(tokens)} tokens")
+        for (t0, s0), (t1, s1) in zip(zip(self.tokens, self.seconds), zip(self.tokens[1:], self.seconds[1:])):
+            if s1 < s0 * (1 - MAX_TIME_DROP):  # more tokens never take much less time: a measurement error
+                raise ValueError(
+                    f"a time table falls from {format_number(s0)} s at {format_number(t0)} tokens to "
+                    f"{format_number(s1)} s at {format_number(t1)} tokens; more tokens cannot take "
+                    f"{1 - s1 / s0:.0%} less time (remeasure: the points are noise or mislabelled)"
+                )
 
     def __call__(self, tokens: float) -> float:
         """Seconds at ``tokens`` (0 tokens cost 0: nothing runs)."""
@@ -78,9 +89,9 @@ class TimeTable:
         if tokens <= xs[0]:
             slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
             return max(ys[0] + slope * (tokens - xs[0]), 0.0)
-        if tokens >= xs[-1]:
-            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-            return max(ys[-1] + slope * (tokens - xs[-1]), 0.0)
+        if tokens >= xs[-1]:  # past the last point time only grows (a falling end segment is noise)
+            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
+            return ys[-1] + slope * (tokens - xs[-1])
         return float(np.interp(tokens, xs, ys))
 
 
@@ -114,6 +125,12 @@ class WaitTable:
         for work, wait in zip(self.work_s, self.wait_s, strict=True):
             DURATION.check(work, "work")
             DURATION.check(wait, f"wait after {format_number(work)} s of work")
+            if wait > work:  # the slowest member worked at most twice as long as the others
+                raise ValueError(
+                    f"a wait table waits {format_number(wait)} s after {format_number(work)} s of work; a wait "
+                    "longer than the work before it means the members' work differs more than 2x, which is "
+                    "imbalance for the plan to show, not lockstep noise (remeasure, or check the units: seconds)"
+                )
 
     def __call__(self, work: float) -> float:
         """Wait after ``work`` seconds (0 without work; proportional to ``work`` past the last point)."""
