@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from nspsim.cli.flags import Parser
+from nspsim.cli.flags import Parser, silence_closed_stdout
 from nspsim.cost.profile import load_profile
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from runtime.validation.cases import SUITES, Case, dump_cases, load_cases
@@ -138,7 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         fail(PROG, exc, EXIT_USAGE)
     if args.list:
-        print(dump_cases(cases))
+        try:
+            print(dump_cases(cases), flush=True)
+        except BrokenPipeError:  # `--list | head`: the reader left; nothing to report
+            sys.exit(silence_closed_stdout())
         return
     exit_on_interrupt(PROG)
     if args.records is not None:

@@ -198,3 +198,8 @@ def test_ulysses_degrees_are_the_ones_the_runtime_can_split(
     assert all(ulysses_admits(heads, kv_heads, d) for d in workload.tree.degrees)
     ring = build_workload(WorkloadConfig(model=path, cluster="h100", gpus=64, backend="ring"))
     assert ring.tree.spmax == 64  # ring splits the sequence, not the heads
+
+
+def test_a_size_beyond_any_model_is_one_line() -> None:
+    with pytest.raises(ValueError, match="hidden is a 401-digit number; a model dimension is at most 16,777,216"):
+        spec_from_hf_config({"model_type": "qwen3", "hidden_size": 10**400}, name="x")

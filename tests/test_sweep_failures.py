@@ -108,3 +108,45 @@ def test_plot_refuses_results_whose_numbers_are_text(tmp_path: Path, capsys: pyt
     assert main(["plot", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "column 'step_time_s' holds" in err[0] and "values, not numbers" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("setup", "argv", "message"),
+    [
+        ("empty", [], "empty; a spec names at least one of the tables"),
+        ("fifo", [], "is a pipe with nothing written to it"),
+        ("spec", ["--jobs", "100000"], "--jobs 100000: at most"),
+        ("other-folder", [], "holds other files and no sweep"),
+    ],
+)
+def test_low_findings_are_one_line_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str, argv: list[str], message: str
+) -> None:
+    spec, out = tmp_path / "s.toml", tmp_path / "o"
+    if setup == "empty":
+        spec.write_text("")
+    elif setup == "fifo":
+        os.mkfifo(spec)
+    else:
+        spec.write_text(SPEC)
+    if setup == "other-folder":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists() or sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_plot_does_not_overwrite_an_unrelated_config_beside_its_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec, out = write_spec(tmp_path), tmp_path / "o"
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    mine = tmp_path / "page.config.json"
+    mine.write_text('{"mine": 1}')
+    assert main(["plot", str(out), "-o", str(tmp_path / "page.html")]) == 2
+    assert "is not the config of an earlier plot" in capsys.readouterr().err and mine.read_text() == '{"mine": 1}'
+    mine.unlink()
+    assert main(["plot", str(out), "-o", str(tmp_path / "page.html")]) == 0
+    assert main(["plot", str(out), "-o", str(tmp_path / "page.html")]) == 0  # its own config: rewritten

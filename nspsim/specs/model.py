@@ -26,8 +26,23 @@ class MoESpec:
     def __post_init__(self) -> None:
         if min(self.num_experts, self.top_k, self.expert_ffn) <= 0 or self.shared_expert_ffn < 0:
             raise ValueError("MoE sizes must be positive (num_experts, top_k, expert_ffn)")
+        _check_size("num_experts", self.num_experts)
+        _check_size("expert_ffn", self.expert_ffn)
+        _check_size("shared_expert_ffn", self.shared_expert_ffn)
         if self.top_k > self.num_experts:
             raise ValueError(f"MoE top_k ({self.top_k}) exceeds num_experts ({self.num_experts})")
+
+
+MAX_SIZE = 2**24
+"""The largest size a model dimension may have (16,777,216): 100x beyond any published model's largest
+(vocabularies of ~260K, FFNs of ~50K, 128 layers), so a typo or a unit slip (``10**400``) is refused
+rather than overflowing a float in the cost model."""
+
+
+def _check_size(key: str, value: int) -> None:
+    if value > MAX_SIZE:
+        shown = f"{value:,}" if value < 10**30 else f"a {len(str(value))}-digit number"
+        raise ValueError(f"{key} is {shown}; a model dimension is at most {MAX_SIZE:,}")
 
 
 def ulysses_admits(num_heads: int, num_kv_heads: int, degree: int) -> bool:
@@ -75,6 +90,13 @@ class ModelSpec:
         sizes = (self.num_layers, self.hidden, self.num_heads, self.num_kv_heads, self.head_dim, self.vocab)
         if min(sizes) <= 0:
             raise ValueError(f"model {self.name!r}: layer/hidden/head/vocab sizes must be positive")
+        named = {"num_layers": self.num_layers, "hidden": self.hidden, "num_heads": self.num_heads}
+        named |= {"head_dim": self.head_dim, "vocab": self.vocab, "dense_ffn": self.dense_ffn}
+        for key, value in named.items():
+            try:
+                _check_size(key, value)
+            except ValueError as exc:
+                raise ValueError(f"model {self.name!r}: {exc}") from None
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.compare.specs import DEFAULT_ITERS, CompareConfig, default_planners
+from nspsim.jsonfile import read_bytes
 from nspsim.simulator.modes import SimMode
 from nspsim.specs.backend import BACKENDS
 from nspsim.units import parse_tokens
@@ -181,14 +182,18 @@ class SweepSpec:
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a TOML sweep spec; a one-line ``ValueError`` (naming the file) on any problem."""
     source = Path(path)
+    raw = read_bytes(path, "sweep spec")  # regular files and pipes only: a FIFO without a writer cannot hang
     try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"sweep spec {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
         raise ValueError(f"sweep spec {path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"sweep spec {path}: not valid TOML ({exc})") from None
+    if not data:
+        raise ValueError(
+            f"sweep spec {path}: empty; a spec names at least one of the tables {', '.join(TABLES)} "
+            "(studies/sweeps/ has examples)"
+        )
     try:
         return parse_spec(data, name=source.stem)
     except ValueError as exc:

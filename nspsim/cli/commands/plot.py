@@ -190,8 +190,23 @@ def _write(sweep: SweepFiles, path: Path, renderer: Any) -> None:
     siblings = {}
     if not _beside(path, sweep):
         config = {**sweep.config, "results_path": str(sweep.results_path)}
+        sibling = path.with_suffix(".config.json")
+        if sibling.is_file() and not _plot_config(sibling):
+            raise ValueError(
+                f"-o {path}: {sibling} exists and is not the config of an earlier plot; it would be overwritten "
+                "(choose another name)"
+            )
         siblings[".config.json"] = dumps_json(config, what="sweep config", indent=2)
     write_output(path, page, flag="-o", siblings=siblings)
+
+
+def _plot_config(path: Path) -> bool:
+    """Whether ``path`` holds what :func:`_write` writes beside a report (a sweep config naming its results)."""
+    try:
+        data = read_json(path, "plot config")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "results_path" in data and "points" in data
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -43,9 +43,13 @@ from nspsim.sweep import (
     write_results,
 )
 from nspsim.sweep.engine import ENGINES, ray_module
+from nspsim.sweep.results import CONFIG_FILE
 from nspsim.sweep.work import UnitOutcome
 
 EXIT_FAILED_UNITS = 1
+MAX_JOBS_PER_CORE = 4
+"""Local workers per core at most: more only queue for the cores, and a typo (100000) would fork that
+many processes."""
 DEFAULT_OUT = Path("out")
 EXIT_HELP = (
     "exit status: 0 when every unit ran; 1 when some failed or some grid points could not be built (the "
@@ -61,6 +65,11 @@ def output_dir(text: str | None, spec_path: str) -> Path:
         raise ValueError("-o: the output folder is empty")
     if path.exists() and not path.is_dir():
         raise ValueError(f"-o {path}: exists and is not a folder; the sweep writes several files into a folder")
+    if path.is_dir() and not _sweep_or_empty(path):
+        raise ValueError(
+            f"-o {path}: holds other files and no sweep (no {CONFIG_FILE} or cache/); the sweep would write among "
+            "them: choose a new or empty folder, or a sweep's own"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -70,15 +79,40 @@ def output_dir(text: str | None, spec_path: str) -> Path:
     return path
 
 
+def _sweep_or_empty(path: Path) -> bool:
+    """Whether ``path`` (a folder) is a sweep's (its config or cache is there) or holds nothing but
+    nspsim's hidden files (a lock left by a sweep that failed before writing)."""
+    if (path / CONFIG_FILE).exists() or (path / "cache").is_dir():
+        return True
+    try:
+        return all(entry.name.startswith(".nspsim-") for entry in path.iterdir())
+    except OSError:
+        return True  # unreadable: the writability check below says so
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run the sweep, write its files, print the summary or JSON."""
     started = time.perf_counter()
     spec = load_spec(args.spec)
+    _jobs(args)  # a bad --jobs fails before the output folder is made
     if args.engine == "ray":
         ray_module()  # a missing extra fails before any work
     out = output_dir(args.output, args.spec)
     with output_lock(out, "sweep", what="nspsim sweep"):
         return _run(args, spec, out, started)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    """The worker count (``--jobs``, else the core count); ``ValueError`` past :data:`MAX_JOBS_PER_CORE`
+    local workers per core."""
+    cores = os.cpu_count() or 1
+    jobs: int = args.jobs if args.jobs is not None else cores
+    if args.engine == "local" and jobs > MAX_JOBS_PER_CORE * cores:
+        raise ValueError(
+            f"--jobs {jobs}: at most {MAX_JOBS_PER_CORE * cores} local workers ({MAX_JOBS_PER_CORE} per core on "
+            f"this machine's {cores}); each is a process"
+        )
+    return jobs
 
 
 def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -> int:
@@ -89,7 +123,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
         if point.error:
             varied = _axes_text({n: () for n in spec.varied}, point.config.to_dict())
             warn(f"point {point.index} ({varied}): {point.error}")
-    jobs = args.jobs if args.jobs is not None else os.cpu_count() or 1
+    jobs = _jobs(args)
     counts = {"computed": 0, "failed": 0}
     with tqdm(
         total=plan.units, initial=len(plan.cached), desc="sweep", unit="unit", file=sys.stderr, disable=args.json
