@@ -311,3 +311,22 @@ def test_a_timeline_to_the_null_device_writes_no_sibling(plan_file: Path, capsys
         sibling.unlink()
     assert main(["simulate", str(plan_file), "--timeline", os.devnull]) == 0
     assert not sibling.exists()
+
+
+def test_a_plan_log_mixing_models_gets_one_mean_per_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sizes = ["--cluster", "cpu", "--gpus", "2", "--tokens-per-batch", "64k", "--max-context", "32k"]
+    lines = []
+    for model in ("tiny", "tiny-moe"):
+        out = tmp_path / f"{model}.json"
+        assert main(["plan", "--model", model, *sizes, "--planner", "static", "-o", str(out)]) == 0
+        lines.append(Plan.from_json(out.read_text()).to_json())
+    log = tmp_path / "mixed.plans.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["simulate", str(log)]) == 0
+    text = capsys.readouterr().out
+    assert "2 plan(s) of" in text and "2 workloads" in text
+    assert "over the 1 plan(s) of tiny on cpux2" in text and "over the 1 plan(s) of tiny-moe on cpux2" in text
+    assert "over the 2 plan(s)" not in text

@@ -242,22 +242,35 @@ class _Runner:
 
 
 def format_table(origin: str, runs: list[tuple[int, Plan, StepResult, dict[str, Any]]]) -> str:
-    """One line per plan of a plan log: position, batch, planner, plan hash, step time, out of memory."""
-    first = runs[0][1]
+    """One line per plan of a plan log: position, batch, planner, plan hash, step time, out of memory;
+    then the mean step time per workload (model on cluster): a log mixing workloads gets a workload
+    column and one mean each, never one mean over different models."""
+
+    def workload(plan: Plan) -> str:
+        return f"{shown(plan.model.name)} on {shown(plan.cluster.label)}"
+
+    names = list(dict.fromkeys(workload(plan) for _, plan, _, _ in runs))
+    mixed = len(names) > 1
     lines = [
-        f"{len(runs)} plan(s) of {shown(origin)}: {shown(first.model.name)} on {shown(first.cluster.label)}, "
-        f"mode {runs[0][2].mode}",
-        f"{'index':>5s} {'batch':>6s}  {'planner':<16s} {'plan hash':<16s} {'step time':>11s}  OOM",
+        f"{len(runs)} plan(s) of {shown(origin)}: "
+        + (f"{len(names)} workloads" if mixed else names[0])
+        + f", mode {runs[0][2].mode}",
+        f"{'index':>5s} {'batch':>6s}  {'planner':<16s} {'plan hash':<16s} {'step time':>11s}  OOM"
+        + ("  workload" if mixed else ""),
     ]
     for i, plan, result, _ in runs:
         step = f"{result.step_time_s:9.4f} s" if result.step_time_s is not None else f"{'-':>11s}"
         lines.append(
             f"{i:>5d} {plan.batch.index:>6d}  {shown(plan.planner):<16s} {plan.content_hash:<16s} {step}  "
-            f"{'yes' if result.oom else 'no'}"
+            f"{'yes' if result.oom else 'no '}" + (f"  {workload(plan)}" if mixed else "")
         )
-    fits = [r.step_time_s for _, _, r, _ in runs if r.step_time_s is not None]
-    if fits:
-        lines.append(f"mean step time {sum(fits) / len(fits):.4f} s over the {len(fits)} plan(s) that fit in memory")
+    for name in names:
+        fits = [r.step_time_s for _, p, r, _ in runs if r.step_time_s is not None and workload(p) == name]
+        if fits:
+            where = f" of {name}" if mixed else ""
+            lines.append(
+                f"mean step time {sum(fits) / len(fits):.4f} s over the {len(fits)} plan(s){where} that fit in memory"
+            )
     return "\n".join(lines)
 
 
