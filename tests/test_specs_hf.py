@@ -203,3 +203,25 @@ def test_ulysses_degrees_are_the_ones_the_runtime_can_split(
 def test_a_size_beyond_any_model_is_one_line() -> None:
     with pytest.raises(ValueError, match="hidden is a 401-digit number; a model dimension is at most 16,777,216"):
         spec_from_hf_config({"model_type": "qwen3", "hidden_size": 10**400}, name="x")
+
+
+def test_a_context_beyond_the_models_positions_is_warned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from nspsim.cli.main import main
+
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 8192,
+    }
+    path = _write(tmp_path, json.dumps(config))
+    sizes = ["--cluster", "cpu", "--gpus", "2", "--tokens-per-batch", "64k", "--planner", "static"]
+    assert main(["plan", "--model", path, *sizes, "--max-context", "32k", "-o", str(tmp_path / "p.json")]) == 0
+    assert "--max-context 32K is beyond" in capsys.readouterr().err
+    assert main(["plan", "--model", path, *sizes, "--max-context", "8k", "-o", str(tmp_path / "q.json")]) == 0
+    assert "max_position_embeddings" not in capsys.readouterr().err

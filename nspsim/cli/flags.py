@@ -23,7 +23,7 @@ from nspsim.jsonfile import dumps_json
 from nspsim.output_files import commit_files
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
-from nspsim.specs.hf import HF_CONFIGS
+from nspsim.specs.hf import HF_CONFIGS, max_position
 from nspsim.specs.model import MODEL_PRESETS
 from nspsim.specs.training import (
     ATTENTION_KERNELS,
@@ -372,7 +372,16 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
 
 def warn_token_budget(workload: Workload) -> None:
     """Warn when ``--token-budget`` exceeds the B_tok the memory model derives: plans may then put
-    more tokens on a GPU than fit, and the simulator reports those steps out of memory."""
+    more tokens on a GPU than fit, and the simulator reports those steps out of memory. Also warn
+    when ``--max-context`` exceeds a transformers config's ``max_position_embeddings`` (the model's
+    positions were not trained that far; the run is still simulated)."""
+    limit = max_position(workload.config.model)
+    if limit is not None and workload.config.max_context > limit:
+        warn(
+            f"--max-context {format_tokens(workload.config.max_context)} is beyond {workload.model.name}'s "
+            f"max_position_embeddings {format_tokens(limit)}: samples longer than that are simulated, but the "
+            "model was not built for them (extend its RoPE scaling, or lower --max-context)"
+        )
     override, fits = workload.config.token_budget, workload.memory.derived_token_budget
     if override is not None and override > fits:
         warn(

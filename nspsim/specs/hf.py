@@ -155,6 +155,22 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
         raise ValueError(f"{name}: {exc}") from None
 
 
+def max_position(name: str) -> int | None:
+    """The ``max_position_embeddings`` (transformers' default where omitted) of the transformers config
+    a model name resolves to, or ``None`` for a preset or a config that does not say."""
+    if name in MODEL_PRESETS:
+        return None
+    try:
+        config = hf_config(name) if name in HF_CONFIGS else read_json(name, "transformers config")
+    except ValueError:
+        return None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str) or model_type not in QK_NORM:
+        return None
+    value = normalised(model_type, config).get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """The spec of the transformers ``config.json`` at ``path`` (named by the path as given); a one-line
     ``ValueError`` for a file that cannot be read or is not a supported decoder config."""
