@@ -232,7 +232,7 @@ def check_planner(args: TrainArgs, workload: Workload, device_type: str) -> None
         raise ValueError(
             f"{exc}; the SP degree is bounded by the world size, and this run has {world} "
             f"rank{'s' if world > 1 else ''} (one per process): start {needed} with "
-            f"torchrun --standalone --nproc-per-node {needed} -m runtime.train ..."
+            f"python -m runtime.run --standalone --nproc-per-node {needed} -m runtime.train ..."
         ) from None
 
 

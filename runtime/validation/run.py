@@ -1,6 +1,6 @@
 """Run one validation case through the real runtime and read back what it measured and predicted.
 
-A case is one ``torchrun --standalone --nproc-per-node N -m runtime.train ... --profile P --records
+A case is one ``python -m runtime.run --standalone --nproc-per-node N -m runtime.train ... --profile P --records
 F --plan-ahead all`` subprocess (the path a user runs; its own process start-up is outside the step
 times, and every batch is planned before the first step, so that no planner shares the cores with a
 measured step: the simulator predicts execution, and planning time is recorded apart). Each
@@ -46,7 +46,7 @@ def run_case(case: Case, index: int, profile: str, out_dir: Path, timeout_s: flo
     records = out_dir / f"{slug(case, index)}.jsonl"
     log = records.with_suffix(".log")
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.ranks),
+        sys.executable, "-m", "runtime.run", "--standalone", "--nproc-per-node", str(case.ranks),
         "-m", "runtime.train", *case.train_args(), "--records", str(records),
     ]  # fmt: skip
     if profile != ANALYTIC:

@@ -112,9 +112,10 @@ def test_a_rank_0_failing_while_planning_ends_its_peers_with_one_line_naming_it(
 
 
 def _torchrun(args: list[str], **kw: object) -> subprocess.Popen[str]:
-    """``torchrun --standalone --nproc-per-node 2 -m runtime.train ARGS`` in its own session (as a
-    terminal starts it: Ctrl-C reaches torchrun, which forwards it to its ranks)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    """``python -m runtime.run --standalone --nproc-per-node 2 -m runtime.train ARGS`` (torchrun, as the
+    README launches it) in its own session (as a terminal starts it: Ctrl-C reaches torchrun, which
+    forwards it to its ranks)."""
+    cmd = [sys.executable, "-m", "runtime.run", "--standalone", "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
         [*cmd, "-m", "runtime.train", *args], cwd=ROOT, env=env, text=True, start_new_session=True, **kw
@@ -150,6 +151,8 @@ def test_ctrl_c_ends_every_rank_with_one_line_and_keeps_the_finished_steps(tmp_p
     lines = err.read_text().splitlines()
     ranks = sorted(line for line in lines if line.startswith(("runtime.train", "[rank")))
     assert ranks == ["runtime.train: rank 0: interrupted", "runtime.train: rank 1: interrupted"], lines
+    assert len(lines) == 3 and lines[-1] == "runtime.run: stopped by SIGINT; every rank was stopped", lines
+    assert proc.returncode == 130
     assert not records.exists()  # an interrupted run replaces nothing ...
     partial = read_records(Path(f"{records}.partial").read_text())  # ... and keeps its finished steps
     assert [r["step"] for r in partial[:2]] == [0, 1]

@@ -191,7 +191,10 @@ def test_bad_arguments_raise_a_one_line_value_error(argv: list[str], message: st
 
 
 # docs/runtime.md's one-process example asked for degree 2 of a world of one
-ONE_RANK = (["--planner", "static:degree=2", "--steps", "2"], "start 2 with torchrun --standalone --nproc-per-node 2")
+ONE_RANK = (
+    ["--planner", "static:degree=2", "--steps", "2"],
+    "start 2 with python -m runtime.run --standalone --nproc-per-node 2",
+)
 
 
 @pytest.mark.parametrize(
@@ -261,12 +264,12 @@ def test_a_degree_above_the_world_size_says_how_many_ranks_to_start() -> None:
             check_planner(args, build_workload(args.workload_on(world=world, device_type="cpu")), "cpu")
         return str(info.value)
 
-    assert "start 4 with torchrun --standalone --nproc-per-node 4" in check(["static:degree=4"], 1)
+    assert "start 4 with python -m runtime.run --standalone --nproc-per-node 4" in check(["static:degree=4"], 1)
     assert "this run has 2 ranks (one per process): start 8 with" in check(["static:degree=8"], 2)
     assert "flexsp option min_group=4" in check(["flexsp:min_group=4"], 2)
     # No world helps: the model's heads or --spmax bound the degree, so the message is the planner's.
-    assert "torchrun" not in check(["static:degree=2", "--spmax", "1"], 2)
-    assert "torchrun" not in check([f"static:degree={2 * get_model('tiny').num_heads}"], 1)
+    assert "runtime.run" not in check(["static:degree=2", "--spmax", "1"], 2)
+    assert "runtime.run" not in check([f"static:degree={2 * get_model('tiny').num_heads}"], 1)
     args = parse_args(["--planner", "static:degree=2"])
     check_planner(args, build_workload(args.workload_on(world=2, device_type="cpu")), "cpu")  # fits: no error
     assert train_prog == PROG
