@@ -1,4 +1,4 @@
-"""The nested SP executor: runs one training step of a Plan on this rank (SPEC section 5).
+"""The nested SP executor: runs one training step of a Plan on this rank (docs/simulator.md).
 
 Per step: (1) every rank all-gathers the plan's content hash on the control group and stops with
 :class:`PlanMismatchError` unless all agree, before any other collective; (2) the process groups of

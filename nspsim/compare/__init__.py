@@ -1,4 +1,4 @@
-"""Compare parallel strategies on the same batches: plan, prepare, simulate, summarise (SPEC section 8).
+"""Compare parallel strategies on the same batches: plan, prepare, simulate, summarise (docs/paper_figures.md).
 
 Three parts, in the order a comparison uses them:
 

@@ -1,4 +1,4 @@
-"""Run a comparison: every planner spec on the same K batches, planned, prepared, simulated (SPEC section 8).
+"""Run a comparison: every planner spec on the same K batches, planned, prepared, simulated (docs/paper_figures.md).
 
 For each spec and each of K batches (``sampler.batch(first_batch + i)``, identical for every spec)
 the batch is planned, prepared as the spec says (:func:`nspsim.execution.prepare.prepare_plan`:

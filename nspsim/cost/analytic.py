@@ -1,4 +1,4 @@
-"""Analytic cost model: times from FLOPs, bytes, throughputs and bandwidths (SPEC section 3).
+"""Analytic cost model: times from FLOPs, bytes, throughputs and bandwidths (docs/simulator.md).
 
 Attention core (per layer, per GPU of a node of SP degree k, samples of lengths L_j):
 

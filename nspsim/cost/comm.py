@@ -1,4 +1,4 @@
-"""Hierarchical communication model shared by the cost model and the simulator (SPEC section 3).
+"""Hierarchical communication model shared by the cost model and the simulator (docs/simulator.md).
 
 An aligned group of k consecutive ranks lives inside one host when k <= gpus_per_node, and spans
 k / gpus_per_node whole hosts otherwise. Each GPU has one NVLink port into its host's switch and one

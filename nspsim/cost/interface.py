@@ -1,4 +1,4 @@
-"""The cost-model interface (SPEC section 3): the one narrow, typed boundary that planners and the
+"""The cost-model interface (docs/simulator.md): the one narrow, typed boundary that planners and the
 simulator depend on. Implementations: :mod:`nspsim.cost.analytic` (from FLOPs, bytes and bandwidths,
 optionally overridden by a measured JSON profile, :mod:`nspsim.cost.profile`).
 

@@ -1,4 +1,4 @@
-"""Activation memory of a plan and the executor's save/recompute decision (SPEC sections 2 and 5).
+"""Activation memory of a plan and the executor's save/recompute decision (docs/DESIGN.md, docs/simulator.md).
 
 Per micro-batch and GPU, activations are ``base_bytes(Tok_p)`` (layer checkpoints and the one-layer
 working set, attention recomputed) plus the attention tensors of the samples whose attention is

@@ -1,7 +1,7 @@
 """Which tokens each rank holds, before and during NSP execution (pure numpy; no torch).
 
 A batch is a *packed stream*: samples in plan order, concatenated; token ``g`` of the stream is
-position ``g - start[j]`` of its sample ``j``. Two layouts of that stream matter (SPEC section 5):
+position ``g - start[j]`` of its sample ``j``. Two layouts of that stream matter (docs/simulator.md):
 
 * **Input layout** (the conventional one the data pipeline delivers and the loss is computed in):
   rank ``r`` holds the contiguous slice ``[bounds[r], bounds[r+1])`` of the stream, sizes as even as

@@ -1,7 +1,7 @@
 """The order in which a rank runs the phases of its SP-tree nodes (pure; no torch).
 
 Every node contributes a communication prologue, a compute phase and a communication epilogue per
-pass (SPEC section 5, "inter-level phase streaming"). One *global* phase sequence is derived from the
+pass (docs/simulator.md, "inter-level phase streaming"). One *global* phase sequence is derived from the
 issue order (forward: the plan's; backward: reversed, as the simulator models it), and each rank
 runs the sub-sequence of the nodes that contain it:
 

@@ -1,7 +1,7 @@
 """Per-node chunk arithmetic of the execution layout (pure numpy; no torch).
 
 For micro-batch ``m``, a sample on node ``u`` of degree ``k`` is cut into chunks and group rank ``i``
-of ``u`` holds its chunks (SPEC section 5). Ulysses: ``k`` contiguous shards, sizes differing by at
+of ``u`` holds its chunks (docs/simulator.md). Ulysses: ``k`` contiguous shards, sizes differing by at
 most one token (uneven lengths are split, never rejected). Ring: ``2k`` chunks, rank ``i`` holding
 chunks ``i`` and ``2k-1-i`` (zigzag), so every rank gets an equal share of the causal triangle, and
 :func:`ring_blocks` names the (query, key) blocks each ring step computes. Tokens are indices into

@@ -1,4 +1,4 @@
-"""The Plan: the contract between planners, the simulator and the runtime (SPEC section 2).
+"""The Plan: the contract between planners, the simulator and the runtime (docs/DESIGN.md).
 
 A plan records, for one batch on one cluster and model, each sample's SP-tree node and micro-batch,
 the issue order of the active nodes of every micro-batch (identical on every rank) and, optionally,

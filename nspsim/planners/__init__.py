@@ -1,4 +1,4 @@
-"""Planners: every strategy routes a batch onto the SP tree and returns a validated Plan (SPEC 4, 6).
+"""Planners: every strategy routes a batch onto the SP tree and returns a validated Plan (docs/planners.md).
 
 One registry chooses planners by name::
 

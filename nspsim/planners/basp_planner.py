@@ -1,4 +1,4 @@
-"""BASP, batch-aware sequence parallelism (only its abstract is public; SPEC 6).
+"""BASP, batch-aware sequence parallelism (only its abstract is public; docs/planners.md).
 
 The abstract: existing SP is batch-agnostic, applying "uniform sequence partitioning across all batch
 sizes"; BASP "partitions GPUs into disjoint sequence-parallel groups according to the micro-batch",

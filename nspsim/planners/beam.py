@@ -1,4 +1,4 @@
-"""The long-prefix tree search of NSP's Algorithm 1 (paper 4.1.3, SPEC 4), vectorised with numpy.
+"""The long-prefix tree search of NSP's Algorithm 1 (paper 4.1.3, docs/planners.md), vectorised with numpy.
 
 A beam holds S <= w states, each (a, C, T, active): the partial assignment (back-pointers), the
 per-GPU proxy load C_p, the per-GPU token load T_p and which nodes already run (a node's collective

@@ -1,4 +1,4 @@
-"""FlexSP's adaptive length bucketing (SPEC 6): few buckets so the MILP stays small.
+"""FlexSP's adaptive length bucketing (docs/planners.md): few buckets so the MILP stays small.
 
 The MILP assigns *counts* of bucketed sequences to groups, each bucket standing for its longest
 member (so memory and time bounds stay conservative). Bucket boundaries minimise the padding

@@ -1,4 +1,4 @@
-"""FlexSP's per-micro-batch MILP (SPEC 6): disjoint power-of-two SP groups and a bucket assignment.
+"""FlexSP's per-micro-batch MILP (docs/planners.md): disjoint power-of-two SP groups and a bucket assignment.
 
 Slots are the potential groups: for every allowed size s (powers of two from ``min_size``, 2 by
 default as in the artifact, up to spmax) there are P/s slots. Variables: makespan M; integer

@@ -1,4 +1,4 @@
-"""FlexSP as published (ASPLOS'25; SPEC 6): sequence blaster, DP bucketing and a MILP per micro-batch.
+"""FlexSP as published (ASPLOS'25; docs/planners.md): sequence blaster, DP bucketing and a MILP per micro-batch.
 
 For each micro-batch count m from the memory minimum up to +4 (at most ``max_micro_batches``, 5 by
 default, the NSP paper's sweep), the sorted batch is cut into m contiguous chunks of even token count

@@ -1,4 +1,4 @@
-"""A MILP solve with HiGHS under a *deterministic* work limit (FlexSP's solver, SPEC 6).
+"""A MILP solve with HiGHS under a *deterministic* work limit (FlexSP's solver, docs/planners.md).
 
 ``scipy.optimize.milp`` only offers a wall-clock limit and a branch-and-bound node limit. FlexSP's
 MILP spends most of a short solve at the root node (presolve, cut rounds, sub-MIP heuristics), where

@@ -1,4 +1,4 @@
-"""Splitting a batch into micro-batches (SPEC 6, FlexSP's "sequence blaster").
+"""Splitting a batch into micro-batches (docs/planners.md, FlexSP's "sequence blaster").
 
 * :func:`blaster_split` - FlexSP's split: sort the batch and cut it into m *contiguous* chunks of the
   sorted order, minimising the largest chunk's token count. Chunks hold similar lengths (low variance

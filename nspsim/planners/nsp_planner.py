@@ -1,4 +1,4 @@
-"""NSP: prefix-completion SP-tree routing (paper Algorithm 1, SPEC 4) and its NSP-2L ablation.
+"""NSP: prefix-completion SP-tree routing (paper Algorithm 1, docs/planners.md) and its NSP-2L ablation.
 
 Samples sorted by non-increasing length; the first ``prefix_k`` are searched with a beam of
 ``beam_width`` states over every feasible node of the SP tree (:mod:`nspsim.planners.beam`), the rest

@@ -1,4 +1,4 @@
-"""Planner-side arithmetic on the routing proxy (SPEC 3, NSP paper 4.1.2), vectorised per batch.
+"""Planner-side arithmetic on the routing proxy (docs/simulator.md, NSP paper 4.1.2), vectorised per batch.
 
 A planner scores thousands of candidate placements, so it cannot call the cost model per candidate.
 :class:`CostTable` asks the :class:`~nspsim.cost.interface.CostModel` once per (distinct length, degree)

@@ -1,4 +1,4 @@
-"""Static SP (SPEC 6; DeepSpeed-Ulysses style): one SP degree s for every sample of the batch.
+"""Static SP (docs/planners.md; DeepSpeed-Ulysses style): one SP degree s for every sample of the batch.
 
 The P GPUs form P/s disjoint groups of s consecutive ranks. Samples, longest first, are packed onto
 the groups to balance the cost-model load under the token budget (each GPU of a group holds L/s

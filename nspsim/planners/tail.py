@@ -1,4 +1,4 @@
-"""Greedy short-tail completion of NSP's Algorithm 1 (paper 4.1.3, SPEC 4).
+"""Greedy short-tail completion of NSP's Algorithm 1 (paper 4.1.3, docs/planners.md).
 
 After the prefix search, each surviving state is completed by placing the tail samples, longest
 first, each on the least-loaded *effective leaf unit* that keeps B_tok, else on the unit with the

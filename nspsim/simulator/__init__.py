@@ -1,4 +1,4 @@
-"""Discrete-event simulator of one training step of any plan (SPEC sections 3 and 5).
+"""Discrete-event simulator of one training step of any plan (docs/simulator.md).
 
 Layers: :mod:`~nspsim.simulator.hardware` (ports, collectives, processor sharing),
 :mod:`~nspsim.simulator.work` (phase times from the cost model), :mod:`~nspsim.simulator.step_model`

@@ -1,4 +1,4 @@
-"""Links and collectives: per-GPU NVLink ports and NICs shared by processor sharing (SPEC section 3).
+"""Links and collectives: per-GPU NVLink ports and NICs shared by processor sharing (docs/simulator.md).
 
 Every GPU has two ports: its NVLink port into its host's switch and its own NIC to the fabric
 (:mod:`nspsim.cost.comm`). A :class:`Collective` spans an aligned block of ranks and costs one event

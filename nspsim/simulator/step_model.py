@@ -18,7 +18,7 @@ Per layer and GPU:
   is done); backward gathers likewise in reverse. Gathers are not prefetched across micro-batches
   (FSDP reshards after each backward).
 
-Attention stage (inter-level phase streaming, SPEC section 5): for nodes in issue order the SP
+Attention stage (inter-level phase streaming, docs/simulator.md): for nodes in issue order the SP
 queue carries every prologue, then every epilogue; the compute queue every attention kernel. So
 prologues of later nodes run during earlier nodes' compute and epilogues overlap later compute,
 while every queue keeps one global order (no deadlock between nested groups). Modes:

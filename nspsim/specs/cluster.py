@@ -1,9 +1,9 @@
-"""Hardware specs and named cluster presets (SPEC section 7).
+"""Hardware specs and named cluster presets (docs/validation.md).
 
 A cluster is ``num_gpus`` identical GPUs in hosts of ``gpus_per_node`` joined by NVLink; across hosts
 each GPU has its own NIC. Bandwidths are *effective* per-GPU collective bandwidths (what a large
 all-to-all achieves), not link peaks; latencies are per collective. Facts (peak FLOP/s, HBM, link
-generations) come from vendor data and SPEC section 7; achieved-throughput figures are design
+generations) come from vendor data and docs/validation.md; achieved-throughput figures are design
 defaults that a measured profile (``nspsim.cost.profile``) overrides.
 """
 

@@ -1,4 +1,4 @@
-"""Per-GPU memory model and the token budget B_tok (SPEC sections 2, 3 and 5).
+"""Per-GPU memory model and the token budget B_tok (docs/DESIGN.md, docs/simulator.md).
 
 HBM holds (1) FSDP-sharded model states, (2) gathered parameter/gradient buffers for the layers in
 flight, and (3) activations, which scale with the GPU's sharded token count Tok_p. Activations per

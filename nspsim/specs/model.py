@@ -1,4 +1,4 @@
-"""Model architecture specs and named presets (SPEC section 7).
+"""Model architecture specs and named presets (docs/validation.md).
 
 A :class:`ModelSpec` describes a decoder-only transformer exactly enough to derive parameter counts,
 FLOPs per token and activation bytes. Presets are plain functions registered in ``MODEL_PRESETS``.

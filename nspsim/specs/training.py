@@ -1,4 +1,5 @@
-"""Training-system settings that are neither model architecture nor hardware (SPEC sections 3, 7, 8).
+"""Training-system settings that are neither model architecture nor hardware (docs/simulator.md,
+docs/validation.md, docs/paper_figures.md).
 
 Precisions, optimizer placement, expert parallelism, the SP backend, activation checkpointing, the
 attention kernel, whether element-wise work is fused, FSDP prefetch, and the memory headroom that

@@ -1,4 +1,4 @@
-"""Sequence-length traces: the built-in traces, trace files, and sampling lengths from them (SPEC 9).
+"""Sequence-length traces: the built-in traces, trace files, and sampling lengths from them (docs/DESIGN.md).
 
 A trace is a distribution of sequence lengths in tokens (``base.LengthTrace``). There are three kinds:
 ``EmpiricalTrace`` (the lengths read from a file, ``empirical``), ``HistogramTrace`` (binned lengths

@@ -1,4 +1,4 @@
-"""Token-budget batches drawn from a length trace (SPEC 2: "Batch").
+"""Token-budget batches drawn from a length trace (docs/DESIGN.md: "Batch").
 
 ``BatchSampler.batch(index)`` builds batch ``index`` from its own generator,
 ``numpy.random.default_rng([seed, index])``. Any batch can therefore be rebuilt alone, in any order,

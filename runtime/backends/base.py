@@ -1,4 +1,4 @@
-"""The three-phase SP backend interface (SPEC section 5; paper section 4.1.2) and the leaf backend.
+"""The three-phase SP backend interface (docs/simulator.md; paper section 4.1.2) and the leaf backend.
 
 A backend runs the attention core of one SP-tree node on one rank of its group, split into a
 communication prologue, local compute and a communication epilogue, separately for forward and
