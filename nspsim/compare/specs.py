@@ -15,7 +15,7 @@ A label is one of
   when memory forces it), ``nsp-no-overlap`` (phase streaming off), ``nsp-greedy`` (the ``greedy``
   planner, "w/o router"), ``nsp-attn-fwd`` (``proxy="attn-fwd"``, "w/o cost model");
 * a named variant of a baseline: ``flexsp-artifact`` (``flexsp`` with ``variant="artifact"``: FlexSP
-  as its artifact runs it, beside nspsim's stronger default ``flexsp``);
+  as its artifact runs it, beside nspsim's default ``flexsp``);
 
 optionally followed by ``:key=value+key=value`` planner options. How a spec's plans are prepared
 (tree-level recompute marks, optimised issue order) is what its planner declares

@@ -33,8 +33,9 @@ import numpy as np
 from nspsim.planners.base import IntArray
 
 VARIANTS = ("nspsim", "artifact")
-"""``flexsp`` variants: ``nspsim`` (default, the stronger: per-count step estimates with FSDP, 5% padding
-buckets, every slot) and ``artifact`` (the artifact's rules above)."""
+"""``flexsp`` variants: ``nspsim`` (default: per-count step estimates with FSDP, 5% padding buckets, every
+slot; stronger on Qwen3-30B, 3.7-5.8% slower on memory-bound Qwen3-235B, docs/simulator.md) and
+``artifact`` (the artifact's rules above)."""
 
 
 def min_sp_size(lengths: IntArray, token_budget: float) -> IntArray:

@@ -100,7 +100,7 @@ class _Routed:
 
 @dataclass(frozen=True, kw_only=True)
 class FlexSPPlanner:
-    """FlexSP: options ``variant`` ("nspsim", the stronger default, or "artifact": the FlexSP
+    """FlexSP: options ``variant`` ("nspsim", the default, or "artifact": the FlexSP
     artifact's count, chunk, bucket and slot rules, :mod:`~nspsim.planners.flexsp_artifact`),
     ``count_window`` (consecutive micro-batch counts tried), ``time_limit`` (s per MILP solve, safety
     net), ``work_limit`` (deterministic work units per solve), ``max_micro_batches`` (nspsim's cap on
