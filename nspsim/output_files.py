@@ -56,6 +56,14 @@ class OutputLock:
             self._fd = None
 
 
+class WriteFailed(ValueError):
+    """A file of a set could not be written (``target``, ``reason``); the set's targets are unchanged."""
+
+    def __init__(self, target: Path, reason: str) -> None:
+        super().__init__(f"{target}: cannot write ({reason}); the earlier files are unchanged")
+        self.target, self.reason = target, reason
+
+
 @contextmanager
 def output_lock(folder: Path, name: str, *, what: str) -> Iterator[None]:
     """Hold the lock ``folder/.nspsim-<name>.lock`` for the block; ``ValueError`` (one line naming
@@ -86,7 +94,7 @@ def commit_files(writers: Mapping[Path, Callable[[Path], object]]) -> list[Path]
             write(temporary)
     except OSError as exc:
         _remove(staged)
-        raise ValueError(f"{current}: cannot write ({exc.strerror}); the earlier files are unchanged") from None
+        raise WriteFailed(current, exc.strerror or type(exc).__name__) from None
     except BaseException:
         _remove(staged)
         raise

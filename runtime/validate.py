@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -77,10 +78,14 @@ def resolve_cases(args: Any) -> list[Case]:
     for n in args.ranks:
         if n < 1 or n > 8 or n & (n - 1):
             raise ValueError(f"--ranks takes powers of two from 1 to 8, got {n}")
-    if not args.case_timeout > 0:
+    if not 0 < args.case_timeout < math.inf:
         raise ValueError(f"--case-timeout must be a positive number of seconds, got {args.case_timeout}")
-    if args.max_mape is not None and not args.max_mape > 0:
+    if args.max_mape is not None and not 0 < args.max_mape < math.inf:
         raise ValueError(f"--max-mape must be a positive fraction (0.1 for 10%), got {args.max_mape}")
+    if not args.output.strip():
+        raise ValueError("-o: the output folder is empty")
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise ValueError(f"-o {args.output}: exists and is not a folder")
     if args.cases is not None:
         return load_cases(args.cases)
     return SUITES[args.suite](tuple(sorted(set(args.ranks))))
@@ -114,13 +119,19 @@ def _validate_records(args: Any, argv: list[str]) -> None:
     """``--records``: the statistics of existing runs, written and printed as for run cases."""
     results: list[CaseResult] = []
     failed: dict[str, str] = {}
+    seen: set[Path] = set()
     for path in args.records:
+        if Path(path).resolve() in seen:
+            failed[path] = f"{path}: given twice; counted once"
+            continue
+        seen.add(Path(path).resolve())
         try:
             results.append(records_case(path))
         except CaseFailed as exc:
             failed[path] = str(exc)
     if not results:
-        fail(PROG, RuntimeError(f"no records file has predictions to compare; first: {next(iter(failed.values()))}"), 1)
+        first = next(iter(failed.values()))
+        fail(PROG, RuntimeError(f"none of the {len(failed)} records file(s) could be compared; first: {first}"), 1)
     _report(args, argv, results, failed, profiles={}, started=time.perf_counter())
 
 
@@ -208,13 +219,16 @@ def _report(
         "records": args.records,
         "profiles": profiles,
     }
-    (out / "validation.json").write_text(json.dumps(payload, indent=1))
-    (out / "validation.config.json").write_text(json.dumps(config, indent=1))
-    for n, p in profiles.items():
-        target = out / f"profile-{n}ranks.json"
-        if p != ANALYTIC and Path(p).exists() and Path(p).resolve() != target.resolve():
-            shutil.copyfile(p, target)
-    importlib.import_module(REPORT_RENDERER).write(out / "report.html", payload)
+    try:
+        (out / "validation.json").write_text(json.dumps(payload, indent=1, allow_nan=False))
+        (out / "validation.config.json").write_text(json.dumps(config, indent=1))
+        for n, p in profiles.items():
+            target = out / f"profile-{n}ranks.json"
+            if p != ANALYTIC and Path(p).exists() and Path(p).resolve() != target.resolve():
+                shutil.copyfile(p, target)
+        importlib.import_module(REPORT_RENDERER).write(out / "report.html", payload)
+    except OSError as exc:
+        fail(PROG, ValueError(f"-o {out}: cannot write {exc.filename or out} ({exc.strerror})"), EXIT_USAGE)
     if args.json:
         print(json.dumps(payload))
     else:

@@ -105,8 +105,8 @@ def test_a_sample_longer_than_the_largest_group_holds_is_refused() -> None:
         ({"min_cp_size": 0}, "min_cp_size must be a power of two"),
         ({"min_cp_size": True}, "min_cp_size must be a power of two"),
         ({"cap_delta": -0.1}, r"cap_delta must be a number in \[0, 1e\+06\]"),
-        ({"cap_delta": math.nan}, "cap_delta must be a number"),
-        ({"cap_delta": math.inf}, "cap_delta must be a number"),
+        ({"cap_delta": math.nan}, "cap_delta=nan is not a finite number"),
+        ({"cap_delta": math.inf}, "cap_delta=inf is not a finite number"),
         ({"cap_delta": True}, "cap_delta must be a number"),
     ],
 )

@@ -92,7 +92,7 @@ def test_load_spec_errors(tmp_path: Path) -> None:
     bad.write_text("[workload\n")
     with pytest.raises(ValueError, match=r"sweep spec .*bad.toml: not valid TOML"):
         load_spec(bad)
-    with pytest.raises(ValueError, match=r"sweep spec .*none.toml: no such file"):
+    with pytest.raises(ValueError, match=r"cannot read sweep spec .*none.toml: No such file or directory"):
         load_spec(tmp_path / "none.toml")
 
 
@@ -433,7 +433,7 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     spec = tmp_path / "s.toml"
     spec.write_text("[workload]\nmodel = 'tiny'\n[axes]\ngpus = []\n")
     cases = [
-        (["sweep", str(tmp_path / "none.toml")], "no such file"),
+        (["sweep", str(tmp_path / "none.toml")], "No such file or directory"),
         (["sweep", str(spec)], "[axes] gpus: an axis needs at least one value"),
         (["sweep", str(spec), "--jobs", "0"], "--jobs: must be positive"),
         (["sweep", str(spec), "--engine", "dask"], "invalid choice: 'dask'"),

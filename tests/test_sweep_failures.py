@@ -51,14 +51,14 @@ def test_a_killed_worker_fails_its_units_and_the_sweep_keeps_the_rest(tmp_path: 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux's (prctl)")
 def test_killing_the_driver_leaves_no_worker_holding_its_pipes(tmp_path: Path) -> None:
-    long = SPEC.replace("iters = 2", "iters = 40").replace("['static', 'nsp']", "['flexsp', 'nsp', 'basp']")
+    long = SPEC.replace("iters = 2", "iters = 1000").replace("['static', 'nsp']", "['flexsp', 'nsp', 'basp']")
     proc = subprocess.Popen(
         [sys.executable, "-m", "nspsim", "sweep", str(write_spec(tmp_path, long)), "-o", str(tmp_path / "o")]
         + ["--jobs", "2", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    time.sleep(6)  # the forkserver and both workers are running units by now
+    time.sleep(5)  # the forkserver and both workers are running units by now (the sweep takes minutes)
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     os.kill(proc.pid, signal.SIGKILL)
     started = time.monotonic()
@@ -76,6 +76,9 @@ def test_killing_the_driver_leaves_no_worker_holding_its_pipes(tmp_path: Path) -
         ({"breakdown_s": {"attn_fwd": float("inf")}}, "breakdown_s"),
         ({"num_micro_batches": 1.5}, "not a count"),
         ({"plan_hash": None}, "must be text"),
+        ({"oom": True}, "out of memory means no step time"),
+        ({"step_time_s": 0.0}, "out of memory means no step time"),
+        ({"step_time_s": None}, "out of memory means no step time"),
     ],
 )
 def test_a_cache_record_that_cannot_be_trusted_is_recomputed_and_named(
@@ -117,6 +120,7 @@ def test_plot_refuses_results_whose_numbers_are_text(tmp_path: Path, capsys: pyt
         ("fifo", [], "is a pipe with nothing written to it"),
         ("spec", ["--jobs", "100000"], "--jobs 100000: at most"),
         ("other-folder", [], "holds other files and no sweep"),
+        ("cache-only", [], "holds other files and no sweep"),
     ],
 )
 def test_low_findings_are_one_line_and_write_nothing(
@@ -129,13 +133,15 @@ def test_low_findings_are_one_line_and_write_nothing(
         os.mkfifo(spec)
     else:
         spec.write_text(SPEC)
-    if setup == "other-folder":
+    if setup in ("other-folder", "cache-only"):
         out.mkdir()
         (out / "notes.txt").write_text("mine")
+        if setup == "cache-only":  # a folder of the user's own that happens to have a cache/ (not a sweep's)
+            (out / "cache" / "pip").mkdir(parents=True)
     assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
-    assert not out.exists() or sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert not out.exists() or sorted(p.name for p in out.iterdir()) in (["notes.txt"], ["cache", "notes.txt"])
 
 
 def test_plot_does_not_overwrite_an_unrelated_config_beside_its_page(
@@ -150,3 +156,13 @@ def test_plot_does_not_overwrite_an_unrelated_config_beside_its_page(
     mine.unlink()
     assert main(["plot", str(out), "-o", str(tmp_path / "page.html")]) == 0
     assert main(["plot", str(out), "-o", str(tmp_path / "page.html")]) == 0  # its own config: rewritten
+
+
+def test_a_cache_file_nested_too_deep_is_recomputed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, out = write_spec(tmp_path), tmp_path / "o"
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    capsys.readouterr()
+    victim = sorted((out / "cache" / "sims").rglob("*.json"))[0]
+    victim.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["computed"] == 1 and json.loads(victim.read_text())["record"]

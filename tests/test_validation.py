@@ -260,3 +260,18 @@ def test_typos_in_a_row_are_errors_not_reasons(
     assert main(["validate", "--dataset", str(_one_row(tmp_path, kind, unit, config))]) == 2
     err = capsys.readouterr().err
     assert "row r:" in err and message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_replicated_data_parallel_row_is_not_expressible(tmp_path: Path) -> None:
+    text = USER.read_text()
+    at = text.index("[row.config]", text.index('id = "my-training-run"'))
+    path = tmp_path / "ddp.toml"
+    path.write_text(text[:at] + "[row.config]\nfsdp = false" + text[at + len("[row.config]") :])
+    row = {r.id: r for r in load_reference([path])}["my-training-run"]
+    assert "fsdp = false" in (evaluate_row(row).reason or "")
+
+
+def test_max_mape_fails_when_no_row_is_selected(capsys: pytest.CaptureFixture[str]) -> None:
+    kernels = Path(__file__).parents[1] / "nspsim" / "validation" / "reference" / "kernels.toml"
+    assert main(["validate", "--dataset", str(kernels), "--kind", "collective", "--max-mape", "10%"]) == 1
+    assert "no row of the selected kind(s)" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from nspsim.jsonfile import dumps_json
-from nspsim.output_files import commit_files
+from nspsim.output_files import WriteFailed, commit_files
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS, max_position
@@ -219,6 +219,10 @@ def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str
     bodies = {path: text, **{path.with_suffix(suffix): body for suffix, body in (siblings or {}).items()}}
     try:
         commit_files({target: partial(Path.write_text, data=body) for target, body in bodies.items()})
+    except WriteFailed as exc:
+        raise ValueError(
+            f"{flag} {path}: cannot write {exc.target} ({exc.reason}); the earlier files are unchanged"
+        ) from None
     except ValueError as exc:
         raise ValueError(f"{flag} {path}: {exc}") from None
 

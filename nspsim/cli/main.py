@@ -42,9 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nspsim`` console script."""
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)  # inside: a Ctrl-C while the commands import is one line too
         handler: Handler = args.func
         return handler(args)
     except BrokenPipeError:  # e.g. `nspsim trace stats T | head`: the reader left, nothing to report

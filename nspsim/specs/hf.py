@@ -127,7 +127,10 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
         raise ValueError(
             f"{name}: model_type {model_type!r} is not supported (supported: {', '.join(QK_NORM_ARCHITECTURES)})"
         )
-    config = normalised(model_type, config)  # transformers' defaults and rules (nspsim.specs.hf_defaults)
+    try:
+        config = normalised(model_type, config)  # transformers' defaults and rules (nspsim.specs.hf_defaults)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
     feature = unsupported_attention(config)
     if feature is not None:
         raise ValueError(
@@ -148,11 +151,12 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
             vocab=_int(config, "vocab_size", name),
             dense_ffn=0 if moe is not None else _int(config, "intermediate_size", name),
             moe=moe,
-            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            tie_embeddings=config["tie_word_embeddings"],
             qk_norm=QK_NORM_ARCHITECTURES[model_type],
         )
     except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+        text = str(exc)
+        raise ValueError(text if text.startswith(f"{name}:") else f"{name}: {text}") from None
 
 
 def max_position(name: str) -> int | None:

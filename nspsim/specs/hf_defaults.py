@@ -170,6 +170,7 @@ def normalised(model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
         if key in config and config[key] is None and key not in NULLABLE[model_type]:
             raise ValueError(f"{key!r} is null, which transformers cannot build a {model_type} model with")
     out = {**HF_DEFAULTS[model_type], **config}
+    _check_kinds(out)
     heads, hidden = out.get("num_attention_heads"), out.get("hidden_size")
     if out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = heads
@@ -188,6 +189,31 @@ def normalised(model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
         elif model_type == "qwen2_moe":
             out["layer_types"] = [_kind(bool((i + 1) % 2) and i < top and use) for i in range(layers)]
     return out
+
+
+_FLAGS = ("tie_word_embeddings", "use_sliding_window", "is_causal")
+_LAYER_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def _check_kinds(config: Mapping[str, Any]) -> None:
+    """``ValueError`` for a value transformers' typed config would refuse or misread: a flag that is
+    not true/false (``"false"`` is not false), a negative or non-numeric attention dropout, a window
+    that is not a token count, ``layer_types`` that are not one known kind per layer."""
+    for key in _FLAGS:
+        if key in config and not isinstance(config[key], bool):
+            raise ValueError(f"{key!r} must be true or false, got {config[key]!r}")
+    dropout = config.get("attention_dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"'attention_dropout' must be a number in [0, 1), got {dropout!r}")
+    window = config.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"'sliding_window' must be a token count or null, got {window!r}")
+    kinds, layers = config.get("layer_types"), config.get("num_hidden_layers")
+    if kinds is not None:
+        if not isinstance(kinds, list) or not set(kinds) <= _LAYER_KINDS:
+            raise ValueError(f"'layer_types' must be a list of {', '.join(sorted(_LAYER_KINDS))}, got {kinds!r}"[:300])
+        if isinstance(layers, int) and len(kinds) != layers:
+            raise ValueError(f"'layer_types' has {len(kinds)} entries for {layers} layers")
 
 
 def _kind(sliding: bool) -> str:

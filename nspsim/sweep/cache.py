@@ -45,6 +45,9 @@ def record_problem(record: Any) -> str | None:
             return f"{name!r} is {value!r}, not a finite number >= 0"
     if not isinstance(record.get("oom"), bool):
         return f"'oom' is {record.get('oom')!r}, not true or false"
+    step = record.get("step_time_s")
+    if record["oom"] != (step is None) or step == 0:  # a step ran out of memory exactly when it has no time
+        return f"'oom' is {record['oom']} with step_time_s {step!r} (out of memory means no step time, else a time > 0)"
     count = record.get("num_micro_batches")
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         return f"'num_micro_batches' is {count!r}, not a count"
@@ -75,7 +78,7 @@ class Cache:
         try:
             text = path.read_text(encoding="utf-8")
             Plan.from_json(text, origin=str(path))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         return text
 
@@ -85,7 +88,7 @@ class Cache:
         path = self._path("sims", key)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested beyond the parser
             return None
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA or data.get("key") != key:
             return None

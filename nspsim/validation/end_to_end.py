@@ -74,6 +74,8 @@ def row_training(config: Mapping[str, Any]) -> TrainingSpec:
     for key, what in (("tp", "tensor"), ("pp", "pipeline")):
         if get_int(config, key, 1) > 1:
             raise NotExpressible(f"{what} parallelism ({key} = {config[key]}) is not modelled (FSDP + SP only)")
+    if not get_bool(config, "fsdp", True):
+        raise NotExpressible("data parallelism without sharding (fsdp = false) is not modelled (FSDP + SP only)")
     precision = str(config.get("precision", "bf16"))
     if precision != "bf16":
         raise NotExpressible(f"{precision} training is not modelled (bf16 GEMMs only)")

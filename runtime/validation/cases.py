@@ -47,6 +47,10 @@ class Case:
     start_batch: int = 0
 
     def __post_init__(self) -> None:
+        for key in ("planner", "label", "trace", "model", "backend", "lookahead", "recompute"):
+            value = getattr(self, key)
+            if not isinstance(value, str):
+                raise ValueError(f"a case's {key} must be text, got {value!r}")
         if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1 or self.ranks > 8:
             raise ValueError(f"case {self.name}: ranks must be an integer from 1 to 8, got {self.ranks!r}")
         if self.ranks & (self.ranks - 1):

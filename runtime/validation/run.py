@@ -13,6 +13,7 @@ Trade-off: one subprocess per case costs ~10 s of start-up, but nothing of the v
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -75,7 +76,7 @@ def precheck_case(case: Case, profile: str | None) -> None:
         args = parse_args([*case.train_args(), *extra])
         workload = build_workload(args.workload_on(world=case.ranks, device_type="cpu"))
         check_planner(args, workload, "cpu")
-    except (ValueError, SystemExit) as exc:
+    except (ValueError, TypeError, SystemExit) as exc:  # TypeError: a case value of the wrong type
         raise ValueError(f"case {case.name}: {exc}") from None
 
 
@@ -115,7 +116,9 @@ def records_case(path: str) -> CaseResult:
     first = recs[0]
     try:
         planner = str(first.get("planner_spec") or first["planner"])
-        ranks = int(first["num_gpus"])
+        ranks = first["num_gpus"]
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or any(r.get("num_gpus") != ranks for r in recs):
+            raise CaseFailed(f"{path}: num_gpus must be one integer in every record, got {ranks!r} first")
         case = Case(
             ranks=ranks,
             planner=planner,
@@ -138,11 +141,24 @@ def records_case(path: str) -> CaseResult:
 
 def case_result(case: Case, kept: list[dict[str, Any]], where: str) -> CaseResult:
     """Measured and predicted steps of ``case`` from its ``kept`` step records; :class:`CaseFailed`
-    naming ``where`` when a step has no prediction."""
-    missing = [r for r in kept if r.get("simulated_step_time_s") is None]
-    if missing:
-        note = missing[0].get("simulated_note") or "no prediction"
-        raise CaseFailed(f"{where}: step {missing[0]['step']} has no prediction ({note})")
+    naming ``where`` when a step has no prediction or a number in them is not a finite time (each
+    step time > 0, each prediction and breakdown part >= 0): the one place those numbers enter."""
+    for i, r in enumerate(kept):
+        step = r.get("step", i)
+        if r.get("simulated_step_time_s") is None:
+            note = r.get("simulated_note") or "no prediction"
+            raise CaseFailed(f"{where}: step {step} has no prediction ({note})")
+        for key, low in (("step_time_s", 0.0), ("simulated_step_time_s", -1.0)):
+            value = r.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < math.inf:
+                bound = "> 0" if low == 0 else ">= 0"
+                raise CaseFailed(f"{where}: step {step}: {key} is {value!r}, not a finite time {bound}")
+        for key in ("breakdown_s", "simulated_breakdown_s"):
+            parts = r.get(key) or {}
+            if not isinstance(parts, dict) or any(
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf for v in parts.values()
+            ):
+                raise CaseFailed(f"{where}: step {step}: {key} must map categories to finite seconds >= 0")
     return CaseResult(
         label=case.name,
         ranks=case.ranks,
@@ -150,7 +166,7 @@ def case_result(case: Case, kept: list[dict[str, Any]], where: str) -> CaseResul
         batches=case.batches,
         measured_s=tuple(float(r["step_time_s"]) for r in kept),
         predicted_s=tuple(float(r["simulated_step_time_s"]) for r in kept),
-        measured_breakdown_s=_mean_breakdown([r["breakdown_s"] for r in kept]),
+        measured_breakdown_s=_mean_breakdown([r.get("breakdown_s") or {} for r in kept]),
         predicted_breakdown_s=_mean_breakdown([r.get("simulated_breakdown_s") or {} for r in kept]),
     )
 

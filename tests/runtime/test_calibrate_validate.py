@@ -116,6 +116,7 @@ def _bad_records(tmp_path: Path, good: Path) -> list[Path]:
         ({"planner": "nope"}, "case nope @2: unknown planner 'nope'"),
         ({"planner": "static:degree=2", "trace": "nope"}, "trace"),
         ({"planner": "static:degree=4"}, "degree"),
+        ({"planner": "static:degree=2", "trace": 5}, "a case's trace must be text, got 5"),
     ],
 )
 def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: Path, case: dict, message: str) -> None:
@@ -133,6 +134,8 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
         (["runtime.validate", "--ranks", "3"], "--ranks takes powers of two"),
         (["runtime.validate", "--profile", "nope.json"], "cannot read profile nope.json"),
         (["runtime.validate", "--max-mape", "-1"], "--max-mape must be a positive fraction"),
+        (["runtime.validate", "--max-mape", "inf"], "--max-mape must be a positive fraction"),
+        (["runtime.validate", "-o", ""], "-o: the output folder is empty"),
         (["runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
         (["runtime.calibrate", "--kernel", "nope"], "unknown attention kernel 'nope'"),
         (["runtime.validate", "--case-timeout", "0"], "--case-timeout must be a positive number of seconds"),

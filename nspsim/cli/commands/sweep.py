@@ -29,7 +29,8 @@ from typing import Any
 from tqdm import tqdm
 
 from nspsim.cli.commands.plot import write_report
-from nspsim.cli.flags import emit, positive_int, warn
+from nspsim.cli.flags import emit, positive_int, shown, warn
+from nspsim.jsonfile import read_json
 from nspsim.output_files import output_lock
 from nspsim.sweep import (
     Cache,
@@ -80,9 +81,10 @@ def output_dir(text: str | None, spec_path: str) -> Path:
 
 
 def _sweep_or_empty(path: Path) -> bool:
-    """Whether ``path`` (a folder) is a sweep's (its config or cache is there) or holds nothing but
+    """Whether ``path`` (a folder) is a sweep's (its config, or a cache of the sweep's layout, is there) or
+    holds nothing but
     nspsim's hidden files (a lock left by a sweep that failed before writing)."""
-    if (path / CONFIG_FILE).exists() or (path / "cache").is_dir():
+    if (path / CONFIG_FILE).exists() or (path / "cache" / "sims").is_dir() or (path / "cache" / "plans").is_dir():
         return True
     try:
         return all(entry.name.startswith(".nspsim-") for entry in path.iterdir())
@@ -98,8 +100,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.engine == "ray":
         ray_module()  # a missing extra fails before any work
     out = output_dir(args.output, args.spec)
+    _warn_other_spec(out, args.spec)
     with output_lock(out, "sweep", what="nspsim sweep"):
         return _run(args, spec, out, started)
+
+
+def _warn_other_spec(out: Path, spec: str) -> None:
+    """Warn when ``out`` holds the results of another spec file, which this sweep's results replace
+    (its cached units stay and are reused where they match)."""
+    try:
+        earlier = read_json(out / CONFIG_FILE, "sweep config").get("source")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(earlier, str) and Path(earlier).resolve() != Path(spec).resolve():
+        warn(f"-o {out} holds the results of {shown(earlier)}; this sweep's results from {shown(spec)} replace them")
 
 
 def _jobs(args: argparse.Namespace) -> int:

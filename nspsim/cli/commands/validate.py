@@ -85,8 +85,11 @@ def over_limit(result: ValidationResult, limit: float | None) -> list[str]:
     none is expressed (no MAPE is no pass)."""
     if limit is None:
         return []
+    summary = result.summary()
+    if not summary:
+        return ["no row of the selected kind(s)"]
     out = []
-    for kind, s in result.summary().items():
+    for kind, s in summary.items():
         if s.mape is None:
             out.append(f"{kind} (no expressed row of {s.rows})")
         elif s.mape > limit:
