@@ -143,3 +143,14 @@ def test_executor_fit_with_a_negative_intercept_refits_the_slope_through_the_ori
     slope = float(x @ np.array(residual) / (x @ x))  # least squares through the origin
     assert fit is not None and fit.micro_batch_s == 0.0
     assert fit.per_token_layer_s == pytest.approx(slope / 2, rel=1e-9)
+
+
+def test_a_measured_dip_is_fitted_non_decreasing_not_refused() -> None:
+    """A loaded machine measured 5.607 ms at 256 tokens and 3.514 ms at 1,024 (CI, 2026-12-02): the
+    least-squares non-decreasing fit pools the two, and the profile's time table accepts it."""
+    from nspsim.cost.profile.tables import TimeTable
+    from runtime.calibration.fit import rising, time_table
+
+    assert rising([0.005607, 0.003514, 0.006, 0.01]) == pytest.approx((0.0045605, 0.0045605, 0.006, 0.01))
+    table = time_table([256, 1024, 4096, 8192], [0.005607, 0.003514, 0.006, 0.01])
+    TimeTable(tokens=tuple(p[0] for p in table), seconds=tuple(p[1] for p in table))
