@@ -100,3 +100,20 @@ def non_negative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
     return value
+
+
+def fraction(text: str) -> float:
+    """argparse type for a ``--max-mape`` (``nspsim validate``, ``runtime.validate``): a fraction (0.1) or
+    a percentage (10%), positive and finite."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a fraction such as 0.1 or a percentage such as 10%, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    if value > 1 and not raw.endswith("%"):
+        raise argparse.ArgumentTypeError(
+            f"a fraction is at most 1 (0.1 is 10%; write {raw}% for a percentage), got {text!r}"
+        )
+    return value

@@ -31,8 +31,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from nspsim.cli.flags import Parser, silence_closed_stdout
+from nspsim.cli.flags import Parser, shown, silence_closed_stdout
 from nspsim.cost.profile import load_profile
+from nspsim.options import fraction
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from runtime.validation.cases import SUITES, Case, dump_cases, load_cases
 from runtime.validation.run import ANALYTIC, CaseFailed, precheck_case, records_case, run_case
@@ -60,7 +61,7 @@ def build_parser() -> Parser:
     )
     p.add_argument("-o", "--output", default="out/validation", help="output directory (default: out/validation)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the MAPE is above this (e.g. 0.1)")
+    p.add_argument("--max-mape", type=fraction, default=None, help="exit 1 when the MAPE is above this (0.1 or 10%%)")
     p.add_argument("--case-timeout", type=float, default=900.0, help="seconds one case may run (default 900)")
     p.add_argument("--list", action="store_true", help="print the cases as --cases reads them and exit")
     p.add_argument(
@@ -107,11 +108,11 @@ def table(results: list[CaseResult], failed: dict[str, str]) -> str:
     for r in results:
         worst = max(r.breakdown_error.items(), key=lambda kv: abs(kv[1]), default=("-", 0.0))
         lines.append(
-            f"{r.label:<36} {r.measured_step_s:8.3f} {r.measured_std_s:7.3f} {r.predicted_step_s:8.3f} "
+            f"{shown(r.label):<36} {r.measured_step_s:8.3f} {r.measured_std_s:7.3f} {r.predicted_step_s:8.3f} "
             f"{r.error:+7.1%}  {worst[0]} {worst[1]:+.1%}"
         )
     for label, why in failed.items():
-        lines.append(f"{label:<36} failed: {why}")
+        lines.append(f"{shown(label):<36} failed: {shown(why)}")
     return "\n".join(lines)
 
 

@@ -166,3 +166,16 @@ def test_a_cache_file_nested_too_deep_is_recomputed(tmp_path: Path, capsys: pyte
     victim.write_text("[" * 100_000 + "]" * 100_000)
     assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["computed"] == 1 and json.loads(victim.read_text())["record"]
+
+
+def test_plot_refuses_duplicated_rows_and_negative_times(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, out = write_spec(tmp_path), tmp_path / "o"
+    assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
+    capsys.readouterr()
+    rows = pd.read_parquet(out / "results.parquet")
+    pd.concat([rows, rows.iloc[:1]]).to_parquet(out / "results.parquet")
+    assert main(["plot", str(out)]) == 2
+    assert "appears twice" in capsys.readouterr().err
+    rows.assign(step_time_s=-rows["step_time_s"]).to_parquet(out / "results.parquet")
+    assert main(["plot", str(out)]) == 2
+    assert "negative or infinite seconds" in capsys.readouterr().err

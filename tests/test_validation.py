@@ -275,3 +275,20 @@ def test_max_mape_fails_when_no_row_is_selected(capsys: pytest.CaptureFixture[st
     kernels = Path(__file__).parents[1] / "nspsim" / "validation" / "reference" / "kernels.toml"
     assert main(["validate", "--dataset", str(kernels), "--kind", "collective", "--max-mape", "10%"]) == 1
     assert "no row of the selected kind(s)" in capsys.readouterr().err
+
+
+def test_extreme_numbers_and_odd_files_are_the_users_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A subnormal published figure or byte count is refused where it enters (it turned an error into
+    infinity and blamed nspsim); a non-table model is a config error; a byte-order mark is not content."""
+    tiny = _one_row(tmp_path, "collective", "GB/s-busbw", ALLGATHER, published=5e-324)
+    assert main(["validate", "--dataset", str(tiny)]) == 2
+    assert "published must be a positive number from 1e-30 to 1e+30, got 5e-324" in capsys.readouterr().err
+    huge = _one_row(tmp_path, "collective", "us", ALLGATHER.replace("1073741824", "1.7e308"))
+    assert main(["validate", "--dataset", str(huge)]) == 2
+    assert "bytes must be a positive number from 1e-30 to 1e+30" in capsys.readouterr().err
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + _one_row(tmp_path, "collective", "GB/s-busbw", ALLGATHER).read_bytes())
+    assert main(["validate", "--dataset", str(bom)]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--dataset", ""]) == 2
+    assert "empty path" in capsys.readouterr().err

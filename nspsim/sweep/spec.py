@@ -184,7 +184,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     source = Path(path)
     raw = read_bytes(path, "sweep spec")  # regular files and pipes only: a FIFO without a writer cannot hang
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8-sig"))  # a leading byte-order mark is not content
     except UnicodeDecodeError as exc:
         raise ValueError(f"sweep spec {path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nspsim.specs.cluster import ClusterSpec
+from nspsim.validation.dataset import MAX_NUMBER, MIN_NUMBER
 from nspsim.validation.hardware import row_cluster
 
 
@@ -53,8 +54,8 @@ def get_num(config: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any
             raise NotExpressible(f"the configuration has no {key!r}")
         return default
     value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise BadConfig(f"{key} must be a positive finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not MIN_NUMBER <= value <= MAX_NUMBER:
+        raise BadConfig(f"{key} must be a positive number from {MIN_NUMBER:g} to {MAX_NUMBER:g}, got {value!r}")
     return float(value)
 
 

@@ -23,7 +23,6 @@ the model can express a row is :mod:`nspsim.validation.evaluate`'s question, ans
 from __future__ import annotations
 
 import importlib.resources
-import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -43,6 +42,10 @@ RATE_UNITS = frozenset({"tokens/s/gpu", "TFLOP/s", "iter/s", "GB/s-algbw", "GB/s
 """Units in which a faster prediction is a larger number (the others are times)."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+MIN_NUMBER, MAX_NUMBER = 1e-30, 1e30
+"""Every number of a row (its published figure, its configuration's sizes and rates) lies in this
+range: 30 orders of magnitude either side of 1 hold every unit used (tokens/s, TFLOP/s, GB/s, s,
+bytes), and a subnormal or huge value cannot turn an error into 0 or infinity."""
 ROW_KEYS = frozenset({"id", "kind", "published", "unit", "note", "source", "config"})
 SOURCE_KEYS = frozenset({"repo", "path", "commit", "paper", "url", "where"})
 
@@ -103,8 +106,11 @@ class ReferenceRow:
         if self.unit not in UNITS[self.kind]:
             raise ValueError(f"row {self.id}: unit {self.unit!r} is not one of {', '.join(UNITS[self.kind])}")
         value = self.published
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"row {self.id}: published must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not MIN_NUMBER <= value <= MAX_NUMBER:
+            raise ValueError(
+                f"row {self.id}: published must be a positive number from {MIN_NUMBER:g} to {MAX_NUMBER:g}, "
+                f"got {value!r}"
+            )
         if not isinstance(self.config, Mapping):
             raise ValueError(f"row {self.id}: config must be a table")
 
@@ -123,6 +129,8 @@ def builtin_paths() -> list[Path]:
 def load_reference(paths: Sequence[str | Path] | None = None) -> tuple[ReferenceRow, ...]:
     """Rows of the given files (the built-in set when ``None``); ``ValueError`` naming the file and row
     for a malformed file, and for an id used twice."""
+    if paths is not None and any(not str(p).strip() for p in paths):
+        raise ValueError("reference file: empty path; give a TOML file")
     files = builtin_paths() if paths is None else [Path(p) for p in paths]
     rows: list[ReferenceRow] = []
     seen: dict[str, str] = {}
@@ -140,7 +148,7 @@ def _read(path: Path) -> list[ReferenceRow]:
         what = "does not exist" if not path.exists() else "is not a regular file"
         raise ValueError(f"reference file {path} {what}")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a leading byte-order mark is not content
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:

@@ -53,7 +53,10 @@ CP_BACKENDS: Mapping[str, SPBackend] = {"ulysses": SPBackend.ULYSSES, "ring": SP
 def row_model(config: Mapping[str, Any], name: str) -> ModelSpec:
     """The row's model: a transformers config table (``mlp = "gelu"``: a plain two-matrix MLP); MPT
     configs (``model_type = "mpt"``) are read as a Llama-shaped decoder with a GELU MLP, no QK-norm."""
-    table = dict(get_value(config, "model"))
+    table = get_value(config, "model")
+    if not isinstance(table, Mapping):
+        raise BadConfig(f"model must be a table of transformers config fields ([row.config.model]), got {table!r}")
+    table = dict(table)
     mlp = table.pop("mlp", "swiglu")
     if mlp not in ("swiglu", "gelu"):
         raise BadConfig(f"model mlp must be 'swiglu' (gated) or 'gelu' (plain), got {mlp!r}")

@@ -133,8 +133,8 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
     [
         (["runtime.validate", "--ranks", "3"], "--ranks takes powers of two"),
         (["runtime.validate", "--profile", "nope.json"], "cannot read profile nope.json"),
-        (["runtime.validate", "--max-mape", "-1"], "--max-mape must be a positive fraction"),
-        (["runtime.validate", "--max-mape", "inf"], "--max-mape must be a positive fraction"),
+        (["runtime.validate", "--max-mape", "-1"], "argument --max-mape: must be a positive finite number"),
+        (["runtime.validate", "--max-mape", "inf"], "argument --max-mape: must be a positive finite number"),
         (["runtime.validate", "-o", ""], "-o: the output folder is empty"),
         (["runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
         (["runtime.calibrate", "--kernel", "nope"], "unknown attention kernel 'nope'"),

@@ -125,6 +125,16 @@ def _checked(table: pd.DataFrame, schema: pa.Schema, path: Path) -> pd.DataFrame
     import pandas as pd
     import pyarrow as pa
 
+    times = [c for c in ("step_time_s", "planning_time_s") if c in table.columns]
+    for column in times:
+        values = pd.to_numeric(table[column], errors="coerce")
+        if bool(((values < 0) | (values == float("inf"))).any()):
+            raise ValueError(f"{path}: column {column!r} holds negative or infinite seconds (rerun the sweep)")
+    keys = [c for c in ("point", "planner", "batch_index") if c in table.columns]
+    if len(keys) == 3 and bool(table.duplicated(subset=keys).any()):
+        raise ValueError(
+            f"{path}: a (point, planner, batch_index) appears twice; its rows would count twice (rerun the sweep)"
+        )
     for field in schema:
         numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
         if not numeric or field.name not in table.columns or pd.api.types.is_numeric_dtype(table[field.name]):

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from nspsim.cli.flags import emit, output_file, shown, write_output
 from nspsim.jsonfile import dumps_json
+from nspsim.options import fraction
 from nspsim.validation.dataset import KINDS
 from nspsim.validation.run import SPLIT, ValidationResult, validate
 from nspsim.validation.summary import reasons
@@ -30,22 +30,6 @@ from nspsim.validation.summary import reasons
 REPORT_RENDERER = "studies.reference_report"  # plotly lives in the studies layer (see compare.py)
 EXIT_MAPE = 1
 REPORT_NAME = "validation.html"
-
-
-def fraction(text: str) -> float:
-    """argparse type for ``--max-mape``: a fraction (0.1) or a percentage (10%), positive and finite."""
-    raw = text.strip()
-    try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a fraction such as 0.1 or a percentage such as 10%, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
-    if value > 1 and not raw.endswith("%"):
-        raise argparse.ArgumentTypeError(
-            f"a fraction is at most 1 (0.1 is 10%; write {raw}% for a percentage), got {text!r}"
-        )
-    return value
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
