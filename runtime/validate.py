@@ -123,7 +123,7 @@ def _validate_records(args: Any, argv: list[str]) -> None:
     seen: set[Path] = set()
     for path in args.records:
         if Path(path).resolve() in seen:
-            failed[path] = f"{path}: given twice; counted once"
+            failed[path] = "given twice; the second is left out"
             continue
         seen.add(Path(path).resolve())
         try:

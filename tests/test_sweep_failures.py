@@ -178,4 +178,10 @@ def test_plot_refuses_duplicated_rows_and_negative_times(tmp_path: Path, capsys:
     assert "appears twice" in capsys.readouterr().err
     rows.assign(step_time_s=-rows["step_time_s"]).to_parquet(out / "results.parquet")
     assert main(["plot", str(out)]) == 2
-    assert "negative or infinite seconds" in capsys.readouterr().err
+    assert "negative or infinite values" in capsys.readouterr().err
+    rows.assign(bd_attn_fwd=-5.0).to_parquet(out / "results.parquet")
+    assert main(["plot", str(out)]) == 2
+    assert "'bd_attn_fwd' holds negative or infinite values" in capsys.readouterr().err
+    rows.assign(step_time_s=float("nan")).to_parquet(out / "results.parquet")
+    assert main(["plot", str(out)]) == 2
+    assert "no step time, no out-of-memory and no error" in capsys.readouterr().err

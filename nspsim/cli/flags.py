@@ -190,6 +190,8 @@ def _probe_writable(path: Path, flag: str, text: str) -> None:
     appending; for a new one a uniquely named file is created and removed in its directory (safe when
     several ranks check the same path at once) and the name's length is checked. A read-only or
     pseudo filesystem (/proc, /sys) is thus refused before the work."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {text}: {path} is a directory; remove it or choose another name")
     if path.exists() and not (path.is_file() or path.is_char_device()):  # a FIFO sibling would block the open
         raise ValueError(f"{flag} {text}: {path} is not a regular file (a FIFO, socket or block device); remove it")
     try:

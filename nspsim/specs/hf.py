@@ -155,7 +155,7 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
             qk_norm=QK_NORM_ARCHITECTURES[model_type],
         )
     except ValueError as exc:
-        text = str(exc)
+        text = str(exc).replace(f"model {name!r}: ", "")  # ModelSpec names itself; the file name says it
         raise ValueError(text if text.startswith(f"{name}:") else f"{name}: {text}") from None
 
 

@@ -208,9 +208,13 @@ def _check_kinds(config: Mapping[str, Any]) -> None:
     window = config.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise ValueError(f"'sliding_window' must be a token count or null, got {window!r}")
+    for key in ("max_window_layers", "max_position_embeddings"):
+        value = config.get(key)
+        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{key!r} must be a non-negative integer, got {value!r}")
     kinds, layers = config.get("layer_types"), config.get("num_hidden_layers")
     if kinds is not None:
-        if not isinstance(kinds, list) or not set(kinds) <= _LAYER_KINDS:
+        if not isinstance(kinds, list) or not all(isinstance(k, str) and k in _LAYER_KINDS for k in kinds):
             raise ValueError(f"'layer_types' must be a list of {', '.join(sorted(_LAYER_KINDS))}, got {kinds!r}"[:300])
         if isinstance(layers, int) and len(kinds) != layers:
             raise ValueError(f"'layer_types' has {len(kinds)} entries for {layers} layers")

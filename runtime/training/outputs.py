@@ -181,7 +181,8 @@ class Outputs:
         records, config, plans = (partial_path(t) for t in targets)
         records.parent.mkdir(parents=True, exist_ok=True)
         # one run per records file: a second one would share these .partial names (nspsim.output_files)
-        lock = OutputLock(records.parent, targets[0].name, what="runtime.train run with these --records")
+        stem = targets[1].name.removesuffix(".config.json")  # R and R.jsonl write the same R.config.json
+        lock = OutputLock(records.parent, stem, what="runtime.train run with these --records")
         config.write_text(json.dumps(resolved_config(args, d, workload), indent=1, sort_keys=True))
         return cls(records.open("w"), plans.open("w"), targets, lock)
 

@@ -136,6 +136,8 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
         (["runtime.validate", "--max-mape", "-1"], "argument --max-mape: must be a positive finite number"),
         (["runtime.validate", "--max-mape", "inf"], "argument --max-mape: must be a positive finite number"),
         (["runtime.validate", "-o", ""], "-o: the output folder is empty"),
+        (["runtime.run", "--nproc-per-node", "0", "-m", "runtime.train"], "--nproc-per-node must be at least 1"),
+        (["runtime.run", "--bogus", "1", "-m", "runtime.train"], "runtime.run: error: unrecognized arguments"),
         (["runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
         (["runtime.calibrate", "--kernel", "nope"], "unknown attention kernel 'nope'"),
         (["runtime.validate", "--case-timeout", "0"], "--case-timeout must be a positive number of seconds"),

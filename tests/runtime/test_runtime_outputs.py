@@ -32,3 +32,11 @@ def test_a_second_run_on_the_same_records_fails_before_touching_the_first_runs_f
     assert records.exists() and not partial_path(records).exists()
     again = opened(records)  # free once the first run closed its outputs
     again.close(complete=False)
+
+
+def test_records_named_with_and_without_jsonl_share_one_lock(tmp_path: Path) -> None:
+    """R and R.jsonl write the same R.config.json and R.plans.jsonl, so they are one output."""
+    first = opened(tmp_path / "R.jsonl")
+    with pytest.raises(ValueError, match="another runtime.train run with these --records is writing"):
+        opened(tmp_path / "R")
+    first.close(complete=False)

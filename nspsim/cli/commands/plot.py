@@ -125,11 +125,17 @@ def _checked(table: pd.DataFrame, schema: pa.Schema, path: Path) -> pd.DataFrame
     import pandas as pd
     import pyarrow as pa
 
-    times = [c for c in ("step_time_s", "planning_time_s") if c in table.columns]
-    for column in times:
+    named = ("step_time_s", "planning_time_s", "normalized")
+    measures = [c for c in table.columns if c in named or str(c).startswith("bd_")]
+    for column in measures:
         values = pd.to_numeric(table[column], errors="coerce")
-        if bool(((values < 0) | (values == float("inf"))).any()):
-            raise ValueError(f"{path}: column {column!r} holds negative or infinite seconds (rerun the sweep)")
+        if bool(((values < 0) | values.isin([float("inf"), float("-inf")])).any()):
+            raise ValueError(f"{path}: column {column!r} holds negative or infinite values (rerun the sweep)")
+    if {"step_time_s", "oom", "error"} <= set(table.columns):  # a row with no time must say why
+        silent = pd.to_numeric(table["step_time_s"], errors="coerce").isna() & ~table["oom"].astype(bool)
+        silent &= table["error"].fillna("").astype(str).eq("")
+        if bool(silent.any()):
+            raise ValueError(f"{path}: a row has no step time, no out-of-memory and no error (rerun the sweep)")
     keys = [c for c in ("point", "planner", "batch_index") if c in table.columns]
     if len(keys) == 3 and bool(table.duplicated(subset=keys).any()):
         raise ValueError(
