@@ -330,3 +330,13 @@ def test_a_plan_log_mixing_models_gets_one_mean_per_workload(
     assert "2 plan(s) of" in text and "2 workloads" in text
     assert "over the 1 plan(s) of tiny on cpux2" in text and "over the 1 plan(s) of tiny-moe on cpux2" in text
     assert "over the 2 plan(s)" not in text
+
+
+def test_simulate_reports_the_batch_settings_of_its_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "p.json"
+    sizes = ["--cluster", "cpu", "--gpus", "2", "--tokens-per-batch", "64k", "--max-context", "32k", "--trace", "code"]
+    assert main(["plan", "--model", "tiny", *sizes, "--planner", "static", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--json"]) == 0  # no batch flags: the defaults are 2M and 192K
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert (config["tokens_per_batch"], config["max_context"], config["trace"]) == (65536, 32768, "code")

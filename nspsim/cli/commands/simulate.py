@@ -229,8 +229,13 @@ class _Runner:
         )
         result = scored.get(plan.content_hash) if not self.options.timeline else None
         result = result or simulator.simulate(plan)
+        batch = plan.batch  # the batch the plan routes, not the flags' defaults (which it does not use)
         config = {
             **workload.config.to_dict(),
+            "trace": batch.trace,
+            "seed": batch.seed,
+            "tokens_per_batch": batch.tokens_per_batch,
+            "max_context": batch.max_context,
             "plan": str(args.plan),
             **({} if index is None else {"plan_index": index}),
             "plan_hash": plan.content_hash,
