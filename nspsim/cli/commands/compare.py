@@ -121,7 +121,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     path = None
     if args.output is not None:
         if Path(args.output).suffix.lower() not in (".html", ".htm"):
-            raise ValueError(f"report path {args.output!r} must end with .html")
+            raise ValueError(f"report path {args.output!r} must end with .html after a file name, e.g. report.html")
         path = output_file(
             args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",), make_parent=True
         )

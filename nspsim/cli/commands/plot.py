@@ -181,7 +181,7 @@ def report_path(sweep: SweepFiles, output: str | None) -> Path:
     """Where the report goes: ``output`` (checked, an ``.html`` name) or ``DIR/report.html``."""
     text = str(sweep.directory / REPORT_FILE) if output is None else output
     if Path(text).suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"report path {text!r} must end with .html")
+        raise ValueError(f"report path {text!r} must end with .html after a file name, e.g. report.html")
     inputs = (str(sweep.results_path), str(sweep.directory / CONFIG_FILE))
     siblings = () if _beside(Path(text), sweep) else (".config.json",)
     return output_file(text, flag="-o", inputs=inputs, siblings=siblings, make_parent=True)
