@@ -64,7 +64,15 @@ PLANNERS: list[list[str]] = [
     ["--planner", "greedy"],
 ]
 BATCHES = [0, 3]
-SIM_FLAGS: list[list[str]] = [[], ["--tree-recompute", "--optimize-order"], ["--mode", "serial"]]
+# Plans are written as routed (--prepare none) and simulated as routed, fully prepared, serially, and
+# with the default preparation (the planner's; sim3, added when --prepare became one flag).
+PLAN_FLAGS = ["--prepare", "none"]
+SIM_FLAGS: list[list[str]] = [
+    ["--prepare", "none"],
+    ["--prepare", "all"],
+    ["--mode", "serial", "--prepare", "none"],
+    [],
+]
 VOLATILE = {
     "planning_time_s",
     "planning_cpu_s",
@@ -117,6 +125,7 @@ def plan_case(label: str, flags: list[str], planner: list[str], batch: int, work
                 "plan",
                 *planner,
                 *flags,
+                *PLAN_FLAGS,
                 "--batch-index",
                 str(batch),
                 "--json",
@@ -183,7 +192,8 @@ def runtime_case(planner: str, ranks: int, work: Path) -> dict[str, Any]:
         "5k",
         "--seed",
         "0",
-        "--tree-recompute",
+        "--prepare",
+        "recompute",
         "--records",
         str(rec),
     ]

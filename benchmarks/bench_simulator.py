@@ -39,9 +39,7 @@ def prepared_plan(gpus: int, planner: str) -> Plan:
     routing = get_planner(planner, **PLANNERS[planner])
     plan = routing.plan(wl.sampler.batch(0), wl)
     prep = routing.preparation
-    return prepare_plan(
-        plan, memory=wl.memory, cost=wl.cost, tree_recompute=prep.tree_recompute, optimize_order=prep.optimize_order
-    )
+    return prepare_plan(plan, memory=wl.memory, cost=wl.cost, preparation=prep)
 
 
 def _run(benchmark: Any, gpus: int, planner: str, rounds: int, **options: Any) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from nspsim.compare import CompareConfig, run_compare
+from nspsim.compare import CompareConfig, RunSpec, run_compare
 from nspsim.workload import WorkloadConfig
 
 MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))
@@ -40,7 +40,14 @@ def configs(profile: str | None, iters: int) -> list[tuple[str, CompareConfig]]:
                     model=model, cluster=cluster, training=training, trace=trace, max_context=context, profile=profile
                 )
                 name = f"{model}_{context // 1024}k_{trace}"
-                out.append((name, CompareConfig(workload=wl, planners=PLANNERS, iters=iters, timeline_iteration=None)))
+                out.append(
+                    (
+                        name,
+                        CompareConfig(
+                            workload=wl, timeline_iteration=None, run=RunSpec(planners=PLANNERS, iters=iters)
+                        ),
+                    )
+                )
     return out
 
 

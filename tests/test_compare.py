@@ -17,15 +17,16 @@ from nspsim.compare import (
     ABLATIONS,
     CompareConfig,
     CompareResult,
+    RunSpec,
     default_planners,
     parse_planner_spec,
     routing_counts,
     run_compare,
 )
 from nspsim.compare.runner import _Runner
+from nspsim.execution.prepare import AS_PLANNED, NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
-from nspsim.planners.base import Preparation
 from nspsim.simulator import Simulator, StepResult
 from nspsim.units import format_seconds
 from nspsim.workload import WorkloadConfig
@@ -41,7 +42,7 @@ PROGRESS: list[str] = []
 def static_run() -> CompareResult:
     PROGRESS.clear()
     return run_compare(
-        CompareConfig(workload=SMALL, planners=("static", "static-best", "static-2", "static-8"), iters=2),
+        CompareConfig(workload=SMALL, run=RunSpec(planners=("static", "static-best", "static-2", "static-8"), iters=2)),
         progress=lambda done, total, label: PROGRESS.append(label),
     )
 
@@ -49,12 +50,11 @@ def static_run() -> CompareResult:
 def test_planner_specs() -> None:
     assert parse_planner_spec("static-8").options == {"degree": 8}
     best = parse_planner_spec("static-best")
-    assert best.planner == "static" and not best.tree_recompute and not best.optimize_order
+    assert best.planner == "static" and best.preparation == AS_PLANNED
     if "nsp" in PLANNER_NAMES:
-        nsp = parse_planner_spec("nsp")
-        assert nsp.tree_recompute and nsp.optimize_order
+        assert parse_planner_spec("nsp").preparation == NESTED_PREPARATION
         assert parse_planner_spec("nsp-no-overlap").mode == "no-stream"
-        assert not parse_planner_spec("nsp-no-recompute").tree_recompute
+        assert not parse_planner_spec("nsp-no-recompute").preparation.tree_recompute
         assert parse_planner_spec("nsp-attn-fwd").options == {"proxy": "attn-fwd"}
     assert default_planners()[0] == "static-best"
     flex = parse_planner_spec("flexsp:time_limit=2.5+max_micro_batches=3", defaults={"flexsp": {"time_limit": 0.5}})
@@ -72,7 +72,7 @@ def test_planner_specs() -> None:
     with pytest.raises(ValueError, match="expected static-<degree>"):
         parse_planner_spec("static-x")
     with pytest.raises(ValueError, match="without repeats"):
-        CompareConfig(workload=SMALL, planners=("static", "static"))
+        CompareConfig(workload=SMALL, run=RunSpec(planners=("static", "static")))
 
 
 def test_swept_static_labels_keep_their_packing_whatever_the_static_defaults() -> None:
@@ -98,11 +98,11 @@ def test_specs_are_prepared_as_their_planner_declares() -> None:
     for name in PLANNER_NAMES:
         declared = get_planner(name).preparation
         spec = parse_planner_spec(name)
-        assert (spec.tree_recompute, spec.optimize_order) == (declared.tree_recompute, declared.optimize_order)
+        assert spec.preparation == declared
         if name in expected:
             assert declared == Preparation(tree_recompute=expected[name], optimize_order=expected[name]), name
     resolved = {
-        label: (s.tree_recompute, s.optimize_order, s.mode)
+        label: (s.preparation.tree_recompute, s.preparation.optimize_order, s.mode)
         for label in ABLATIONS
         if (s := parse_planner_spec(label)).planner in PLANNER_NAMES
     }
@@ -114,6 +114,22 @@ def test_specs_are_prepared_as_their_planner_declares() -> None:
     }
     with pytest.raises(ValueError, match="tree_recompute must be True or False"):
         Preparation(tree_recompute=1)  # type: ignore[arg-type]
+
+
+def test_a_prepare_choice_overrides_every_declaration_and_ablations_still_apply() -> None:
+    """``prepare`` names one preparation for every spec; ``planner`` (the default) is each planner's
+    declaration; an ablation's override applies on top; an unknown choice is one line."""
+    for choice, want in (("none", AS_PLANNED), ("all", NESTED_PREPARATION)):
+        for label in ("static-best", "nsp", "flexsp"):
+            assert parse_planner_spec(label, prepare=choice).preparation == want
+    order_only = Preparation(optimize_order=True)
+    assert parse_planner_spec("static", prepare="order").preparation == order_only
+    assert parse_planner_spec("nsp-no-recompute", prepare="all").preparation == order_only
+    assert RunSpec(planners=("nsp",), prepare="none").specs()["nsp"].preparation == AS_PLANNED
+    with pytest.raises(
+        ValueError, match="unknown preparation 'some' \\(known: planner, none, recompute, order, all\\)"
+    ):
+        RunSpec(planners=("nsp",), prepare="some")
 
 
 def test_the_report_renderer_is_the_named_module(
@@ -130,7 +146,7 @@ def test_the_report_renderer_is_the_named_module(
 
 def test_every_planner_sees_the_same_batches(static_run: CompareResult) -> None:
     by_planner = {
-        p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["planners"]
+        p: [r.batch_index for r in static_run.records if r.planner == p] for p in static_run.config["run"]["planners"]
     }
     assert all(v == [0, 1] for v in by_planner.values())
     assert [s.planner for s in static_run.summaries] == ["static", "static-best", "static-2", "static-8"]
@@ -174,7 +190,7 @@ def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     argv = ["compare", *SMALL_ARGS, "--iters", "1", "--json", "-o", str(out), "--quiet", "--flexsp-time-limit", "0.05"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["config"]["workload"]["gpus"] == 16 and data["config"]["iters"] == 1
+    assert data["config"]["workload"]["gpus"] == 16 and data["config"]["run"]["iters"] == 1
     assert [r["planner"] for r in data["results"]] == list(default_planners())
     for r in data["results"]:
         for key in (
@@ -252,9 +268,11 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
     result = run_compare(
         CompareConfig(
             workload=SMALL,
-            iters=1,
             timeline_iteration=None,
-            planners=("static-best", "nsp", "nsp-no-recompute", "nsp-no-overlap", "nsp-greedy", "nsp-attn-fwd"),
+            run=RunSpec(
+                iters=1,
+                planners=("static-best", "nsp", "nsp-no-recompute", "nsp-no-overlap", "nsp-greedy", "nsp-attn-fwd"),
+            ),
         )
     )
     assert len(simulated) == len(set(simulated))  # every distinct (plan, mode) simulated once
@@ -272,7 +290,9 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
 def test_runner_keeps_only_the_chosen_plan_timeline() -> None:
     from nspsim.workload import build_workload
 
-    runner = _Runner(build_workload(SMALL), [], CompareConfig(workload=SMALL, planners=("static",), iters=1), None)
+    runner = _Runner(
+        build_workload(SMALL), [], CompareConfig(workload=SMALL, run=RunSpec(planners=("static",), iters=1)), None
+    )
     fake = object()
     runner.results = {("a", "stream"): (fake, True), ("b", "stream"): (fake, True), ("c", "stream"): (fake, False)}  # type: ignore[dict-item]
     runner._drop_timelines(keep=("a", "stream"))
@@ -351,10 +371,8 @@ def test_static_paper_is_the_fastest_token_packed_fixed_degree_and_can_be_the_ba
     fixed = ("static-2:packing=tokens", "static-4:packing=tokens")
     config = CompareConfig(
         workload=TINY,
-        planners=("static-best", "static-paper", *fixed),
-        iters=2,
         timeline_iteration=None,
-        baseline="static-paper",
+        run=RunSpec(planners=("static-best", "static-paper", *fixed), iters=2, baseline="static-paper"),
     )
     result = run_compare(config)
     means = {s.planner: s.mean_step_time_s for s in result.summaries}
@@ -369,9 +387,9 @@ def test_static_paper_is_the_fastest_token_packed_fixed_degree_and_can_be_the_ba
     data = result.to_dict()
     assert [r["planner"] for r in data["results"]][:2] == ["static-best", "static-paper"]
     assert set(data["static_paper_ineligible"]) == {"1"}
-    assert CompareConfig(workload=TINY, planners=("nsp", "static-paper")).baseline is None
+    assert CompareConfig(workload=TINY, run=RunSpec(planners=("nsp", "static-paper"))).run.baseline is None
     with pytest.raises(ValueError, match="baseline 'static-best' is not one of the compared planners"):
-        CompareConfig(workload=TINY, planners=("static-paper", "nsp"), baseline="static-best")
+        CompareConfig(workload=TINY, run=RunSpec(planners=("static-paper", "nsp"), baseline="static-best"))
 
 
 def test_cli_baseline_flag(capsys: pytest.CaptureFixture[str]) -> None:

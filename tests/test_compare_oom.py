@@ -19,6 +19,7 @@ from nspsim.compare import (
     CompareResult,
     IterationRecord,
     PlannerSpec,
+    RunSpec,
     parse_planner_spec,
     summarise,
 )
@@ -55,7 +56,7 @@ def record(planner: str, i: int, step: float | None) -> IterationRecord:
 def result(runs: dict[str, list[float | None]], baseline: str) -> CompareResult:
     records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
     summaries = summarise(tuple(runs), records, {}, baseline)
-    config = {"workload": SMALL.to_dict(), "iters": 3, "planners": list(runs)}
+    config = {"workload": SMALL.to_dict(), "run": {"iters": 3, "planners": list(runs)}}
     return CompareResult(config=config, baseline=baseline, summaries=summaries, records=tuple(records), timelines={})
 
 
@@ -93,7 +94,7 @@ def test_spread_is_min_median_max_of_the_per_batch_ratios_on_common_batches() ->
     assert nsp.normalized_to_static == pytest.approx(6.8 / 9) and nsp.normalized_iterations == 4
     assert (static.normalized_min, static.normalized_median, static.normalized_max) == (1.0, 1.0, 1.0)
     assert (never.normalized_min, never.normalized_median, never.normalized_max) == (None, None, None)
-    config = {"workload": SMALL.to_dict(), "iters": 5, "planners": list(runs)}
+    config = {"workload": SMALL.to_dict(), "run": {"iters": 5, "planners": list(runs)}}
     res = CompareResult(
         config=config, baseline="static", summaries=(static, nsp, never), records=tuple(records), timelines={}
     )
@@ -111,7 +112,7 @@ def test_report_table_keeps_notes_out_of_the_rows_and_shows_the_spread() -> None
     records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
     note = "fastest fixed degree SP8 (SP2 13.5 s, SP4 6.27 s); not eligible: SP1 cannot hold a sample"
     summaries = summarise(tuple(runs), records, {"static": note}, "static")
-    config = {"workload": SMALL.to_dict(), "iters": 2, "planners": list(runs)}
+    config = {"workload": SMALL.to_dict(), "run": {"iters": 2, "planners": list(runs)}}
     page = results_table(
         CompareResult(config=config, baseline="static", summaries=summaries, records=tuple(records), timelines={})
     )
@@ -148,7 +149,7 @@ def _static_best(
     canned: dict[int, list[float | None]], batches: list[Batch] | None = None
 ) -> tuple[list[IterationRecord], str, int | None, dict[int, str]]:
     workload = build_workload(SMALL)
-    config = CompareConfig(workload=SMALL, planners=("static-best",), iters=3)
+    config = CompareConfig(workload=SMALL, run=RunSpec(planners=("static-best",), iters=3))
     runner = _FakeRunner(workload, batches or [], config, None)
     runner.canned = {d: canned.get(d, [9.0, 9.0, 9.0]) for d in workload.tree.degrees}
     records, note = runner.run(parse_planner_spec("static-best"))
@@ -199,7 +200,9 @@ def test_static_best_says_which_degrees_cannot_hold_a_sample() -> None:
 )
 def test_compare_config_is_validated_when_built(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        CompareConfig(workload=SMALL, **{"iters": 3, **kwargs})
+        settings = {"iters": 3, **kwargs}
+        timeline = {k: settings.pop(k) for k in ("timeline_iteration",) if k in settings}
+        CompareConfig(workload=SMALL, run=RunSpec(**settings), **timeline)
 
 
 def test_planner_spec_and_sim_options_are_validated_when_built() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nspsim.cli.main import main
-from nspsim.compare import DROPPED_WARN_SHARE, BatchDrops, CompareConfig, run_compare
+from nspsim.compare import DROPPED_WARN_SHARE, BatchDrops, CompareConfig, RunSpec, run_compare
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.workload import WorkloadConfig, build_workload
@@ -80,8 +80,7 @@ def test_simulate_reports_the_drops_of_the_plan(tmp_path: Path, capsys: pytest.C
 def test_compare_reports_the_drops_in_text_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = CompareConfig(
         workload=WorkloadConfig(model="tiny", cluster="cpu", gpus=2, tokens_per_batch=64 * 1024, max_context=2048),
-        planners=("static",),
-        iters=2,
+        run=RunSpec(planners=("static",), iters=2),
     )
     result = run_compare(config)
     assert result.drops is not None and result.drops.batches == 2

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nspsim.cli.main import main
-from nspsim.compare import CompareConfig, run_compare
+from nspsim.compare import CompareConfig, RunSpec, run_compare
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.bucketing import MAX_BUCKETS
 from nspsim.planners.flexsp_planner import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
@@ -86,7 +86,7 @@ def test_flexsp_auto_min_group_is_2_or_1_on_a_one_gpu_tree() -> None:
 
 def test_compare_checks_options_against_the_workload_before_running() -> None:
     ticks: list[str] = []
-    config = CompareConfig(workload=SMALL, planners=("static-best", "flexsp:min_group=64"), iters=1)
+    config = CompareConfig(workload=SMALL, run=RunSpec(planners=("static-best", "flexsp:min_group=64"), iters=1))
     with pytest.raises(ValueError, match="min_group=64 is above spmax=16"):
         run_compare(config, progress=lambda done, total, label: ticks.append(label))
     assert ticks == []  # the static-best sweep did not run first

@@ -3,6 +3,8 @@ does with them (exact cases on round-number memory)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -92,16 +94,24 @@ def test_tree_marks_recompute_less_than_full_recomputation() -> None:
 
 def test_prepare_plan_marks_then_orders_like_the_steps_it_composes() -> None:
     from nspsim.execution.issue_order import optimize_issue_order
-    from nspsim.execution.prepare import prepare_plan
+    from nspsim.execution.prepare import AS_PLANNED, NESTED_PREPARATION, prepare_plan, recorded_preparation
 
     setup = Setup(StubCost(comp=1e-9, pro=2e-6, epi=1e-7), memory=memory(1000))
     plan = setup.plan([Node(4, 0)] + [Node(1, g) for g in range(4)], [1600, 200, 200, 200, 200])
     mem = memory(1000)
-    both = prepare_plan(plan, memory=mem, cost=setup.cost)
-    assert both == optimize_issue_order(mark_recompute(plan, mem, setup.cost), setup.cost)
+    both = prepare_plan(plan, memory=mem, cost=setup.cost, preparation=NESTED_PREPARATION)
+    direct = optimize_issue_order(mark_recompute(plan, mem, setup.cost), setup.cost)
+    assert both == replace(direct, metadata={**direct.metadata, "prepared": "all"})
+    assert recorded_preparation(both) == "all" and recorded_preparation(plan) is None
     assert both.recompute == (False, True, True, True, True) and both.issue_order != plan.issue_order
-    assert prepare_plan(plan, memory=mem, cost=setup.cost, tree_recompute=False, optimize_order=False) is plan
+    assert prepare_plan(plan, memory=mem, cost=setup.cost, preparation=AS_PLANNED) is plan
     sim = setup.simulator()
-    ranked = prepare_plan(plan, memory=mem, cost=setup.cost, evaluate=lambda p: sim.simulate(p).step_time_or_inf)
+    ranked = prepare_plan(
+        plan,
+        memory=mem,
+        cost=setup.cost,
+        preparation=NESTED_PREPARATION,
+        evaluate=lambda p: sim.simulate(p).step_time_or_inf,
+    )
     marked_only = sim.simulate(mark_recompute(plan, mem, setup.cost)).step_time_or_inf
     assert sim.simulate(ranked).step_time_or_inf <= marked_only

@@ -59,11 +59,12 @@ def test_simulate_json_has_the_contract_keys(plan_file: Path, capsys: pytest.Cap
 
 def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "trace.json"
-    assert main(["simulate", str(plan_file), "--timeline", str(out), "--tree-recompute", "--optimize-order"]) == 0
+    assert main(["simulate", str(plan_file), "--timeline", str(out), "--prepare", "all"]) == 0
     text = capsys.readouterr().out
     assert "step time" in text and "breakdown" in text and "48 layers" in text
     trace = json.loads(out.read_text())
-    assert trace["otherData"]["config"]["tree_recompute"] is True
+    config = trace["otherData"]["config"]
+    assert config["tree_recompute"] is True and config["prepare"] == "all" and config["preparation"] == "all"
     assert {e["pid"] for e in trace["traceEvents"]} == set(range(16))
     assert json.loads((tmp_path / "trace.config.json").read_text())["plan_hash"]
 
@@ -144,22 +145,22 @@ def test_simulate_replays_a_plan_log(tmp_path: Path, capsys: pytest.CaptureFixtu
     wl = _tiny_workload()
     plans = [get_planner("nsp").plan(wl.sampler.batch(i), wl) for i in range(3)]
     log = tmp_path / "run.plans.jsonl"
-    log.write_text("".join(p.to_json() + "\n" for p in plans))  # as runtime.train writes it
+    log.write_text("".join(p.to_json() + "\n" for p in plans))  # routed plans, in the plan-log format
     times = [_step_time(wl, p) for p in plans]
-    assert main(["simulate", str(log)]) == 0
+    assert main(["simulate", "--prepare", "none", str(log)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("3 plan(s) of ") and "tiny on cpux2" in lines[0]
     for i, (plan, line) in enumerate(zip(plans, lines[2:5])):
         assert line.split() == [str(i), str(i), "nsp", plan.content_hash, f"{times[i]:.4f}", "s", "no"]
-    assert main(["simulate", str(log), "--json"]) == 0
+    assert main(["simulate", "--prepare", "none", str(log), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["index"] for d in data] == [0, 1, 2] and [d["step_time_s"] for d in data] == times
     assert [d["config"]["plan_index"] for d in data] == [0, 1, 2]
-    assert main(["simulate", str(log), "--index", "1", "--json"]) == 0
+    assert main(["simulate", "--prepare", "none", str(log), "--index", "1", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert one["plan_hash"] == plans[1].content_hash and one["step_time_s"] == times[1]
     out = tmp_path / "t.json"
-    assert main(["simulate", str(log), "--index", "2", "--timeline", str(out)]) == 0 and out.exists()
+    assert main(["simulate", "--prepare", "none", str(log), "--index", "2", "--timeline", str(out)]) == 0 and out.exists()
     capsys.readouterr()
     for argv, message in [
         (["--index", "3"], "--index 3: " + str(log) + " holds 3 plan(s), numbered 0..2"),

@@ -18,7 +18,7 @@ import pytest
 
 import nspsim.sweep.work as work
 from nspsim.cli.main import main
-from nspsim.compare import CompareConfig, run_compare
+from nspsim.compare import CompareConfig, RunSpec, run_compare
 from nspsim.compare.specs import parse_planner_spec
 from nspsim.sweep import Cache, CodeVersions, build_rows, code_versions, execute, load_spec, parse_spec, plan_sweep
 from nspsim.sweep.keys import batch_content, code_version, plan_key, point_key, sim_key, source_files, workload_identity
@@ -195,7 +195,7 @@ def test_keys_change_with_what_determines_a_unit_and_only_then(tmp_path: Path) -
         sim_key(base, nsp, versions),
         sim_key(base, nsp, replace(versions, simulator="s2")),
         sim_key(base, replace(nsp, mode="serial"), versions),
-        sim_key(base, replace(nsp, tree_recompute=False), versions),
+        sim_key(base, replace(nsp, preparation=replace(nsp.preparation, tree_recompute=False)), versions),
     }
     assert len(sims) == 4
     # with the batch's content the key holds it instead of max_context: identical batches share a key
@@ -238,7 +238,7 @@ def test_rows_equal_compare_on_every_point(tmp_path: Path) -> None:
     assert len(df) == 2 * 3 * 2 and not df["error"].any() and not df["cached"].any()
     for point, config in enumerate(spec.points()):
         result = run_compare(
-            CompareConfig(workload=config, planners=spec.run.planners, iters=2, timeline_iteration=None)
+            CompareConfig(workload=config, timeline_iteration=None, run=RunSpec(planners=spec.run.planners, iters=2))
         )
         assert result.static_best_ineligible.keys() == {1}
         ours = df[df["point"] == point]
@@ -280,9 +280,8 @@ def test_points_that_differ_only_in_max_context_share_identical_batches(tmp_path
     for point, ctx in ((0, 32 * 1024), (1, 48 * 1024)):
         config = CompareConfig(
             workload=WorkloadConfig(model="tiny", cluster="cpu", trace="code", tokens_per_batch=65536, max_context=ctx),
-            planners=("nsp",),
-            iters=4,
             timeline_iteration=None,
+            run=RunSpec(planners=("nsp",), iters=4),
         )
         expected = [r.step_time_s for r in sorted(run_compare(config).records, key=lambda r: r.iteration)]
         assert rows[rows["point"] == point]["step_time_s"].tolist() == pytest.approx(expected, rel=1e-12)
@@ -463,7 +462,7 @@ def test_static_paper_units_and_baseline_equal_compare(tmp_path: Path) -> None:
     assert not df["error"].any() and set(df["baseline"]) == {"static-paper"}
     points = resolved_config(plan)["points"]
     for point, config in enumerate(spec.points()):
-        result = run_compare(spec.run.compare_config(config))
+        result = run_compare(spec.compare_config(config))
         assert points[point]["static_paper_degree"] == result.config["static_paper_degree"]
         assert points[point]["static_best_degree"] == result.config["static_best_degree"]
         ours = df[df["point"] == point]

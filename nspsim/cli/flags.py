@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nspsim.execution.prepare import PREPARE_CHOICES, PREPARE_HELP
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import WriteFailed, commit_files
 from nspsim.specs.backend import BACKENDS, SPBackend
@@ -303,6 +304,29 @@ def add_workload_args(
     parser.add_argument("--spmax", type=positive_int, default=None, help="largest SP degree (default: admissible max)")
     if training:
         add_training_flags(parser)
+
+
+class _Replaced(argparse.Action):
+    """A removed flag: one line naming the flag that replaced it."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: str | None = None
+    ) -> None:
+        parser.error(
+            f"{option_string} was replaced by --prepare (recompute: tree-level marks, order: issue order, "
+            "all: both; the default is what the planner declares)"
+        )
+
+
+def add_prepare_flag(parser: argparse.ArgumentParser) -> None:
+    """``--prepare`` (:data:`~nspsim.execution.prepare.PREPARE_CHOICES`, default ``planner``): the one
+    preparation flag of every entry point; the flags it replaced say so in one line."""
+    parser.add_argument("--prepare", choices=PREPARE_CHOICES, default="planner", help=PREPARE_HELP)
+    for removed in ("--tree-recompute", "--optimize-order"):
+        parser.add_argument(removed, action=_Replaced)
 
 
 def add_training_flags(parser: argparse.ArgumentParser) -> None:

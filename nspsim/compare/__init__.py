@@ -25,6 +25,7 @@ from nspsim.compare.specs import (
     VARIANTS,
     CompareConfig,
     PlannerSpec,
+    RunSpec,
     default_planners,
     parse_planner_spec,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "IterationRecord",
     "PlannerSpec",
     "PlannerSummary",
+    "RunSpec",
     "Progress",
     "baseline_of",
     "default_planners",

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from nspsim.compare.specs import SWEPT_STATIC, CompareConfig, PlannerSpec, parse_planner_spec
+from nspsim.compare.specs import SWEPT_STATIC, CompareConfig, PlannerSpec
 from nspsim.compare.summary import (
     BatchDrops,
     CompareResult,
@@ -53,18 +53,19 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     """Plan and simulate every planner on the same batches; see the module docstring.
     ``progress(done, total, label)`` is called after every planned-and-simulated batch."""
     workload = build_workload(config.workload)
-    specs = {label: parse_planner_spec(label, config.mode, config.planner_options) for label in config.planners}
+    run = config.run
+    specs = run.specs()
     for spec in specs.values():  # options that cannot apply to this workload fail before anything runs
         if spec.label not in SWEPT_STATIC:
             get_planner(spec.planner, **spec.options).check(workload)
-    batches = [workload.sampler.batch(config.first_batch + i) for i in range(config.iters)]
+    batches = [workload.sampler.batch(run.first_batch + i) for i in range(run.iters)]
     runner = _Runner(workload, batches, config, progress)
     runs: dict[str, tuple[list[IterationRecord], str]] = {}
-    for label in sorted(config.planners, key=lambda p: p not in SWEPT_STATIC):  # a failing sweep fails first
+    for label in sorted(run.planners, key=lambda p: p not in SWEPT_STATIC):  # a failing sweep fails first
         runs[label] = runner.run(specs[label])
-    records = [r for label in config.planners for r in runs[label][0]]
-    baseline = baseline_of(config.planners, config.baseline)
-    summaries = summarise(config.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
+    records = [r for label in run.planners for r in runs[label][0]]
+    baseline = baseline_of(run.planners, run.baseline)
+    summaries = summarise(run.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
     resolved = {
         **config.to_dict(),
         "workload": config.workload.to_dict(),
@@ -80,7 +81,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         baseline=baseline,
         summaries=summaries,
         records=tuple(records),
-        timelines={p: runner.timelines[p] for p in config.planners if p in runner.timelines},
+        timelines={p: runner.timelines[p] for p in run.planners if p in runner.timelines},
         drops=BatchDrops.of_batches(batches),
         static_best_ineligible=dict(runner.ineligible_by.get("static-best", {})),
         static_paper_ineligible=dict(runner.ineligible_by.get("static-paper", {})),
@@ -118,8 +119,8 @@ class _Runner:
         return self.ineligible_by.get("static-best", {})
 
     def _total_steps(self) -> int:
-        swept = sum(label in SWEPT_STATIC for label in self.config.planners)
-        others = len(self.config.planners) - swept
+        swept = sum(label in SWEPT_STATIC for label in self.config.run.planners)
+        others = len(self.config.run.planners) - swept
         return (swept * len(self.workload.tree.degrees) + others) * len(self.batches)
 
     def _tick(self, label: str) -> None:
@@ -239,12 +240,7 @@ def prepare_for(spec: PlannerSpec, workload: Workload, plan: Plan, evaluate: Cal
     """``plan`` prepared as ``spec`` says (tree-level recompute marks, optimised issue order ranked by
     ``evaluate``, the simulated step time of a candidate); shared by compare and sweep units."""
     return prepare_plan(
-        plan,
-        memory=workload.memory,
-        cost=workload.cost,
-        tree_recompute=spec.tree_recompute,
-        optimize_order=spec.optimize_order,
-        evaluate=evaluate,
+        plan, memory=workload.memory, cost=workload.cost, preparation=spec.preparation, evaluate=evaluate
     )
 
 

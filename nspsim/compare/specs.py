@@ -18,9 +18,10 @@ A label is one of
   as its artifact runs it, beside nspsim's default ``flexsp``);
 
 optionally followed by ``:key=value+key=value`` planner options. How a spec's plans are prepared
-(tree-level recompute marks, optimised issue order) is what its planner declares
-(:attr:`nspsim.planners.base.Planner.preparation`), which an ablation may override; a spec resolves it
-once, so the run loop never asks by name. Everything is validated when a spec or a
+(tree-level recompute marks, optimised issue order) is the comparison's ``prepare`` choice, by default
+what its planner declares (:func:`nspsim.execution.prepare.resolve_preparation`), which an ablation
+then overrides (``nsp-no-recompute`` drops the marks); a spec resolves it once, so the run loop never
+asks by name. Everything is validated when a spec or a
 :class:`CompareConfig` is built, before anything runs: a bad label or option costs nothing.
 """
 
@@ -29,8 +30,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, resolve_preparation
 from nspsim.options import parse_options
-from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.planners import PLANNER_NAMES, declared_preparation, get_planner
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.workload import WorkloadConfig
 
@@ -44,7 +46,7 @@ SWEPT_STATIC: dict[str, dict[str, Any]] = {"static-best": {}, "static-paper": {"
 SWEPT_STATIC_DEFINES = ("packing", "degree")  # static options a swept label fixes itself
 ABLATIONS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # label: (planner, planner options, overrides of the planner's preparation and the mode)
-    "nsp-no-recompute": ("nsp", {}, {"tree_recompute": False}),
+    "nsp-no-recompute": ("nsp", {}, {"tree_recompute": False}),  # applied to the resolved preparation
     "nsp-no-overlap": ("nsp", {}, {"mode": SimMode.NO_STREAM}),
     "nsp-greedy": ("greedy", {}, {}),
     "nsp-attn-fwd": ("nsp", {"proxy": "attn-fwd"}, {}),
@@ -62,14 +64,13 @@ def default_planners() -> tuple[str, ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class PlannerSpec:
-    """How to plan and execute one compared strategy (``tree_recompute`` and ``optimize_order`` are the
-    resolved preparation, see the module docstring)."""
+    """How to plan and execute one compared strategy (``preparation`` is resolved, see the module
+    docstring)."""
 
     label: str
     planner: str
     options: dict[str, Any] = field(default_factory=dict)
-    tree_recompute: bool = False
-    optimize_order: bool = False
+    preparation: Preparation = AS_PLANNED
     mode: str = SimMode.STREAM
 
     def __post_init__(self) -> None:
@@ -86,17 +87,21 @@ class PlannerSpec:
 
 
 def parse_planner_spec(
-    label: str, mode: str = SimMode.STREAM, defaults: dict[str, dict[str, Any]] | None = None
+    label: str,
+    mode: str = SimMode.STREAM,
+    defaults: dict[str, dict[str, Any]] | None = None,
+    prepare: str = "planner",
 ) -> PlannerSpec:
     """The :class:`PlannerSpec` of a label (see the module docstring); ``ValueError`` if unknown.
 
     ``name:key=value+key=value`` passes options to the planner (``flexsp:time_limit=10``); ``defaults``
-    gives per-planner options used when the label does not set them.
+    gives per-planner options used when the label does not set them; ``prepare`` is the preparation
+    choice (:data:`~nspsim.execution.prepare.PREPARE_CHOICES`, default: the planner's declaration).
     """
     name, _, text = label.partition(":")
     if name in SWEPT_STATIC and text:
         raise ValueError(f"planner spec {label!r}: {name} sweeps the degree and takes no options")
-    spec = _base_spec(name, mode)
+    spec = _base_spec(name, mode, prepare)
     base = dict((defaults or {}).get(spec.planner, {}))
     if name in SWEPT_STATIC:  # the label defines its packing and sweeps the degree: defaults cannot change them
         base = {k: v for k, v in base.items() if k not in SWEPT_STATIC_DEFINES}
@@ -117,39 +122,35 @@ def _parse_options(label: str, text: str) -> dict[str, Any]:
         raise ValueError(f"planner spec {label!r}: {exc} (options look like name:key=value+key=value)") from None
 
 
-def _base_spec(label: str, mode: str) -> PlannerSpec:
+def _base_spec(label: str, mode: str, prepare: str) -> PlannerSpec:
     if label in ABLATIONS:
         planner, options, overrides = ABLATIONS[label]
         _check_registered(planner, label)
-        return replace(_declared_spec(label, planner, options, mode), **overrides)
+        spec = _declared_spec(label, planner, options, mode, prepare)
+        steps = {k: v for k, v in overrides.items() if k in ("tree_recompute", "optimize_order")}
+        rest = {k: v for k, v in overrides.items() if k not in steps}
+        return replace(spec, preparation=replace(spec.preparation, **steps), **rest)
     if label in VARIANTS:
         planner, options = VARIANTS[label]
         _check_registered(planner, label)
-        return _declared_spec(label, planner, dict(options), mode)
+        return _declared_spec(label, planner, dict(options), mode, prepare)
     if label in SWEPT_STATIC:
-        return _declared_spec(label, "static", dict(SWEPT_STATIC[label]), mode)
+        return _declared_spec(label, "static", dict(SWEPT_STATIC[label]), mode, prepare)
     if label.startswith("static-"):
         degree = label.removeprefix("static-")
         if not degree.isdigit():
             raise ValueError(
                 f"planner spec {label!r}: expected static-<degree>, e.g. static-8, static-best or static-paper"
             )
-        return _declared_spec(label, "static", {"degree": int(degree)}, mode)
+        return _declared_spec(label, "static", {"degree": int(degree)}, mode, prepare)
     _check_registered(label, label)
-    return _declared_spec(label, label, {}, mode)
+    return _declared_spec(label, label, {}, mode, prepare)
 
 
-def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str) -> PlannerSpec:
-    """A spec prepared as ``planner`` declares (a class attribute: default options suffice to read it)."""
-    preparation = get_planner(planner).preparation
-    return PlannerSpec(
-        label=label,
-        planner=planner,
-        options=options,
-        tree_recompute=preparation.tree_recompute,
-        optimize_order=preparation.optimize_order,
-        mode=mode,
-    )
+def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str, prepare: str) -> PlannerSpec:
+    """A spec prepared as ``prepare`` says, by default as ``planner`` declares (a class attribute)."""
+    preparation = resolve_preparation(prepare, declared_preparation(planner))
+    return PlannerSpec(label=label, planner=planner, options=options, preparation=preparation, mode=mode)
 
 
 def _check_registered(planner: str, label: str) -> None:
@@ -159,10 +160,10 @@ def _check_registered(planner: str, label: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompareConfig:
-    """Everything that identifies a comparison (plain values; what the CLI writes beside results)."""
+class RunSpec:
+    """What a comparison runs on its workload: the one definition ``nspsim compare``, every point of a
+    sweep (``[run]``) and the studies share (:class:`CompareConfig` nests it)."""
 
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     planners: tuple[str, ...] = field(default_factory=default_planners)
     planner_options: dict[str, dict[str, Any]] = field(
         default_factory=lambda: {"flexsp": {"time_limit": DEFAULT_FLEXSP_TIME_LIMIT_S}}
@@ -170,8 +171,8 @@ class CompareConfig:
     iters: int = DEFAULT_ITERS
     first_batch: int = 0
     mode: str = SimMode.STREAM
-    timeline_iteration: int | None = 0
     baseline: str | None = None  # the label to normalise to; None: compare's rule (summary.baseline_of)
+    prepare: str = "planner"  # nspsim.execution.prepare.PREPARE_CHOICES; "planner": each planner's declaration
 
     def __post_init__(self) -> None:
         if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
@@ -183,13 +184,6 @@ class CompareConfig:
             raise ValueError(
                 f"iters must be at most {MAX_ITERS:,} batches per comparison, got {self.iters:,} "
                 "(split a longer sweep with --first-batch)"
-            )
-        if self.timeline_iteration is not None and not (
-            _is_int(self.timeline_iteration) and 0 <= self.timeline_iteration < self.iters
-        ):
-            raise ValueError(
-                f"timeline_iteration must be None or an iteration in 0..{self.iters - 1}, "
-                f"got {self.timeline_iteration!r}"
             )
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
@@ -204,12 +198,37 @@ class CompareConfig:
                     f"(known: {', '.join(PLANNER_NAMES)})"
                 )
             get_planner(name, **options)
-        for label in self.planners:
-            parse_planner_spec(label, self.mode, self.planner_options)
+        check_prepare(self.prepare)
+        self.specs()
         if self.baseline is not None and self.baseline not in self.planners:
             raise ValueError(
                 f"baseline {self.baseline!r} is not one of the compared planners ({', '.join(self.planners)}): "
                 "add it to the planners or leave the baseline out"
+            )
+
+    def specs(self) -> dict[str, PlannerSpec]:
+        """label -> :class:`PlannerSpec` of every compared planner, in order."""
+        return {
+            label: parse_planner_spec(label, self.mode, self.planner_options, self.prepare) for label in self.planners
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """Everything that identifies a comparison (plain values; what the CLI writes beside results): the
+    workload, what runs on it, and which iteration records a timeline."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    run: RunSpec = field(default_factory=RunSpec)
+    timeline_iteration: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.timeline_iteration is not None and not (
+            _is_int(self.timeline_iteration) and 0 <= self.timeline_iteration < self.run.iters
+        ):
+            raise ValueError(
+                f"timeline_iteration must be None or an iteration in 0..{self.run.iters - 1}, "
+                f"got {self.timeline_iteration!r}"
             )
 
     def to_dict(self) -> dict[str, Any]:

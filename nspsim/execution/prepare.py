@@ -9,14 +9,20 @@ Two optional steps, in this order:
    ``evaluate`` (lower is better, e.g. a simulator's :attr:`~nspsim.simulator.StepResult.step_time_or_inf`),
    re-ranked by it, so the result is never worse than the planner's own order there.
 
-``nspsim compare``, ``nspsim simulate`` and the runtime's plan-ahead thread all call
-:func:`prepare_plan`, so a plan is prepared the same way wherever it is simulated or executed.
-Both steps are deterministic for a plan and a cost/memory model (``evaluate`` aside).
+Which steps run is one value, :class:`Preparation`. Every planner declares its own (a class attribute:
+plans routed for nesting want both steps, the baselines run as planned), and every entry point
+(``nspsim plan``, ``simulate``, ``compare``, ``sweep``, ``runtime.train``, the Python API) takes one
+``prepare`` choice (:data:`PREPARE_CHOICES`) whose default, ``"planner"``, is that declaration
+(:func:`resolve_preparation`). So ``nspsim plan | nspsim simulate``, ``nspsim compare`` and the runtime
+prepare a plan the same way unless told otherwise. A prepared plan records what was applied in its
+metadata (``prepared``), and ``"planner"`` leaves such a plan as it is: a runtime plan log replays as
+it was executed. Both steps are deterministic for a plan and a cost/memory model (``evaluate`` aside).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from nspsim.cost.interface import CostModel
 from nspsim.execution.issue_order import optimize_issue_order
@@ -24,20 +30,81 @@ from nspsim.execution.recompute import mark_recompute
 from nspsim.plan import Plan
 from nspsim.specs.memory import MemoryModel
 
+PREPARE_CHOICES = ("planner", "none", "recompute", "order", "all")
+"""``planner``: as the plan's planner declares; ``none``: as routed; ``recompute``: tree-level marks only;
+``order``: optimised issue order only; ``all``: both."""
+PREPARE_HELP = (
+    "how plans are prepared before they run: planner (default: as the plan's planner declares; a plan "
+    "that records a preparation stays as it is), none (as routed), recompute (tree-level recompute marks), "
+    "order (optimised issue order), all (both)"
+)
+PREPARED_KEY = "prepared"
+"""Plan metadata key naming the preparation applied to the plan (absent: as routed)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preparation:
+    """Which preparation steps run: tree-level recompute marks (``tree_recompute``), then an optimised
+    issue order (``optimize_order``)."""
+
+    tree_recompute: bool = False
+    optimize_order: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("tree_recompute", "optimize_order"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"preparation {key} must be True or False, got {getattr(self, key)!r}")
+
+    @property
+    def label(self) -> str:
+        """The :data:`PREPARE_CHOICES` name of this preparation (``none``, ``recompute``, ``order``, ``all``)."""
+        return _LABELS[(self.tree_recompute, self.optimize_order)]
+
+    @property
+    def applies(self) -> bool:
+        """Whether any step runs."""
+        return self.tree_recompute or self.optimize_order
+
+
+AS_PLANNED = Preparation()
+NESTED_PREPARATION = Preparation(tree_recompute=True, optimize_order=True)
+_LABELS = {(False, False): "none", (True, False): "recompute", (False, True): "order", (True, True): "all"}
+_NAMED = {label: Preparation(tree_recompute=t, optimize_order=o) for (t, o), label in _LABELS.items()}
+
+
+def check_prepare(prepare: str) -> str:
+    """``prepare`` if it is one of :data:`PREPARE_CHOICES`, else ``ValueError`` naming them."""
+    if prepare not in PREPARE_CHOICES:
+        raise ValueError(f"unknown preparation {prepare!r} (known: {', '.join(PREPARE_CHOICES)})")
+    return prepare
+
+
+def resolve_preparation(prepare: str, declared: Preparation) -> Preparation:
+    """The preparation ``prepare`` names; ``"planner"`` is ``declared`` (the planner's own)."""
+    return declared if check_prepare(prepare) == "planner" else _NAMED[prepare]
+
+
+def recorded_preparation(plan: Plan) -> str | None:
+    """The preparation a prepared plan records (``None``: the plan is as routed)."""
+    value = plan.metadata.get(PREPARED_KEY)
+    return None if value is None else str(value)
+
 
 def prepare_plan(
     plan: Plan,
     *,
     memory: MemoryModel,
     cost: CostModel,
-    tree_recompute: bool = True,
-    optimize_order: bool = True,
+    preparation: Preparation,
     evaluate: Callable[[Plan], float] | None = None,
 ) -> Plan:
-    """``plan`` with tree-level recompute marks (``tree_recompute``) and an optimised issue order
-    (``optimize_order``, re-ranked by ``evaluate`` when given); unchanged when both are off."""
-    if tree_recompute:
+    """``plan`` with tree-level recompute marks (``preparation.tree_recompute``) and an optimised issue
+    order (``preparation.optimize_order``, re-ranked by ``evaluate`` when given), recording the
+    preparation in its metadata; ``plan`` itself when no step runs."""
+    if not preparation.applies:
+        return plan
+    if preparation.tree_recompute:
         plan = mark_recompute(plan, memory, cost)
-    if optimize_order:
+    if preparation.optimize_order:
         plan = optimize_issue_order(plan, cost, evaluate=evaluate)
-    return plan
+    return replace(plan, metadata={**plan.metadata, PREPARED_KEY: preparation.label})

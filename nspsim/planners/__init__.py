@@ -19,6 +19,8 @@ import math
 from dataclasses import fields
 from typing import Any
 
+from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, recorded_preparation, resolve_preparation
+from nspsim.plan import Plan
 from nspsim.planners.base import Planner
 from nspsim.planners.basp_planner import BASPPlanner
 from nspsim.planners.flexsp_planner import FlexSPPlanner
@@ -52,6 +54,23 @@ def _planner_class(name: str) -> type[Any]:
         raise ValueError(f"unknown planner {name!r} (known: {', '.join(PLANNER_NAMES)})") from None
 
 
+def declared_preparation(name: str) -> Preparation:
+    """How the planner ``name`` declares its plans are prepared (its ``preparation`` class attribute)."""
+    preparation: Preparation = _planner_class(name).preparation
+    return preparation
+
+
+def plan_preparation(plan: Plan, prepare: str) -> Preparation:
+    """The preparation the choice ``prepare`` asks of ``plan``: for ``"planner"``, what the plan's
+    planner declares, or nothing when the plan records a preparation already (it was prepared) or its
+    planner is not registered here (it declares nothing)."""
+    if check_prepare(prepare) != "planner":
+        return resolve_preparation(prepare, AS_PLANNED)
+    if recorded_preparation(plan) is not None or plan.planner not in _REGISTRY:
+        return AS_PLANNED
+    return declared_preparation(plan.planner)
+
+
 def get_planner(name: str, **options: Any) -> Planner:
     """The planner ``name`` configured with ``options`` (see each planner's class for its options)."""
     cls = _planner_class(name)
@@ -66,4 +85,11 @@ def get_planner(name: str, **options: Any) -> Planner:
     return planner
 
 
-__all__ = ["PLANNER_NAMES", "Planner", "get_planner", "planner_options"]
+__all__ = [
+    "PLANNER_NAMES",
+    "Planner",
+    "declared_preparation",
+    "get_planner",
+    "plan_preparation",
+    "planner_options",
+]

@@ -20,8 +20,9 @@ repeats them (the NSP paper's main argument against micro-batching). It ignores 
 which the simulator models.
 
 Preparation: each planner declares, as a class attribute ``preparation``, how the executor prepares its
-plans before they run (:func:`nspsim.execution.prepare.prepare_plan`: tree-level recompute marks, then
-an optimised issue order). Plans routed for nesting (NSP, NSP-2L, greedy) are designed for both
+plans before they run (:class:`nspsim.execution.prepare.Preparation`: tree-level recompute marks, then
+an optimised issue order; every entry point's ``prepare`` default is this declaration). Plans routed
+for nesting (NSP, NSP-2L, greedy) are designed for both
 (``NESTED_PREPARATION``); the baselines run as planned (``AS_PLANNED``: no marks, so full attention
 recomputation when memory forces it, and the planner's own issue order). A declaration, not a name
 list, so a new planner states what it needs where it is defined; it is a ``ClassVar``, so it is not
@@ -42,6 +43,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.execution.prepare import Preparation
 from nspsim.plan import Plan, make_plan
 from nspsim.planners.feasibility import check_feasible
 from nspsim.planners.lower_bound import lower_bound
@@ -53,24 +55,6 @@ from nspsim.workload import Workload
 
 IntArray = npt.NDArray[np.int64]
 Metadata = Mapping[str, float | int | str]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Preparation:
-    """How the executor prepares a planner's plans (module doc): tree-level recompute marks
-    (``tree_recompute``) and an optimised issue order (``optimize_order``)."""
-
-    tree_recompute: bool = False
-    optimize_order: bool = False
-
-    def __post_init__(self) -> None:
-        for key in ("tree_recompute", "optimize_order"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"preparation {key} must be True or False, got {getattr(self, key)!r}")
-
-
-AS_PLANNED = Preparation()
-NESTED_PREPARATION = Preparation(tree_recompute=True, optimize_order=True)
 
 
 @runtime_checkable

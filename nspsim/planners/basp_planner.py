@@ -34,13 +34,12 @@ from typing import ClassVar
 
 import numpy as np
 
+from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import (
-    AS_PLANNED,
     Context,
     IntArray,
     Placement,
-    Preparation,
     Stopwatch,
     check_count_option,
     estimate_of,

@@ -20,17 +20,9 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import (
-    NESTED_PREPARATION,
-    Context,
-    IntArray,
-    Placement,
-    Preparation,
-    Stopwatch,
-    finish,
-    make_context,
-)
+from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, finish, make_context
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable

@@ -68,8 +68,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import AS_PLANNED, Context, Placement, Preparation, Stopwatch, finish, make_context
+from nspsim.planners.base import Context, Placement, Stopwatch, finish, make_context
 from nspsim.sp_tree import is_power_of_two
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload

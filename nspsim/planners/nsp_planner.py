@@ -89,13 +89,12 @@ from typing import ClassVar
 
 import numpy as np
 
+from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import (
-    NESTED_PREPARATION,
     Context,
     IntArray,
     Placement,
-    Preparation,
     Stopwatch,
     check_count_option,
     finish,

@@ -14,11 +14,12 @@ The parts, in the order a sweep uses them:
 
 from __future__ import annotations
 
+from nspsim.compare.specs import RunSpec
 from nspsim.sweep.cache import Cache
 from nspsim.sweep.engine import ENGINES, SweepPlan, execute, plan_sweep
 from nspsim.sweep.keys import CodeVersions, code_versions
 from nspsim.sweep.results import ROW_COLUMNS, build_rows, resolved_config, summarise, write_results
-from nspsim.sweep.spec import RunSpec, SweepSpec, load_spec, parse_spec
+from nspsim.sweep.spec import SweepSpec, load_spec, parse_spec
 
 __all__ = [
     "ENGINES",

@@ -36,7 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nspsim.compare.specs import SWEPT_STATIC, PlannerSpec, parse_planner_spec
+from nspsim.compare.specs import SWEPT_STATIC, PlannerSpec
 from nspsim.compare.summary import baseline_of
 from nspsim.sweep.cache import Cache
 from nspsim.sweep.keys import (
@@ -121,7 +121,7 @@ def plan_sweep(
     ignores the cache (everything is recomputed and rewritten)."""
     versions = versions or code_versions()
     run = spec.run
-    specs = {label: parse_planner_spec(label, run.mode, run.planner_options) for label in run.planners}
+    specs = run.specs()
     points: list[PointInfo] = []
     unit_keys: dict[tuple[int, str, int], str] = {}
     tasks: dict[str, UnitTask] = {}

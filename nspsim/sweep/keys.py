@@ -152,8 +152,8 @@ def sim_key(plan: str, spec: PlannerSpec, versions: CodeVersions) -> str:
         {
             "kind": "sim",
             "plan": plan,
-            "tree_recompute": spec.tree_recompute,
-            "optimize_order": spec.optimize_order,
+            "tree_recompute": spec.preparation.tree_recompute,
+            "optimize_order": spec.preparation.optimize_order,
             "mode": str(spec.mode),
             "code": versions.simulator,
         }

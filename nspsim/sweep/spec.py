@@ -1,7 +1,8 @@
 """What a sweep runs: a TOML spec (fixed workload values, axes, the run) read into frozen dataclasses.
 
 Form (every table optional except that a sweep needs a workload to start from; absent keys take the
-:class:`nspsim.workload.WorkloadConfig` and :class:`nspsim.compare.CompareConfig` defaults)::
+:class:`nspsim.workload.WorkloadConfig` and :class:`nspsim.compare.RunSpec` defaults; ``[run]`` *is* a
+``RunSpec``, the one compare runs)::
 
     [workload]              # fixed values of any WorkloadConfig field
     model = "qwen3-30b-a3b"
@@ -19,6 +20,7 @@ Form (every table optional except that a sweep needs a workload to start from; a
     mode = "stream"
     planner_options = { flexsp = { time_limit = 10 } }
     baseline = "static-paper" # optional: the planner to normalise to (compare's --baseline)
+    prepare = "planner"     # optional: compare's --prepare (default: as each planner declares)
 
 Paths (a trace, profile or model file) are relative to the current directory, as the CLI's flags are.
 Everything is checked when the spec is read, before anything runs: an unknown table or key, an empty
@@ -42,9 +44,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from nspsim.compare.specs import DEFAULT_ITERS, CompareConfig, default_planners
+from nspsim.compare.specs import CompareConfig, RunSpec
+from nspsim.execution.prepare import PREPARE_CHOICES
 from nspsim.jsonfile import read_bytes
-from nspsim.simulator.modes import SimMode
 from nspsim.specs.backend import BACKENDS
 from nspsim.units import parse_tokens
 from nspsim.workload import WorkloadConfig
@@ -54,39 +56,8 @@ INT_FIELDS = ("gpus", "seed", "spmax", "expert_parallel", "fsdp_prefetch_layers"
 STR_FIELDS = ("trace", "model", "cluster", "backend", "profile", "training", "checkpointing", "attention_kernel")
 BOOL_FIELDS = ("fused_elementwise", "optimizer_offload")
 WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
-RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline")
+RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline", "prepare")
 TABLES = ("workload", "zip", "axes", "run")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSpec:
-    """What every point of a sweep runs (compare's settings, without a timeline)."""
-
-    planners: tuple[str, ...] = field(default_factory=default_planners)
-    iters: int = DEFAULT_ITERS
-    first_batch: int = 0
-    mode: str = SimMode.STREAM
-    planner_options: dict[str, dict[str, Any]] = field(default_factory=lambda: CompareConfig().planner_options)
-    baseline: str | None = None  # None: compare's rule (nspsim.compare.summary.baseline_of)
-
-    def __post_init__(self) -> None:
-        try:
-            self.compare_config(WorkloadConfig())
-        except ValueError as exc:
-            raise ValueError(f"[run]: {exc}") from None
-
-    def compare_config(self, workload: WorkloadConfig) -> CompareConfig:
-        """The :class:`CompareConfig` one point of the sweep is (validated)."""
-        return CompareConfig(
-            workload=workload,
-            planners=self.planners,
-            planner_options=self.planner_options,
-            iters=self.iters,
-            first_batch=self.first_batch,
-            mode=self.mode,
-            timeline_iteration=None,
-            baseline=self.baseline,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +70,10 @@ class SweepSpec:
     zip: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     run: RunSpec = field(default_factory=RunSpec)
     name: str = "sweep"
+
+    def compare_config(self, workload: WorkloadConfig) -> CompareConfig:
+        """The :class:`CompareConfig` one point of the sweep is (no timeline)."""
+        return CompareConfig(workload=workload, run=self.run, timeline_iteration=None)
 
     def __post_init__(self) -> None:
         for table, names in (("workload", list(self.workload)), ("zip", list(self.zip)), ("axes", list(self.axes))):
@@ -175,6 +150,7 @@ class SweepSpec:
                 "mode": str(self.run.mode),
                 "planner_options": self.run.planner_options,
                 **({"baseline": self.run.baseline} if self.run.baseline is not None else {}),
+                **({"prepare": self.run.prepare} if self.run.prepare != "planner" else {}),
             },
         }
 
@@ -268,6 +244,10 @@ def _run(data: dict[str, Any]) -> RunSpec:
         if not isinstance(data["mode"], str):
             raise ValueError(f"[run] mode: a simulation mode name, got {data['mode']!r}")
         kwargs["mode"] = data["mode"]
+    if "prepare" in data:
+        if data["prepare"] not in PREPARE_CHOICES:
+            raise ValueError(f"[run] prepare: one of {', '.join(PREPARE_CHOICES)}, got {data['prepare']!r}")
+        kwargs["prepare"] = data["prepare"]
     if "baseline" in data:
         if not isinstance(data["baseline"], str):
             raise ValueError(f'[run] baseline: a compared planner label, e.g. "static-paper", got {data["baseline"]!r}')
@@ -278,8 +258,11 @@ def _run(data: dict[str, Any]) -> RunSpec:
             raise ValueError(
                 f"[run] planner_options: a table of tables, e.g. {{ flexsp = {{ time_limit = 10 }} }}, got {options!r}"
             )
-        defaults = CompareConfig().planner_options
+        defaults = RunSpec().planner_options
         kwargs["planner_options"] = {
             name: {**defaults.get(name, {}), **opts} for name, opts in {**defaults, **options}.items()
         }
-    return RunSpec(**kwargs)
+    try:
+        return RunSpec(**kwargs)
+    except ValueError as exc:
+        raise ValueError(f"[run]: {exc}") from None

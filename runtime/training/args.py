@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli.flags import Parser, add_workload_args, output_file
+from nspsim.cli.flags import Parser, add_prepare_flag, add_workload_args, output_file
+from nspsim.execution.prepare import Preparation, resolve_preparation
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.options import parse_options, positive_float
-from nspsim.planners import get_planner
+from nspsim.planners import declared_preparation, get_planner
 from nspsim.workload import WorkloadConfig
 
 PROG = "runtime.train"
@@ -63,8 +64,7 @@ class TrainArgs:
     dtype: str = "auto"
     plan_on: str = "rank0"
     plan_ahead: str = "next"
-    tree_recompute: bool = False
-    optimize_order: bool = False
+    prepare: str = "planner"
     simulate: bool = True
     comm_timeout_s: float = 120.0
     step_timeout_s: float = 600.0
@@ -76,8 +76,8 @@ class TrainArgs:
             (self.start_batch >= 0, f"--start-batch must be >= 0, got {self.start_batch}"),
             (self.lookahead is None or self.lookahead >= 0, f"--lookahead must be >= 0, got {self.lookahead}"),
             (
-                not self.tree_recompute or self.recompute == RecomputeMode.PLAN,
-                f"--tree-recompute derives the marks; it cannot be combined with --recompute {self.recompute}",
+                self.prepare not in ("recompute", "all") or self.recompute == RecomputeMode.PLAN,
+                f"--prepare {self.prepare} derives the marks; it cannot be combined with --recompute {self.recompute}",
             ),
             (
                 self.cluster is None or self.cluster == self.workload.cluster,
@@ -88,6 +88,13 @@ class TrainArgs:
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
+
+    @property
+    def preparation(self) -> Preparation:
+        """The preparation ``--prepare`` resolves to for this planner (by default its declaration); the
+        tree-level marks are dropped when ``--recompute all|none`` forces the marks instead."""
+        resolved = resolve_preparation(self.prepare, declared_preparation(self.planner))
+        return resolved if self.recompute == RecomputeMode.PLAN else replace(resolved, tree_recompute=False)
 
     @property
     def planner_spec(self) -> str:
@@ -233,17 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="next: plan batch i+1 on a background thread while batch i runs; all: plan every batch before the "
         "first step, so planning never shares the cores with a measured step (what runtime.validate uses)",
     )
-    p.add_argument(
-        "--tree-recompute",
-        action="store_true",
-        help="derive tree-level save/recompute marks from the memory budget (nspsim.execution.recompute)",
-    )
-    p.add_argument(
-        "--optimize-order",
-        action="store_true",
-        help="reorder each plan's issue order for phase streaming (nspsim.execution.issue_order; "
-        "simulator-ranked unless --no-simulate)",
-    )
+    add_prepare_flag(p)
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="do not simulate each plan")
     p.add_argument("--comm-timeout", dest="comm_timeout_s", type=_timeout, default=120.0, help="collective timeout, s")
     p.add_argument("--step-timeout", dest="step_timeout_s", type=_timeout, default=600.0, help="watchdog per step, s")

@@ -77,15 +77,15 @@ class PlanAhead:
     def _prepare(self, plan: Plan, rank_mode: str) -> Plan:
         """The executable plan: the marks ``--recompute all|none`` forces, then the preparation
         ``nspsim compare`` and ``nspsim simulate`` apply (:func:`nspsim.execution.prepare.prepare_plan`:
-        tree-level marks, the issue order re-ranked by the simulator in ``rank_mode``), as the flags ask."""
+        tree-level marks, the issue order re-ranked by the simulator in ``rank_mode``), as ``--prepare``
+        asks (by default as the planner declares)."""
         args, wl = self.args, self.workload
         evaluate = (lambda p: self.simulate(p, rank_mode).step_time_or_inf) if args.simulate else None
         return prepare_plan(
             executed_plan(plan, args.recompute),
             memory=wl.memory,
             cost=wl.cost,
-            tree_recompute=args.tree_recompute,
-            optimize_order=args.optimize_order,
+            preparation=args.preparation,
             evaluate=evaluate,
         )
 

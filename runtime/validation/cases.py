@@ -94,13 +94,14 @@ class Case:
         )
 
     def train_args(self) -> list[str]:
-        """The ``runtime.train`` options of this case (without ``--profile`` and ``--records``)."""
+        """The ``runtime.train`` options of this case (without ``--profile`` and ``--records``); plans run
+        as routed (``--prepare none``), as every recorded validation ran them."""
         out = [
             "--planner", self.planner, "--trace", self.trace, "--model", self.model,
             "--tokens-per-batch", str(self.tokens_per_batch), "--max-context", str(self.max_context),
             "--backend", self.backend, "--lookahead", self.lookahead, "--recompute", self.recompute,
             "--seed", str(self.seed), "--steps", str(self.steps), "--start-batch", str(self.start_batch),
-            "--plan-ahead", "all",
+            "--plan-ahead", "all", "--prepare", "none",
         ]  # fmt: skip
         if self.token_budget is not None:
             out += ["--token-budget", str(self.token_budget)]

@@ -92,8 +92,9 @@ def test_forced_recompute_marks_become_part_of_the_executed_plan() -> None:
     "argv, mode",
     [
         (["--lookahead", "0", "--recompute", "all"], "no-stream"),
-        (["--recompute", "none", "--optimize-order"], "stream"),
-        (["--tree-recompute"], "stream"),
+        (["--recompute", "none", "--prepare", "order"], "stream"),
+        (["--prepare", "recompute"], "stream"),
+        ([], "stream"),  # nsp's declared preparation: marks and issue order
     ],
 )
 def test_the_prediction_is_the_simulation_of_the_executed_plan_in_the_matching_mode(workload, argv, mode) -> None:  # type: ignore[no-untyped-def]

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from nspsim.cli.flags import (
+    add_prepare_flag,
     add_workload_args,
     emit,
     output_file,
@@ -49,6 +50,7 @@ from nspsim.compare import (
     CompareConfig,
     CompareResult,
     PlannerSummary,
+    RunSpec,
     default_planners,
     run_compare,
 )
@@ -108,15 +110,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     planners = (
         default_planners() if args.planners is None else tuple(p.strip() for p in args.planners.split(",") if p.strip())
     )
-    config = CompareConfig(
-        workload=workload_config(args),
+    run = RunSpec(
         planners=planners,
         iters=args.iters,
         first_batch=args.first_batch,
         mode=args.mode,
         planner_options={"flexsp": {"time_limit": args.flexsp_time_limit}},
-        timeline_iteration=0 if args.output is not None else None,
         baseline=args.baseline,
+        prepare=args.prepare,
+    )
+    config = CompareConfig(
+        workload=workload_config(args), run=run, timeline_iteration=0 if args.output is not None else None
     )
     path = None
     if args.output is not None:
@@ -194,7 +198,7 @@ def format_table(result: CompareResult) -> str:
         )
     wl = result.config["workload"]
     lines.append(
-        f"normalised to {result.baseline}; {result.config['iters']} batches of {wl['trace']}, "
+        f"normalised to {result.baseline}; {result.config['run']['iters']} batches of {wl['trace']}, "
         f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step; "
         f"Load/LB: routed proxy Load over the batch's lower bound; norm min/med/max: the spread of the per-batch "
         "normalised step time over the same batches"
@@ -251,6 +255,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "and bounds planning time",
     )
     p.add_argument("--mode", choices=MODES, default=SimMode.STREAM, help="executor overlap mode for every planner")
+    add_prepare_flag(p)
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

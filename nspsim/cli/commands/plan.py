@@ -1,9 +1,11 @@
 """``nspsim plan``: route one batch with a named planner and summarise the plan.
 
 ``-o plan.json`` writes the plan and ``plan.config.json`` (the resolved workload, planner, options
-and batch index) beside it. Planner options are ``--option KEY=VALUE`` (repeatable; values are typed
-by :mod:`nspsim.options`: true/false, int, finite float, else text), e.g. ``--option beam_width=8
---option monotone=false``.
+and batch index) beside it. The plan is prepared as ``--prepare`` says (by default as its planner
+declares, its issue-order candidates ranked by the default simulator, as ``nspsim compare`` does) and
+records the preparation, so ``nspsim simulate`` runs it as written. Planner options are
+``--option KEY=VALUE`` (repeatable; values are typed by :mod:`nspsim.options`: true/false, int,
+finite float, else text), e.g. ``--option beam_width=8 --option monotone=false``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 from typing import Any
 
 from nspsim.cli.flags import (
+    add_prepare_flag,
     add_workload_args,
     emit,
     non_negative_int,
@@ -23,10 +26,12 @@ from nspsim.cli.flags import (
     write_output,
 )
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
+from nspsim.execution.prepare import prepare_plan
 from nspsim.jsonfile import dumps_json
 from nspsim.options import parse_options
 from nspsim.plan import Plan
-from nspsim.planners import PLANNER_NAMES, get_planner
+from nspsim.planners import PLANNER_NAMES, get_planner, plan_preparation
+from nspsim.simulator import SimOptions, Simulator
 from nspsim.units import format_tokens
 from nspsim.workload import build_workload
 
@@ -109,11 +114,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if drops is not None:
         warn(f"batch {batch.index}: {drops}")
     plan = planner.plan(batch, workload)
+    preparation = plan_preparation(plan, args.prepare)
+    if preparation.applies:
+        ranker = Simulator.for_workload(workload, SimOptions())
+        plan = prepare_plan(
+            plan,
+            memory=workload.memory,
+            cost=workload.cost,
+            preparation=preparation,
+            evaluate=lambda p: ranker.simulate(p).step_time_or_inf,
+        )
     config = {
         **workload.config.to_dict(),
         "planner": args.planner,
         "planner_options": options,
         "batch_index": args.batch_index,
+        "prepare": args.prepare,
+        "preparation": preparation.label,
     }
     data = {"config": config, **plan_summary(plan)}
     if path is not None:
@@ -141,6 +158,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="KEY=VALUE",
         help="planner option, repeatable (e.g. beam_width=8, degree=16, time_limit=1)",
     )
+    add_prepare_flag(cmd)
     cmd.add_argument("-o", "--output", default=None, help="write the plan JSON here (and .config.json beside it)")
     cmd.add_argument("--json", action="store_true", help="print JSON")
     cmd.set_defaults(func=cmd_plan)

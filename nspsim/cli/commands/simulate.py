@@ -9,7 +9,9 @@ with a warning, and a ``--training`` preset other than the default replaces them
 out.json`` writes a Chrome trace (open it in ui.perfetto.dev) and ``out.config.json`` beside it. A
 plan log (``*.jsonl``, one plan per line: ``runtime.train``'s ``<records>.plans.jsonl``) simulates
 every plan as a table of steps (``--json``: a list); ``--index N`` picks one, which is then reported
-like a plan file.
+like a plan file. Plans are prepared as ``--prepare`` says (by default as their planner declares, as
+``nspsim compare`` and ``runtime.train`` prepare them; a plan that records its preparation, such as
+a runtime plan log's, runs as it is).
 
 Exit status (:data:`EXIT_OOM_HELP`): 0 when every simulated step fits in memory, 1 when one does
 not (the result, printed as usual, is a real answer: "out of memory"; ``--timeline`` then writes
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.cli.flags import (
+    add_prepare_flag,
     add_training_flags,
     emit,
     non_negative_int,
@@ -38,12 +41,13 @@ from nspsim.cli.flags import (
 )
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
 from nspsim.cost.profile import load_profile
-from nspsim.execution.prepare import prepare_plan
+from nspsim.execution.prepare import prepare_plan, recorded_preparation
 from nspsim.jsonfile import dumps_json
 from nspsim.options import non_negative_float
 from nspsim.plan import Plan
 from nspsim.plan.log import PLAN_LOG_SUFFIX, load_plans, pick_plans
 from nspsim.plan.refs import ProfileRef
+from nspsim.planners import plan_preparation
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.specs.memory import GIB
@@ -122,8 +126,8 @@ def _profile_label(ref: ProfileRef) -> str:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """Load, optionally prepare (tree recompute marks, issue order), simulate and report a plan, or
-    every plan of a plan log."""
+    """Load, prepare (``--prepare``: as the planner declares by default), simulate and report a plan,
+    or every plan of a plan log."""
     timeline = (
         None
         if args.timeline is None
@@ -219,13 +223,10 @@ class _Runner:
             scored[candidate.content_hash] = ranker.simulate(candidate)
             return scored[candidate.content_hash].step_time_or_inf
 
+        recorded = recorded_preparation(plan)
+        preparation = plan_preparation(plan, args.prepare)
         plan = prepare_plan(
-            plan,
-            memory=workload.memory,
-            cost=workload.cost,
-            tree_recompute=args.tree_recompute,
-            optimize_order=args.optimize_order,
-            evaluate=step_time,
+            plan, memory=workload.memory, cost=workload.cost, preparation=preparation, evaluate=step_time
         )
         result = scored.get(plan.content_hash) if not self.options.timeline else None
         result = result or simulator.simulate(plan)
@@ -240,8 +241,12 @@ class _Runner:
             **({} if index is None else {"plan_index": index}),
             "plan_hash": plan.content_hash,
             "simulation": asdict(self.options) | {"seed": args.seed},
-            "tree_recompute": args.tree_recompute,
-            "optimize_order": args.optimize_order,
+            "prepare": args.prepare,
+            "preparation": preparation.label
+            if recorded is None
+            else f"{preparation.label} (plan prepared: {recorded})",
+            "tree_recompute": preparation.tree_recompute,
+            "optimize_order": preparation.optimize_order,
         }
         return plan, result, config
 
@@ -331,16 +336,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         default=SimMode.STREAM,
         help="stream (phase streaming), no-stream (streaming off), serial (no overlap at all)",
     )
-    p.add_argument(
-        "--tree-recompute",
-        action="store_true",
-        help="mark save/recompute per sample top-down first (NSP tree-level recomputation)",
-    )
-    p.add_argument(
-        "--optimize-order",
-        action="store_true",
-        help="optimise the issue order first (candidates re-ranked by this simulator, as compare does)",
-    )
+    add_prepare_flag(p)
     p.add_argument(
         "--profile",
         default=None,
