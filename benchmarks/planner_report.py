@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from nspsim.cost.analytic import AnalyticCostModel  # noqa: E402
 from nspsim.planners import get_planner  # noqa: E402
-from nspsim.planners.base import make_context, proxy_load  # noqa: E402
+from nspsim.planners.base import make_context  # noqa: E402
+from nspsim.planners.estimate import proxy_load  # noqa: E402
 from nspsim.planners.optimal_router import optimal_route  # noqa: E402
 from nspsim.planners.packing import least_loaded_fill  # noqa: E402
 from nspsim.planners.proxy import CostTable  # noqa: E402

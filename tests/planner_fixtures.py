@@ -94,11 +94,11 @@ def model_workload(
 def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> float:
     """What NSP's final choice minimises: its proxy Load, or on a memory-bound batch the summed
     recompute-aware step estimate of its micro-batches (Load plus the recomputation the tree marking
-    implies, with FSDP floors; nspsim.planners.remat_estimate.recompute_aware_estimate) under ``wl``'s
+    implies, with FSDP floors; nspsim.planners.estimate.recompute_aware_step) under ``wl``'s
     memory, the cost table built at ``budget`` (default B_tok; no cost depends on it)."""
     from nspsim.planners.base import Context
+    from nspsim.planners.estimate import recompute_aware_step
     from nspsim.planners.proxy import CostTable
-    from nspsim.planners.remat_estimate import Route, recompute_aware_estimate
     from nspsim.planners.token_balance import is_memory_bound
 
     lengths, degrees, firsts, mbs = plan.arrays
@@ -110,7 +110,7 @@ def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> floa
     total = 0.0
     for m in range(plan.num_micro_batches):
         select = np.flatnonzero(mb == m).astype(np.int64)
-        total += recompute_aware_estimate(ctx, select, Route(deg[select], first[select], 0.0, "plan"))
+        total += recompute_aware_step(ctx, select, deg[select], first[select])
     return total
 
 

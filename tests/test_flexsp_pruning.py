@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nspsim.planners.base import make_context, micro_batch_estimate, step_estimate
+from nspsim.planners.base import make_context
+from nspsim.planners.estimate import micro_batch_step, step_estimate
 from nspsim.planners.flexsp_floor import StepFloor
 from nspsim.planners.flexsp_planner import FlexSPPlanner
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
@@ -48,7 +49,7 @@ def test_the_floor_is_below_every_disjoint_placement_of_a_micro_batch() -> None:
             bound = floor.micro_batch(chunk)
             for _ in range(5):
                 deg, first = random_disjoint_placement(rng, ctx.table.lengths, sizes, gpus, budget)
-                assert bound <= micro_batch_estimate(ctx, deg, first, mask) * (1 + 1e-12)
+                assert bound <= micro_batch_step(ctx, deg, first, mask) * (1 + 1e-12)
 
 
 def sweeps_agree(workload: Workload, lengths: list[int]) -> tuple[int, int]:

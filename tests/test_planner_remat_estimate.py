@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 from nspsim.execution.recompute import mark_recompute
 from nspsim.planners import get_planner
-from nspsim.planners.base import make_context
+from nspsim.planners.base import Context, make_context
 from nspsim.planners.beam import node_layout
+from nspsim.planners.estimate import recompute_aware_step, remat_per_gpu, selected_loads
 from nspsim.planners.nsp_planner import _beam_routes, _prefix_memory, _static_routes, prefix_size
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.remat_estimate import recompute_aware_estimate, remat_per_gpu, selected_loads
 from nspsim.planners.token_balance import effective_budget, is_memory_bound
 from nspsim.simulator.work import step_work
 from nspsim.workload import WorkloadConfig, build_workload
@@ -39,9 +39,8 @@ def test_the_estimate_is_the_simulators_recompute_work(big, planner: str) -> Non
     table = CostTable(big.cost, big.tree, lengths, big.token_budget)
     select = np.arange(table.num_samples)
     deg, first = degrees[table.order], firsts[table.order]
-    got = remat_per_gpu(
-        table, big.memory, big.cost, select, deg, first, selected_loads(table, select, deg, first).tokens
-    )
+    ctx = Context(batch=batch_of([int(x) for x in lengths]), workload=big, table=table)
+    got = remat_per_gpu(ctx, select, deg, first, selected_loads(table, select, deg, first).tokens)
     work = step_work(marked, big.cost, big.model, big.training, np.array(marked.recompute))
     (mb,) = work.micro_batches
     expected = np.zeros(big.tree.num_gpus)
@@ -63,7 +62,7 @@ def test_nsp_picks_the_least_estimate_among_its_candidates_when_memory_bound(big
     plan = get_planner("nsp").plan(batch, big)
     chosen = guarantee_score(plan, big, budget)
     seeds = _static_routes(ctx, select, big.tree.degrees, np.inf)
-    assert seeds and chosen <= min(recompute_aware_estimate(ctx, select, r) for r in seeds) * (1 + 1e-12)
+    assert seeds and chosen <= min(recompute_aware_step(ctx, select, r.degrees, r.firsts) for r in seeds) * (1 + 1e-12)
     # The recompute-blind beam's one-pass plan: a larger estimate.
     blind = get_planner("nsp", seed_static=False, remat_aware=False).plan(batch, big)
     assert blind.num_micro_batches == 1
@@ -84,12 +83,14 @@ def test_the_recompute_aware_beam_keeps_more_attention_than_the_blind_one(big) -
     aware = _beam_routes(ctx.table, select, layout, k, planner, memory)[0]  # type: ignore[arg-type]
     blind = _beam_routes(ctx.table, select, layout, k, planner)[0]  # type: ignore[arg-type]
     remat = [
-        remat_per_gpu(ctx.table, big.memory, big.cost, select, r.degrees, r.firsts,
+        remat_per_gpu(ctx, select, r.degrees, r.firsts,
                       selected_loads(ctx.table, select, r.degrees, r.firsts).tokens).max()
         for r in (aware, blind)
     ]  # fmt: skip
     assert remat[0] < remat[1]
-    assert recompute_aware_estimate(ctx, select, aware) < recompute_aware_estimate(ctx, select, blind)
+    assert recompute_aware_step(ctx, select, aware.degrees, aware.firsts) < recompute_aware_step(
+        ctx, select, blind.degrees, blind.firsts
+    )
 
 
 def test_compute_bound_batches_keep_the_plain_load_choice() -> None:
@@ -132,8 +133,8 @@ def test_phase_wise_stages_take_each_phase_at_its_own_critical_gpu() -> None:
     """Two GPUs: GPU 0 holds a long sample (much attention, few tokens), GPU 1 many short ones. With
     the experts' all-to-alls between the phases a pass costs max attention + max non-attention."""
     from helpers import toy_cost
+    from nspsim.planners.estimate import phase_wise
     from nspsim.planners.proxy import ProxyLoad
-    from nspsim.planners.remat_estimate import phase_wise
     from nspsim.sp_tree import SPTree
 
     table = CostTable(toy_cost(), SPTree(num_gpus=2, spmax=2), [100, 10], 1000)
@@ -143,12 +144,12 @@ def test_phase_wise_stages_take_each_phase_at_its_own_critical_gpu() -> None:
     attn_fwd, attn_bwd, remat = np.array([5e-3, 1e-4]), np.array([9e-3, 2e-4]), np.array([1e-3, 0.0])
     loads = ProxyLoad(d_fwd=attn_fwd + o_fwd, d_bwd=attn_bwd + o_bwd, tokens=tokens)
     staged = phase_wise(table, loads, remat, expert_parallel=2)  # one EP group of both GPUs
-    assert staged.d_fwd.tolist() == pytest.approx([5e-3 + o_fwd[1]], rel=1e-12)
-    assert staged.d_bwd.tolist() == pytest.approx([9e-3 + 1e-3 + o_bwd[1]], rel=1e-12)
-    assert staged.d_fwd[0] > loads.d_fwd.max()  # more than max_p of the sum
+    assert staged.fwd == pytest.approx(5e-3 + o_fwd[1], rel=1e-12)
+    assert staged.bwd == pytest.approx(9e-3 + 1e-3 + o_bwd[1], rel=1e-12)
+    assert staged.fwd > loads.d_fwd.max()  # more than max_p of the sum
     alone = phase_wise(table, loads, remat, expert_parallel=1)  # no EP group: each GPU on its own
-    assert alone.d_fwd.tolist() == pytest.approx([loads.d_fwd.max()], rel=1e-12)
-    assert alone.d_bwd.tolist() == pytest.approx([(loads.d_bwd + remat).max()], rel=1e-12)
+    assert alone.fwd == pytest.approx(loads.d_fwd.max(), rel=1e-12)
+    assert alone.bwd == pytest.approx((loads.d_bwd + remat).max(), rel=1e-12)
 
 
 def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> None:
@@ -156,8 +157,8 @@ def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> Non
     {2, 3} has one attention-heavy GPU with few tokens and one GPU with many. Only group {2, 3} pays
     its peaks separately; group {0, 1}'s attention peak, on other GPUs, adds nothing to it."""
     from helpers import toy_cost
+    from nspsim.planners.estimate import phase_wise
     from nspsim.planners.proxy import ProxyLoad
-    from nspsim.planners.remat_estimate import phase_wise
     from nspsim.sp_tree import SPTree
 
     table = CostTable(toy_cost(), SPTree(num_gpus=4, spmax=4), [100, 10], 1000)
@@ -171,11 +172,11 @@ def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> Non
     staged = phase_wise(table, loads, np.zeros(4), expert_parallel=2)
     group_a = 8e-3 + o_fwd[0]  # uniform: its sum
     group_b = 5e-3 + o_fwd[3]  # GPU 2's attention + GPU 3's non-attention
-    assert staged.d_fwd.tolist() == pytest.approx([max(group_a, group_b)], rel=1e-12)
-    assert staged.d_bwd.tolist() == pytest.approx([max(16e-3 + o_bwd[0], 10e-3 + o_bwd[3])], rel=1e-12)
+    assert staged.fwd == pytest.approx(max(group_a, group_b), rel=1e-12)
+    assert staged.bwd == pytest.approx(max(16e-3 + o_bwd[0], 10e-3 + o_bwd[3]), rel=1e-12)
     everywhere = phase_wise(table, loads, np.zeros(4), expert_parallel=4)  # one group: the global peaks
-    assert everywhere.d_fwd.tolist() == pytest.approx([8e-3 + o_fwd[3]], rel=1e-12)
-    assert everywhere.d_fwd[0] > staged.d_fwd[0]
+    assert everywhere.fwd == pytest.approx(8e-3 + o_fwd[3], rel=1e-12)
+    assert everywhere.fwd > staged.fwd
 
 
 def test_beams_also_run_on_the_ep_aligned_levels_only_under_expert_parallelism() -> None:
@@ -211,7 +212,8 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
     published-measurement model (issue 22) the chosen plan still simulates at least 5% faster."""
     from nspsim.execution.prepare import NESTED_PREPARATION as NESTED
     from nspsim.execution.prepare import prepare_plan
-    from nspsim.planners.base import Placement, Stopwatch, finish
+    from nspsim.planners.base import Placement, Stopwatch
+    from nspsim.planners.finish import finish
     from nspsim.simulator import SimOptions, Simulator
 
     batch = big.sampler.batch(0)
@@ -221,14 +223,15 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
     nested = one_pass.route(ctx, ctx.table, np.arange(ctx.table.num_samples))  # type: ignore[attr-defined]
     assert nested is not None and len(set(nested.degrees.tolist())) >= 3
     select = np.arange(ctx.table.num_samples)
-    assert guarantee_score(plan, big, ctx.budget) < recompute_aware_estimate(ctx, select, nested)
+    assert guarantee_score(plan, big, ctx.budget) < recompute_aware_step(ctx, select, nested.degrees, nested.firsts)
     sim = Simulator.for_workload(big, SimOptions(timeline=False))
     chosen = sim.simulate(prepare_plan(plan, memory=big.memory, cost=big.cost, preparation=NESTED)).step_time_s
     assert plan.metadata["micro_batch_split"] in ("tokens", "sorted")
     # the estimate the choice minimised is recorded, and it ranks below the nested one-pass route's
-    assert float(plan.metadata["choice_estimate_s"]) < recompute_aware_estimate(ctx, select, nested)
+    assert plan.estimates is not None and plan.estimates.chosen_by == "recompute-aware"
+    assert plan.estimates.chosen_s < recompute_aware_step(ctx, select, nested.degrees, nested.firsts)
     placement = Placement(nested.degrees, nested.firsts, np.zeros_like(nested.degrees))
-    one_pass_plan = finish("nsp", ctx, placement, Stopwatch.start())
+    one_pass_plan = finish("nsp", ctx, placement, Stopwatch.start(), chosen_by="load")
     one_pass_time = sim.simulate(
         prepare_plan(one_pass_plan, memory=big.memory, cost=big.cost, preparation=NESTED)
     ).step_time_s
@@ -237,7 +240,7 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
 
 def test_the_estimate_is_never_below_load_nor_load_below_a_seeds_floor(big) -> None:  # type: ignore[no-untyped-def]
     """The bound that lets the estimate's choice prune static seeds (NSPPlanner._least_estimate)."""
-    from nspsim.planners.base import static_floor
+    from nspsim.planners.estimate import static_floor
 
     for index in (0, 3):
         batch = big.sampler.batch(index)
@@ -246,7 +249,7 @@ def test_the_estimate_is_never_below_load_nor_load_below_a_seeds_floor(big) -> N
         seeds = _static_routes(ctx, select, big.tree.degrees, np.inf)
         assert len(seeds) >= 3
         for route in seeds:
-            estimate = recompute_aware_estimate(ctx, select, route)
+            estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
             assert estimate >= route.load * (1 - 1e-12)
             degree = int(route.degrees[0])
             assert route.load >= static_floor(ctx, select, degree) * (1 - 1e-12)

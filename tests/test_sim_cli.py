@@ -160,7 +160,9 @@ def test_simulate_replays_a_plan_log(tmp_path: Path, capsys: pytest.CaptureFixtu
     one = json.loads(capsys.readouterr().out)
     assert one["plan_hash"] == plans[1].content_hash and one["step_time_s"] == times[1]
     out = tmp_path / "t.json"
-    assert main(["simulate", "--prepare", "none", str(log), "--index", "2", "--timeline", str(out)]) == 0 and out.exists()
+    assert (
+        main(["simulate", "--prepare", "none", str(log), "--index", "2", "--timeline", str(out)]) == 0 and out.exists()
+    )
     capsys.readouterr()
     for argv, message in [
         (["--index", "3"], "--index 3: " + str(log) + " holds 3 plan(s), numbered 0..2"),

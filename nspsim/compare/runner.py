@@ -250,6 +250,9 @@ def iteration_record(
     """The record of one planner on one batch: planning figures from the ``planned`` plan's metadata,
     the rest from the ``prepared`` plan and its simulated ``result``."""
     ratio = planned.metadata.get("load_over_lower_bound")
+    estimates = planned.estimates
+    step = result.step_time_s
+    error = None if estimates is None or not step else estimates.chosen_s / step - 1
     return IterationRecord(
         planner=label,
         iteration=iteration,
@@ -268,4 +271,6 @@ def iteration_record(
         load_over_lower_bound=None if ratio is None else float(ratio),
         dropped_samples=batch.dropped_samples,
         dropped_tokens=batch.dropped_tokens,
+        estimates=estimates,
+        estimate_error=error,
     )

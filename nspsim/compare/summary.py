@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from nspsim.plan import Plan
+from nspsim.plan.estimates import Estimates
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import StepResult
 from nspsim.trace.batching import Batch
@@ -59,6 +60,8 @@ class IterationRecord:
     load_over_lower_bound: float | None = None  # the routed plan's proxy Load / the batch's lower bound
     dropped_samples: int = 0  # samples of the batch dropped for exceeding max_context
     dropped_tokens: int = 0
+    estimates: Estimates | None = None  # what the planner estimated (nspsim.plan.estimates), copied whole
+    estimate_error: float | None = None  # the choosing rung's estimate / the simulated step - 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,7 @@ import numpy as np
 from nspsim.cost.load import tokens_per_gpu
 from nspsim.jsonfile import dumps_json, parse_json, read_text
 from nspsim.plan import fields
+from nspsim.plan.estimates import Estimates
 from nspsim.plan.order import default_issue_order, roots_first
 from nspsim.plan.refs import (
     BatchRef,
@@ -142,6 +143,12 @@ class Plan:
     def tree(self) -> SPTree:
         """The SP forest this plan routes over."""
         return SPTree(num_gpus=self.cluster.num_gpus, spmax=self.spmax, gpus_per_node=self.gpus_per_node)
+
+    @property
+    def estimates(self) -> Estimates | None:
+        """What the planner estimated for this plan (:mod:`nspsim.plan.estimates`); ``None`` for a plan
+        whose metadata has no record."""
+        return Estimates.of(self.metadata)
 
     @property
     def num_samples(self) -> int:

@@ -7,10 +7,11 @@ One registry chooses planners by name::
 
 ``get_planner`` raises ``ValueError`` listing the known names for an unknown name, and naming the
 option for an unknown or invalid option. Every plan's metadata holds ``planning_time_s`` (wall) and
-``planning_cpu_s``, ``load_s``
-(proxy Load, micro-batch Loads summed), ``lower_bound_s``, ``load_over_lower_bound``,
-``step_estimate_s``, ``micro_batches``, ``dropped_samples`` and ``dropped_tokens`` (what the batch's
-``max_context`` dropped), plus planner-specific entries.
+``planning_cpu_s``, its :class:`~nspsim.plan.estimates.Estimates` (``lower_bound_s``, ``load_s``,
+``step_estimate_s``, ``chosen_by``, ``chosen_estimate_s`` and ``load_over_lower_bound``; read it as
+``plan.estimates``; the ladder is :mod:`nspsim.planners.estimate`), ``micro_batches``,
+``dropped_samples`` and ``dropped_tokens`` (what the batch's ``max_context`` dropped), plus
+planner-specific entries.
 """
 
 from __future__ import annotations

@@ -36,19 +36,9 @@ import numpy as np
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import (
-    Context,
-    IntArray,
-    Placement,
-    Stopwatch,
-    check_count_option,
-    estimate_of,
-    finish,
-    make_context,
-    proxy_load,
-    static_floor,
-    step_estimate,
-)
+from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
+from nspsim.planners.estimate import Stages, proxy_load, stage_step, static_floor, step_estimate
+from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import MAX_MICRO_BATCHES, blaster_split, min_micro_batches
 from nspsim.planners.static_planner import best, pack_degree, sweep
 from nspsim.trace.batching import Batch
@@ -92,7 +82,7 @@ def _pack_chunk(ctx: Context, chunk: IntArray, degree: int) -> ChunkRoute:
         mask = np.zeros(ctx.table.num_samples, dtype=bool)
         mask[chunk[parts == part]] = True
         loads = ctx.table.evaluate(placement.degrees, placement.firsts, mask)
-        estimate += estimate_of(ctx, loads)
+        estimate += stage_step(ctx, Stages.of(loads))
         load += loads.load
     return ChunkRoute(degree, placement.firsts[chunk], parts, estimate, load)
 
@@ -148,4 +138,4 @@ class BASPPlanner:
             placement = batch_aware_placement(ctx, m)
             candidates.append((step_estimate(ctx, placement), proxy_load(ctx, placement), placement))
         chosen = min(candidates, key=lambda c: (c[0], c[1]))[2]
-        return finish(self.name, ctx, chosen, started)
+        return finish(self.name, ctx, chosen, started, chosen_by="step")

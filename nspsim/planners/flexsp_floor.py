@@ -7,7 +7,7 @@ backward) stage, the busiest GPU carries at least the mean over GPUs holding tok
 least ``sum_j min_d d fwd_j(d) / P`` plus the cheapest node latency plus the intercept, and at least
 any one sample's cheapest ``fwd_j(d) + latency(d)`` plus the intercept (``d`` over the allowed sizes
 that hold sample j; groups are disjoint and every sample has >= 1 token); the stage floors go through
-:func:`~nspsim.planners.base.estimate_of`, which is monotone in both. Counts are tried in increasing
+:func:`~nspsim.planners.estimate.stage_step`, which is monotone in both. Counts are tried in increasing
 order as before and their chunks longest first; before each solve, the solved chunks' exact
 estimates plus the unsolved chunks' floors are compared with the best step so far, and the count is
 abandoned once that sum exceeds it (by a relative 1e-9, far above rounding). An abandoned count
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nspsim.planners.base import Context, IntArray, estimate_of, micro_batch_estimate
-from nspsim.planners.proxy import FloatArray, ProxyLoad
+from nspsim.planners.base import Context, IntArray
+from nspsim.planners.estimate import Stages, micro_batch_step, stage_step
+from nspsim.planners.proxy import FloatArray
 
 PRUNE_RTOL = 1e-9
 """A count is abandoned only when its floor exceeds the best step by this relative margin (module doc)."""
@@ -75,15 +76,14 @@ class StepFloor:
         ifwd, ibwd = self.ctx.table.intercept
         fwd = max(float(self.work_fwd[samples].sum()) / gpus + self.node_fwd, float(self.own_fwd[samples].max()))
         bwd = max(float(self.work_bwd[samples].sum()) / gpus + self.node_bwd, float(self.own_bwd[samples].max()))
-        stages = ProxyLoad(d_fwd=np.array([fwd + ifwd]), d_bwd=np.array([bwd + ibwd]), tokens=np.ones(1))
-        return estimate_of(self.ctx, stages)
+        return stage_step(self.ctx, Stages(fwd + ifwd, bwd + ibwd))
 
 
 def chunk_estimate(ctx: Context, samples: IntArray, degrees: IntArray, firsts: IntArray) -> float:
     """The step estimate of one routed chunk (``samples`` in sorted space with their degrees and first
-    ranks) as its own micro-batch (what :func:`~nspsim.planners.base.step_estimate` adds)."""
+    ranks) as its own micro-batch (what :func:`~nspsim.planners.estimate.step_estimate` adds)."""
     n = ctx.table.num_samples
     all_degrees, all_firsts = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     mask = np.zeros(n, dtype=bool)
     all_degrees[samples], all_firsts[samples], mask[samples] = degrees, firsts, True
-    return micro_batch_estimate(ctx, all_degrees, all_firsts, mask)
+    return micro_batch_step(ctx, all_degrees, all_firsts, mask)

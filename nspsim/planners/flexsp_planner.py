@@ -52,17 +52,10 @@ import numpy as np
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import (
-    Context,
-    IntArray,
-    Placement,
-    Stopwatch,
-    check_count_option,
-    finish,
-    make_context,
-    step_estimate,
-)
+from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
 from nspsim.planners.bucketing import MAX_BUCKETS, Buckets, bucketize, bucketize_artifact
+from nspsim.planners.estimate import step_estimate
+from nspsim.planners.finish import finish
 from nspsim.planners.flexsp_artifact import VARIANTS, slot_limits
 from nspsim.planners.flexsp_floor import PRUNE_RTOL, StepFloor, chunk_estimate
 from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
@@ -163,7 +156,8 @@ class FlexSPPlanner:
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
         placement, facts = self.sweep(ctx)
-        return finish(self.name, ctx, placement, started, self._limit_facts(facts))
+        chosen_by = "load" if self.variant == "artifact" else "step"  # the artifact sums MILP makespans
+        return finish(self.name, ctx, placement, started, self._limit_facts(facts), chosen_by=chosen_by)
 
     def sweep(self, ctx: Context, *, prune: bool = True) -> tuple[Placement, SweepFacts]:
         """The best count's placement and what the sweep did; ``prune=False`` solves every chunk of

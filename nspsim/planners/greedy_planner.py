@@ -22,7 +22,8 @@ import numpy.typing as npt
 
 from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, finish, make_context
+from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, make_context
+from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
@@ -129,7 +130,7 @@ class GreedyPlanner:
         started = Stopwatch.start()
         ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
         extra = {"token_balance_ratio": str(self.token_balance_ratio)}
-        return finish(self.name, ctx, _route_batch(ctx), started, extra)
+        return finish(self.name, ctx, _route_batch(ctx), started, extra, chosen_by="load")
 
 
 def _route_batch(ctx: Context) -> Placement:

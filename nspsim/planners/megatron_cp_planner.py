@@ -70,7 +70,8 @@ import numpy as np
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import Context, Placement, Stopwatch, finish, make_context
+from nspsim.planners.base import Context, Placement, Stopwatch, make_context
+from nspsim.planners.finish import finish
 from nspsim.sp_tree import is_power_of_two
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
@@ -224,7 +225,7 @@ class MegatronCPPlanner:
             _check_capacity(batch, workload, capacity)
         ctx = make_context(batch, workload, capacity)
         placement = megatron_placement(ctx, self.min_cp_size, float(self.cap_delta))
-        return finish(self.name, ctx, placement, started, {"max_seqlen_per_rank": ctx.budget})
+        return finish(self.name, ctx, placement, started, {"max_seqlen_per_rank": ctx.budget}, chosen_by="rule")
 
 
 def _check_capacity(batch: Batch, workload: Workload, capacity: int) -> None:

@@ -72,7 +72,8 @@ all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (
   memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms median before).
 
 A memory-bound plan records the split that won (``micro_batch_split``: ``tokens`` or ``sorted``) and
-the estimate the choice minimised (``choice_estimate_s``; the common ``step_estimate_s`` sees neither
+the estimate the choice minimised (``chosen_estimate_s``, ``chosen_by=recompute-aware``; the common
+``step_estimate_s`` sees neither
 recomputation nor the EP groups' phases). Compute-bound batches keep the Load choice and the Load
 guarantee. ``remat_aware=False`` (with
 ``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
@@ -91,21 +92,14 @@ import numpy as np
 
 from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import (
-    Context,
-    IntArray,
-    Placement,
-    Stopwatch,
-    check_count_option,
-    finish,
-    make_context,
-    static_floor,
-)
+from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
 from nspsim.planners.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
+from nspsim.planners.estimate import recompute_aware_step, static_floor
+from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import candidate_splits, min_micro_batches, token_split
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
-from nspsim.planners.remat_estimate import Route, candidate_levels, recompute_aware_estimate
+from nspsim.planners.remat_estimate import Route, candidate_levels
 from nspsim.planners.static_planner import pack_single_pass
 from nspsim.planners.tail import TreeStates, complete
 from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
@@ -183,7 +177,8 @@ class NSPPlanner:
             "token_balance_ratio": str(self.token_balance_ratio),
             "remat_aware": int(self.remat_aware),
         }
-        return finish(self.name, ctx, placement, started, extra)
+        chosen_by = "load" if placement.chosen_s is None else "recompute-aware"
+        return finish(self.name, ctx, placement, started, extra, chosen_by=chosen_by)
 
     def _route_batch(self, ctx: Context, search: CostTable) -> Placement:
         n = ctx.table.num_samples
@@ -224,7 +219,7 @@ class NSPPlanner:
         if best is None:
             raise ValueError("NSP found no routing of the batch under its token budget")
         # The estimate the choice minimised (the plain step_estimate_s sees neither recompute nor EP phases).
-        return _assemble(n, best[1], best[2], {"micro_batch_split": best[3], "choice_estimate_s": best[0]})
+        return replace(_assemble(n, best[1], best[2], {"micro_batch_split": best[3]}), chosen_s=best[0])
 
     def _route_part(
         self,
@@ -245,7 +240,7 @@ class NSPPlanner:
         route = self.route(part_ctx, part_search, part, level_sets)
         if route is None:
             return None, np.inf
-        return route, recompute_aware_estimate(part_ctx, part, route)
+        return route, recompute_aware_step(part_ctx, part, route.degrees, route.firsts)
 
     def route(
         self, ctx: Context, search: CostTable, select: IntArray, level_sets: list[tuple[int, ...]] | None = None
@@ -279,11 +274,12 @@ class NSPPlanner:
         the first on ties. A seed degree whose Load floor already reaches the best beam's estimate is
         not packed: the estimate is never below Load (every stage is at least its Load stage, with
         non-negative recompute and floors), and Load never below the floor."""
-        scored = [(recompute_aware_estimate(ctx, select, r), r) for r in beams]
+        scored = [(recompute_aware_step(ctx, select, r.degrees, r.firsts), r) for r in beams]
         if self.seed_static:
             beaten = min((e for e, _ in scored), default=np.inf)
             scored += [
-                (recompute_aware_estimate(ctx, select, r), r) for r in _static_routes(ctx, select, levels, beaten)
+                (recompute_aware_step(ctx, select, r.degrees, r.firsts), r)
+                for r in _static_routes(ctx, select, levels, beaten)
             ]
         return min(scored, key=lambda item: item[0], default=(np.inf, None))[1]  # min keeps the first on ties
 

@@ -36,16 +36,9 @@ import numpy as np
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
-from nspsim.planners.base import (
-    Context,
-    IntArray,
-    Placement,
-    Stopwatch,
-    finish,
-    make_context,
-    proxy_load,
-    step_estimate,
-)
+from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, make_context
+from nspsim.planners.estimate import proxy_load, step_estimate
+from nspsim.planners.finish import finish
 from nspsim.planners.packing import pack_balanced
 from nspsim.planners.token_packing import pack_by_tokens
 from nspsim.sp_tree import is_power_of_two
@@ -178,8 +171,8 @@ class StaticPlanner:
         started = Stopwatch.start()
         ctx = make_context(batch, workload)
         if isinstance(self.degree, int):
-            placement = pack_degree(ctx, self.degree, packing=self.packing)
+            placement, chosen_by = pack_degree(ctx, self.degree, packing=self.packing), "rule"
         else:
-            placement = best(sweep(ctx, packing=self.packing)).placement
+            placement, chosen_by = best(sweep(ctx, packing=self.packing)).placement, "step"
         extra = {"degree_option": str(self.degree), "packing": self.packing}
-        return finish(self.name, ctx, placement, started, extra)
+        return finish(self.name, ctx, placement, started, extra, chosen_by=chosen_by)

@@ -72,6 +72,10 @@ ROW_SCHEMA = pa.schema(
         *((f"bd_{c}", pa.float64()) for c in BREAKDOWN_CATEGORIES),
         ("planning_time_s", pa.float64()),
         ("load_over_lower_bound", pa.float64()),
+        ("estimate_by", pa.string()),
+        ("estimate_s", pa.float64()),
+        ("estimate_error", pa.float64()),
+        ("step_estimate_s", pa.float64()),
         ("num_micro_batches", pa.int64()),
         ("recompute_policy", pa.string()),
         ("plan_hash", pa.string()),
@@ -215,6 +219,19 @@ def _row(plan: SweepPlan, point: PointInfo, label: str, i: int, best: int | None
     return row
 
 
+def _estimates(record: dict[str, Any] | None) -> dict[str, Any]:
+    """The estimate columns of a unit's record: the rung that chose the plan, its value, its error
+    against the simulated step, the step estimate (empty and NaN without a record of them)."""
+    est = (record or {}).get("estimates") or {}
+    error = (record or {}).get("estimate_error")
+    return {
+        "estimate_by": str(est.get("chosen_by", "")),
+        "estimate_s": float(est.get("chosen_s", NAN)),
+        "estimate_error": NAN if error is None else float(error),
+        "step_estimate_s": float(est.get("step_s", NAN)),
+    }
+
+
 def _measures(record: dict[str, Any] | None) -> dict[str, Any]:
     if record is None:
         return {
@@ -223,6 +240,7 @@ def _measures(record: dict[str, Any] | None) -> dict[str, Any]:
             **{f"bd_{c}": NAN for c in BREAKDOWN_CATEGORIES},
             "planning_time_s": NAN,
             "load_over_lower_bound": NAN,
+            **_estimates(None),
             "num_micro_batches": 0,
             "recompute_policy": "",
             "plan_hash": "",
@@ -236,6 +254,7 @@ def _measures(record: dict[str, Any] | None) -> dict[str, Any]:
         **{f"bd_{c}": float(breakdown[c]) if c in breakdown else NAN for c in BREAKDOWN_CATEGORIES},
         "planning_time_s": float(record["planning_time_s"]),
         "load_over_lower_bound": NAN if ratio is None else float(ratio),
+        **_estimates(record),
         "num_micro_batches": int(record["num_micro_batches"]),
         "recompute_policy": str(record["recompute_policy"]),
         "plan_hash": str(record["plan_hash"]),

@@ -1,0 +1,177 @@
+"""The estimate ladder: every way a planner scores a placement, cheapest first, in one place.
+
+A placement's per-GPU forward and backward times under the routing proxy (:class:`ProxyLoad`, from
+:meth:`~nspsim.planners.proxy.CostTable.evaluate`) reduce to one micro-batch's two *stages*
+(:class:`Stages`: the busiest GPU's forward and backward seconds); every rung above Load is a
+function of those two floats per micro-batch.
+
+=================  ==========================================================  ===============================
+rung               value (summed over micro-batches)                           use it to
+=================  ==========================================================  ===============================
+lower bound        max(work floor, longest-sample floor) of the batch          report a plan's gap (Load / bound)
+                   (:func:`~nspsim.planners.lower_bound.lower_bound`); also
+                   :func:`static_floor`, a floor on one degree's Load
+load               max_p D_fwd + max_p D_bwd (:func:`proxy_load`)              route: thousands of candidates
+step               max(fwd, layers * all-gather) + max(bwd, layers * (AG +     choose micro-batch counts and
+                   RS)) + the fixed cost per micro-batch (:func:`stage_step`,   degrees: FSDP floors and the
+                   :func:`step_estimate`)                                      cost of each extra micro-batch
+recompute-aware    step with the backward stage plus the recomputation the     choose among a memory-bound
+                   executor's tree marking implies, phase-wise per EP group    batch's final candidates
+                   (:func:`recompute_aware_step`)
+simulator          the discrete-event simulation (``nspsim.simulator``)        judge every rung
+=================  ==========================================================  ===============================
+
+Each rung is at least the one below on every placement (``tests/test_estimate_ladder.py`` checks it on
+random placements): step adds non-negative floors and costs to Load's stages, recompute-aware adds
+non-negative recomputation and, under expert parallelism, a group's max attention plus its max
+non-attention is at least any GPU's sum. Trade-off: the higher rungs cost more per call (recompute-aware
+replays the marking), so a planner uses the cheapest rung that sees what its choice changes. Which rung
+chose a plan is recorded on it (:class:`~nspsim.plan.estimates.Estimates`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from nspsim.execution.recompute import nodes_top_down, saved_samples
+from nspsim.plan.estimates import Estimates
+from nspsim.planners.base import Context, IntArray, Placement
+from nspsim.planners.lower_bound import lower_bound
+from nspsim.planners.proxy import CostTable, FloatArray, ProxyLoad
+
+
+@dataclass(frozen=True)
+class Stages:
+    """One micro-batch's stage times in seconds: the busiest GPU's forward and backward."""
+
+    fwd: float
+    bwd: float
+
+    @staticmethod
+    def of(loads: ProxyLoad, remat: FloatArray | None = None) -> Stages:
+        """The stages of per-GPU proxy times; ``remat`` (seconds per GPU) adds to the backward."""
+        bwd = loads.d_bwd if remat is None else loads.d_bwd + remat
+        return Stages(float(loads.d_fwd.max()), float(bwd.max()))
+
+
+def stage_step(ctx: Context, stages: Stages) -> float:
+    """Step estimate of one micro-batch: each stage floored by its FSDP collectives (hidden behind the
+    pass's compute when that is longer), plus the cost model's fixed cost per micro-batch."""
+    cost = ctx.workload.cost
+    fsdp = cost.fsdp()
+    gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
+    return max(stages.fwd, gather) + max(stages.bwd, bwd_comm) + cost.micro_batch_overhead()
+
+
+def micro_batch_step(ctx: Context, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_]) -> float:
+    """Step estimate of the masked sorted samples on ``(degrees, firsts)`` run as one micro-batch."""
+    return stage_step(ctx, Stages.of(ctx.table.evaluate(degrees, firsts, mask)))
+
+
+def step_estimate(ctx: Context, placement: Placement) -> float:
+    """Step estimate of a placement: its micro-batches' estimates summed."""
+    return sum(
+        micro_batch_step(ctx, placement.degrees, placement.firsts, placement.micro_batches == mb)
+        for mb in range(placement.num_micro_batches)
+    )
+
+
+def proxy_load(ctx: Context, placement: Placement) -> float:
+    """Proxy Load of a placement (micro-batch Loads summed)."""
+    return ctx.table.load(placement.degrees, placement.firsts, placement.micro_batches)
+
+
+def static_floor(ctx: Context, samples: IntArray, degree: int) -> float:
+    """No placement of ``samples`` (sorted, longest first) at one ``degree`` has a proxy Load below
+    this: their total work spread evenly over the GPUs, or the longest sample's own cost there."""
+    cost = ctx.table.total(degree)[samples]
+    return max(float(cost.sum()) * degree / ctx.num_gpus, float(cost[0]) + ctx.table.overhead_total(degree))
+
+
+def selected_loads(table: CostTable, select: IntArray, degrees: IntArray, firsts: IntArray) -> ProxyLoad:
+    """Proxy stage times and tokens per GPU of the selected samples on ``(degrees, firsts)``
+    (``degrees[i]``/``firsts[i]`` belong to sample ``select[i]``)."""
+    full_deg = np.zeros(table.num_samples, dtype=np.int64)
+    full_first = np.zeros(table.num_samples, dtype=np.int64)
+    mask = np.zeros(table.num_samples, dtype=bool)
+    full_deg[select], full_first[select], mask[select] = degrees, firsts, True
+    return table.evaluate(full_deg, full_first, mask)
+
+
+def remat_per_gpu(
+    ctx: Context, select: IntArray, degrees: IntArray, firsts: IntArray, tokens: FloatArray
+) -> FloatArray:
+    """Seconds of recomputation per GPU if the selected samples run on ``(degrees, firsts)`` as one
+    micro-batch holding ``tokens`` sharded tokens per GPU: the executor's top-down marking
+    (:func:`nspsim.execution.recompute.saved_samples`, same free bytes per GPU) replayed on the arrays,
+    every node's unkept samples adding their recompute pass (the cost model's ``recompute_attention``
+    of their forward attention, times the layers) to each GPU of the node."""
+    table, memory, cost = ctx.table, ctx.workload.memory, ctx.workload.cost
+    lengths = table.lengths[select].astype(np.float64)
+    free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
+    lost = ~saved_samples(lengths, degrees, firsts, free, memory, cost)
+    remat = np.zeros(table.tree.num_gpus)
+    for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
+        redo = cost.recompute_attention(lengths[lost][members], d)
+        remat[first : first + d] += cost.num_layers * (redo.prologue + redo.compute)
+    return remat
+
+
+def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray, expert_parallel: int) -> Stages:
+    """Stages when every layer synchronises each expert-parallel group between attention and the
+    experts (the EP dispatch and combine all-to-alls): per pass and per EP group (aligned blocks of
+    ``expert_parallel`` GPUs), the group's max attention (+ recompute in backward) plus its max
+    non-attention; the stage is the slowest group's. Groups are not synchronised with each other per
+    layer (the FSDP all-gathers run ahead, so they drift), so this is not max_p attention + max_p
+    non-attention over all GPUs (docs/planners.md has the measurement that chose this form).
+    Non-attention per GPU is the proxy's affine part of its tokens."""
+    held = loads.tokens > 0
+    i_fwd, i_bwd = table.intercept
+    o_fwd = table.layers * table.fit.fwd_slope * loads.tokens + i_fwd * held
+    o_bwd = table.layers * table.fit.bwd_slope * loads.tokens + i_bwd * held
+    groups = max(loads.tokens.size // max(expert_parallel, 1), 1)
+
+    def group_max(values: FloatArray) -> FloatArray:
+        out: FloatArray = values.reshape(groups, -1).max(axis=1)
+        return out
+
+    fwd = float((group_max(loads.d_fwd - o_fwd) + group_max(o_fwd)).max())
+    bwd = float((group_max(loads.d_bwd + remat - o_bwd) + group_max(o_bwd)).max())
+    return Stages(fwd, bwd)
+
+
+def recompute_aware_step(ctx: Context, select: IntArray, degrees: IntArray, firsts: IntArray) -> float:
+    """Step estimate of the selected samples on ``(degrees, firsts)`` as one micro-batch with the
+    recomputation its tree marking implies (:func:`remat_per_gpu`; phase-wise per EP group under
+    expert parallelism, :func:`phase_wise`)."""
+    wl = ctx.workload
+    loads = selected_loads(ctx.table, select, degrees, firsts)
+    extra = remat_per_gpu(ctx, select, degrees, firsts, loads.tokens)
+    if wl.model.moe is not None and wl.training.expert_parallel > 1:
+        return stage_step(ctx, phase_wise(ctx.table, loads, extra, wl.training.expert_parallel))
+    return stage_step(ctx, Stages.of(loads, extra))
+
+
+def recompute_aware_estimate(ctx: Context, placement: Placement) -> float:
+    """:func:`recompute_aware_step` of each micro-batch of a placement, summed."""
+    total = 0.0
+    for mb in range(placement.num_micro_batches):
+        select = np.flatnonzero(placement.micro_batches == mb)
+        total += recompute_aware_step(ctx, select, placement.degrees[select], placement.firsts[select])
+    return total
+
+
+def estimates(ctx: Context, placement: Placement, chosen_by: str, chosen_s: float | None = None) -> Estimates:
+    """The plan's :class:`~nspsim.plan.estimates.Estimates`: the batch's lower bound, the placement's
+    Load and step estimate, and the rung ``chosen_by`` with its value (``chosen_s`` when the planner
+    has it already, else evaluated here; the step estimate for ``rule``)."""
+    load, step = proxy_load(ctx, placement), step_estimate(ctx, placement)
+    if chosen_s is None:
+        by_rung = {"load": load, "step": step, "rule": step}
+        chosen_s = by_rung[chosen_by] if chosen_by in by_rung else recompute_aware_estimate(ctx, placement)
+    return Estimates(
+        lower_bound_s=lower_bound(ctx.table), load_s=load, step_s=step, chosen_by=chosen_by, chosen_s=float(chosen_s)
+    )
