@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from nspsim.planners.base import make_context  # noqa: E402
 from nspsim.planners.estimate import step_estimate  # noqa: E402
-from nspsim.planners.flexsp_planner import FlexSPPlanner  # noqa: E402
+from nspsim.planners.flexsp.planner import FlexSPPlanner  # noqa: E402
 from nspsim.units import parse_tokens  # noqa: E402
 from nspsim.workload import WorkloadConfig, build_workload  # noqa: E402
 

@@ -34,10 +34,10 @@ from nspsim.cost.analytic import AnalyticCostModel  # noqa: E402
 from nspsim.planners import get_planner  # noqa: E402
 from nspsim.planners.base import make_context  # noqa: E402
 from nspsim.planners.estimate import proxy_load  # noqa: E402
-from nspsim.planners.optimal_router import optimal_route  # noqa: E402
+from nspsim.planners.nsp.optimal_router import optimal_route  # noqa: E402
 from nspsim.planners.packing import least_loaded_fill  # noqa: E402
 from nspsim.planners.proxy import CostTable  # noqa: E402
-from nspsim.planners.static_planner import _placement, pack_degree  # noqa: E402
+from nspsim.planners.static.planner import _placement, pack_degree  # noqa: E402
 from nspsim.sp_tree import SPTree  # noqa: E402
 from nspsim.specs.cluster import get_cluster  # noqa: E402
 from nspsim.specs.model import get_model  # noqa: E402
@@ -201,7 +201,7 @@ def sweep_section(quick: bool) -> list[str]:
         "| variant | " + " | ".join(loads) + " |",
         "|---|" + "---|" * len(loads),
     ]
-    import nspsim.planners.nsp_planner as nsp_module
+    import nspsim.planners.nsp.planner as nsp_module
 
     built = {k: build_workload(v) for k, v in loads.items()}
     counts = {k: (1 if k.startswith("1024") else (2 if quick else 5)) for k in loads}
@@ -285,7 +285,7 @@ def optimality_section(quick: bool) -> list[str]:
         f"{count} random instances per host size: P in {{4, 8}} GPUs (Qwen3-30B-A3B cost model on H100, "
         "spmax = P, B_tok = 64K), 3-8 samples with log-uniform lengths in [512, 96K]; with 2 GPUs per host "
         "larger groups cross hosts (NIC-bound), as SP groups above 8 do on the real cluster. The exhaustive "
-        "router (`nspsim.planners.optimal_router`) gives the Load-optimal one-pass tree plan.",
+        "router (`nspsim.planners.nsp.optimal_router`) gives the Load-optimal one-pass tree plan.",
         "",
         "| GPUs per host | planner | misses optimum (gap > 1e-9) | mean gap | p90 gap | max gap |",
         "|---|---|---|---|---|---|",

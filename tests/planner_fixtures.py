@@ -98,8 +98,8 @@ def guarantee_score(plan: Plan, wl: Workload, budget: int | None = None) -> floa
     memory, the cost table built at ``budget`` (default B_tok; no cost depends on it)."""
     from nspsim.planners.base import Context
     from nspsim.planners.estimate import recompute_aware_step
+    from nspsim.planners.nsp.token_balance import is_memory_bound
     from nspsim.planners.proxy import CostTable
-    from nspsim.planners.token_balance import is_memory_bound
 
     lengths, degrees, firsts, mbs = plan.arrays
     if not is_memory_bound(wl, int(np.sum(lengths))):

@@ -6,8 +6,8 @@ import numpy as np
 
 from nspsim.planners.base import make_context
 from nspsim.planners.estimate import micro_batch_step, step_estimate
-from nspsim.planners.flexsp_floor import StepFloor
-from nspsim.planners.flexsp_planner import FlexSPPlanner
+from nspsim.planners.flexsp.floor import StepFloor
+from nspsim.planners.flexsp.planner import FlexSPPlanner
 from nspsim.planners.microbatch import blaster_split, min_micro_batches
 from nspsim.workload import Workload
 from planner_fixtures import batch_of, model_workload, tiny_workload

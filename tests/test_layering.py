@@ -71,6 +71,28 @@ def test_planners_and_simulator_do_not_import_each_other() -> None:
     assert crossing == []
 
 
+PLANNER_FAMILIES = ("nspsim.planners.nsp", "nspsim.planners.flexsp", "nspsim.planners.static")
+FAMILY_USES = {("nspsim.planners.nsp", "nspsim.planners.static")}  # NSP's static seeds
+
+
+def test_planner_families_import_only_the_shared_parts() -> None:
+    """Shared planner parts (base, estimate, finish, proxy, packing, ...) never import a family; a
+    family imports another only where declared (NSP packs static seeds); the registry imports all."""
+    family = {m: f for m in GRAPH for f in PLANNER_FAMILIES if _under(m, f)}
+    basp_megatron = ("nspsim.planners.basp", "nspsim.planners.megatron_cp")
+    crossing = []
+    for a, targets in GRAPH.items():
+        if not _under(a, "nspsim.planners") or a == "nspsim.planners":
+            continue
+        for b in targets:
+            if b not in family or family.get(a) == family[b]:
+                continue
+            shared = a not in family and not a.startswith(basp_megatron)
+            if shared or (a in family and (family[a], family[b]) not in FAMILY_USES):
+                crossing.append(f"{a} -> {b}")
+    assert crossing == []
+
+
 def test_nspsim_never_imports_torch_plotly_runtime_or_studies() -> None:
     forbidden = {"torch", "plotly", "runtime", "studies", "transformers"}
     offenders = {
@@ -85,7 +107,7 @@ DYNAMIC_IMPORTS = {
     ("nspsim.cli.commands.compare", "REPORT_RENDERER"): ("studies.compare_report",),
     ("nspsim.cli.commands.plot", "PLOT_RENDERER"): ("studies.sweep_report",),
     ("nspsim.cli.commands.validate", "REPORT_RENDERER"): ("studies.reference_report",),
-    ("nspsim.planners.highs_solve", "_SOURCES"): ("scipy.optimize._highspy._core", "highspy._core"),
+    ("nspsim.planners.flexsp.highs_solve", "_SOURCES"): ("scipy.optimize._highspy._core", "highspy._core"),
 }
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from nspsim.planners import get_planner
 from nspsim.planners.base import make_context
-from nspsim.planners.bucketing import _dp_bounds, bucketize
-from nspsim.planners.flexsp_milp import (
+from nspsim.planners.flexsp.bucketing import _dp_bounds, bucketize
+from nspsim.planners.flexsp.milp import (
     DEFAULT_WORK_LIMIT,
     Limits,
     MilpProblem,
@@ -21,7 +21,7 @@ from nspsim.planners.flexsp_milp import (
     _start_vector,
     solve,
 )
-from nspsim.planners.flexsp_planner import _problem, static_incumbent
+from nspsim.planners.flexsp.planner import _problem, static_incumbent
 from nspsim.planners.microbatch import blaster_split, token_split
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 from planner_fixtures import batch_of, check_valid, model_workload

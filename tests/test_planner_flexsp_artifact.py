@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from nspsim.planners import get_planner
-from nspsim.planners.bucketing import _dp_bounds, bucketize_artifact
-from nspsim.planners.flexsp_artifact import min_sp_size, slot_limits
-from nspsim.planners.flexsp_milp import Limits, MilpProblem, _layout, solve
+from nspsim.planners.flexsp.artifact import min_sp_size, slot_limits
+from nspsim.planners.flexsp.bucketing import _dp_bounds, bucketize_artifact
+from nspsim.planners.flexsp.milp import Limits, MilpProblem, _layout, solve
 from nspsim.planners.microbatch import artifact_first_count, blaster_split, blaster_split_artifact
 from planner_fixtures import batch_of, check_valid, tiny_workload
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
-from nspsim.planners.megatron_cp_planner import gpus_needed
+from nspsim.planners.megatron_cp import gpus_needed
 from nspsim.workload import Workload
 from planner_fixtures import batch_of, check_valid, tiny_workload
 

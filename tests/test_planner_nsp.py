@@ -7,12 +7,12 @@ import pytest
 
 from nspsim.planners import get_planner
 from nspsim.planners.base import make_context
-from nspsim.planners.beam import Beam, Placing, _block_max, _scores, _select, expand, node_layout
 from nspsim.planners.lower_bound import lower_bound
-from nspsim.planners.nsp_planner import prefix_share, prefix_size
+from nspsim.planners.nsp.beam import Beam, Placing, _block_max, _scores, _select, expand, node_layout
+from nspsim.planners.nsp.planner import prefix_share, prefix_size
+from nspsim.planners.nsp.tail import TreeStates, complete, effective_degrees
 from nspsim.planners.packing import least_loaded_fill, least_loaded_fill_many
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.tail import TreeStates, complete, effective_degrees
 from planner_fixtures import batch_of, check_valid, model_workload, tiny_workload
 
 LEVELS = (8, 4, 2, 1)

@@ -9,7 +9,7 @@ import pytest
 
 from nspsim.planners import get_planner
 from nspsim.planners.lower_bound import lower_bound
-from nspsim.planners.optimal_router import optimal_route
+from nspsim.planners.nsp.optimal_router import optimal_route
 from nspsim.planners.proxy import CostTable
 from planner_fixtures import batch_of, model_workload, tiny_workload
 

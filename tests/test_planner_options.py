@@ -12,10 +12,10 @@ import pytest
 from nspsim.cli.main import main
 from nspsim.compare import CompareConfig, RunSpec, run_compare
 from nspsim.planners import PLANNER_NAMES, get_planner
-from nspsim.planners.bucketing import MAX_BUCKETS
-from nspsim.planners.flexsp_planner import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
+from nspsim.planners.flexsp.bucketing import MAX_BUCKETS
+from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from nspsim.planners.microbatch import MAX_MICRO_BATCHES
-from nspsim.planners.nsp_planner import MAX_BEAM_WIDTH
+from nspsim.planners.nsp.planner import MAX_BEAM_WIDTH
 from nspsim.workload import WorkloadConfig, build_workload
 
 SMALL = WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024, max_context=96 * 1024, seed=3)  # spmax 16

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nspsim.planners import PLANNER_NAMES, get_planner
-from nspsim.planners.token_balance import effective_budget
+from nspsim.planners.nsp.token_balance import effective_budget
 from nspsim.workload import Workload
 from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload
 

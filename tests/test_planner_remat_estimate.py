@@ -1,4 +1,4 @@
-"""The recompute-aware final choice of NSP on memory-bound batches (nspsim.planners.remat_estimate)."""
+"""The recompute-aware final choice of NSP on memory-bound batches (nspsim.planners.nsp.route)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from nspsim.execution.recompute import mark_recompute
 from nspsim.planners import get_planner
 from nspsim.planners.base import Context, make_context
-from nspsim.planners.beam import node_layout
 from nspsim.planners.estimate import recompute_aware_step, remat_per_gpu, selected_loads
-from nspsim.planners.nsp_planner import _beam_routes, _prefix_memory, _static_routes, prefix_size
+from nspsim.planners.nsp.beam import node_layout
+from nspsim.planners.nsp.planner import _beam_routes, _prefix_memory, _static_routes, prefix_size
+from nspsim.planners.nsp.token_balance import effective_budget, is_memory_bound
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.token_balance import effective_budget, is_memory_bound
 from nspsim.simulator.work import step_work
 from nspsim.workload import WorkloadConfig, build_workload
 from planner_fixtures import batch_of, check_valid, guarantee_score, static_scores
@@ -180,7 +180,7 @@ def test_phase_wise_synchronises_within_each_expert_parallel_group_only() -> Non
 
 
 def test_beams_also_run_on_the_ep_aligned_levels_only_under_expert_parallelism() -> None:
-    from nspsim.planners.remat_estimate import candidate_levels
+    from nspsim.planners.nsp.route import candidate_levels
 
     full = (64, 32, 16, 8, 4, 2, 1)
     assert candidate_levels(full, 8) == [full, (64, 32, 16, 8, 1)]

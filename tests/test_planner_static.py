@@ -7,7 +7,7 @@ import pytest
 
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.packing import interleave_fill, least_loaded_fill, water_level
-from nspsim.planners.token_packing import group_capacity, pack_by_tokens
+from nspsim.planners.static.token_packing import group_capacity, pack_by_tokens
 from nspsim.sp_tree import Node
 from planner_fixtures import batch_of, check_valid, exact_load, tiny_workload
 
@@ -138,7 +138,7 @@ def test_interleave_fill_lands_within_one_item_of_the_water_level() -> None:
         assert final.max() <= max(level, loads.max()) + 2 * cost.max()
 
 
-# ---- packing="tokens": the FlexSP artifact's token packing (nspsim.planners.token_packing) ----------
+# ---- packing="tokens": the FlexSP artifact's token packing (nspsim.planners.static.token_packing) ----------
 def test_token_packing_is_best_fit_decreasing_then_fills_empty_groups_hand_checked() -> None:
     """8 GPUs at SP1, B_tok=100: capacity 90. Best fit decreasing opens 4 bins
     {80,10} {60,30} {50,40} {25,20}; the 4 empty groups of the one micro-batch then take, from the

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from nspsim.planners import get_planner
-from nspsim.planners.token_balance import AUTO_RATIO, effective_budget, is_memory_bound, kept_attention_capacity
+from nspsim.planners.nsp.token_balance import AUTO_RATIO, effective_budget, is_memory_bound, kept_attention_capacity
 from nspsim.workload import WorkloadConfig, build_workload
 from planner_fixtures import batch_of, check_valid, guarantee_score, model_workload, static_scores, tiny_workload
 

@@ -8,7 +8,7 @@ A label is one of
 * ``static-best``: the fastest *fixed* degree over the whole run, samples packed by cost-model load
   (the sweep is :mod:`nspsim.compare.runner`'s): the stronger, load-balanced Static SP;
 * ``static-paper``: the paper's Static SP, the same sweep with the FlexSP artifact's token packing
-  (``packing="tokens"``, :mod:`nspsim.planners.token_packing`). The paper "sweep[s] SP degrees that
+  (``packing="tokens"``, :mod:`nspsim.planners.static.token_packing`). The paper "sweep[s] SP degrees that
   fit in memory and select[s] the fastest configuration" (section 6.1), so the degree is chosen as
   static-best's is;
 * an NSP ablation (paper section 6.4): ``nsp-no-recompute`` (no tree-level marks: full recomputation
@@ -32,7 +32,7 @@ from typing import Any
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, resolve_preparation
 from nspsim.options import parse_options
-from nspsim.planners import PLANNER_NAMES, declared_preparation, get_planner
+from nspsim.planners import HEADLINE_PLANNERS, PLANNER_NAMES, declared_preparation, get_planner
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.workload import WorkloadConfig
 
@@ -40,7 +40,7 @@ DEFAULT_ITERS = 8  # the demo's headline moved 1.08x -> 1.26x from 3 to 5 batche
 MAX_ITERS = 100_000  # batches are drawn up front; 10**9 would look like a hang while memory filled
 # Seconds per MILP solve (the artifact's); a safety net: FlexSP's deterministic work limit stops first.
 DEFAULT_FLEXSP_TIME_LIMIT_S = 10.0
-MAIN_PLANNERS = ("static", "flexsp", "basp", "nsp2l", "nsp")
+MAIN_PLANNERS = HEADLINE_PLANNERS  # the planners that declare themselves headline strategies
 # Labels that sweep every fixed degree over the run and keep the fastest: label -> static options.
 SWEPT_STATIC: dict[str, dict[str, Any]] = {"static-best": {}, "static-paper": {"packing": "tokens"}}
 SWEPT_STATIC_DEFINES = ("packing", "degree")  # static options a swept label fixes itself
@@ -58,8 +58,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def default_planners() -> tuple[str, ...]:
-    """``static-best`` plus every main strategy whose planner is registered."""
-    return ("static-best", *(name for name in MAIN_PLANNERS if name in PLANNER_NAMES))
+    """``static-best`` plus every headline planner (a class fact: ``Planner.headline``)."""
+    return ("static-best", *MAIN_PLANNERS)
 
 
 @dataclass(frozen=True, kw_only=True)

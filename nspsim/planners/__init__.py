@@ -23,24 +23,33 @@ from typing import Any
 from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, recorded_preparation, resolve_preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import Planner
-from nspsim.planners.basp_planner import BASPPlanner
-from nspsim.planners.flexsp_planner import FlexSPPlanner
-from nspsim.planners.greedy_planner import GreedyPlanner
-from nspsim.planners.megatron_cp_planner import MegatronCPPlanner
-from nspsim.planners.nsp_planner import NSP2LPlanner, NSPPlanner
-from nspsim.planners.static_planner import StaticPlanner
+from nspsim.planners.basp import BASPPlanner
+from nspsim.planners.flexsp.planner import FlexSPPlanner
+from nspsim.planners.megatron_cp import MegatronCPPlanner
+from nspsim.planners.nsp.greedy import GreedyPlanner
+from nspsim.planners.nsp.planner import NSP2LPlanner, NSPPlanner
+from nspsim.planners.static.planner import StaticPlanner
 
-_REGISTRY: dict[str, type[Any]] = {
-    "static": StaticPlanner,
-    "flexsp": FlexSPPlanner,
-    "basp": BASPPlanner,
-    "nsp2l": NSP2LPlanner,
-    "nsp": NSPPlanner,
-    "greedy": GreedyPlanner,
-    "megatron-cp": MegatronCPPlanner,
-}
+PLANNER_CLASSES: tuple[type[Any], ...] = (
+    StaticPlanner,
+    FlexSPPlanner,
+    BASPPlanner,
+    NSP2LPlanner,
+    NSPPlanner,
+    GreedyPlanner,
+    MegatronCPPlanner,
+)
+"""Every planner, in the order compare lists them; each class states its facts (``nspsim.planners.base``)."""
+_REGISTRY: dict[str, type[Any]] = {cls.name: cls for cls in PLANNER_CLASSES}
 
 PLANNER_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+HEADLINE_PLANNERS: tuple[str, ...] = tuple(name for name, cls in _REGISTRY.items() if cls.headline)
+
+
+def planner_cost(name: str) -> float:
+    """The planner ``name``'s rough planning cost relative to Static SP's (its ``relative_cost``)."""
+    cost: float = _planner_class(name).relative_cost
+    return cost
 
 
 def planner_options(name: str) -> tuple[str, ...]:
@@ -87,10 +96,13 @@ def get_planner(name: str, **options: Any) -> Planner:
 
 
 __all__ = [
+    "HEADLINE_PLANNERS",
+    "PLANNER_CLASSES",
     "PLANNER_NAMES",
     "Planner",
     "declared_preparation",
     "get_planner",
     "plan_preparation",
+    "planner_cost",
     "planner_options",
 ]

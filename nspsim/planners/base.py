@@ -1,4 +1,4 @@
-"""What every planner shares: the ``Planner`` protocol, the per-batch planning context and the internal
+r"""What every planner shares: the ``Planner`` protocol, the per-batch planning context and the internal
 placement type (a placement becomes a Plan in :mod:`nspsim.planners.finish`; it is scored by the
 estimate ladder of :mod:`nspsim.planners.estimate`).
 
@@ -19,6 +19,13 @@ for nesting (NSP, NSP-2L, greedy) are designed for both
 recomputation when memory forces it, and the planner's own issue order). A declaration, not a name
 list, so a new planner states what it needs where it is defined; it is a ``ClassVar``, so it is not
 a planner option and never enters a plan.
+
+Facts: a planner class states, as ``ClassVar``\ s beside its options, its registry ``name``, its
+``preparation``, whether it is a ``headline`` strategy (``nspsim compare``'s default set:
+static-best plus every headline planner) and its ``relative_cost`` (planning time of one batch
+relative to Static SP's, roughly; a sweep submits the costliest units first, so a wrong guess only
+costs load balance). The registry (:mod:`nspsim.planners`) is built from the classes, so a new planner
+is one class and one line in ``PLANNER_CLASSES``.
 
 Options: each planner validates its options when it is built (type, range and a documented maximum
 where a larger value only costs time, e.g. NSP's ``beam_width``) and, in ``check(workload)``, those
@@ -58,6 +65,16 @@ class Planner(Protocol):
     @property
     def preparation(self) -> Preparation:
         """How the executor prepares this planner's plans (module doc)."""
+        ...
+
+    @property
+    def headline(self) -> bool:
+        """Whether ``nspsim compare`` runs it by default (module doc)."""
+        ...
+
+    @property
+    def relative_cost(self) -> float:
+        """Rough planning cost of one batch relative to Static SP's (module doc)."""
         ...
 
     def check(self, workload: Workload) -> None:

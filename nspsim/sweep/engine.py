@@ -38,6 +38,7 @@ from typing import Any
 
 from nspsim.compare.specs import SWEPT_STATIC, PlannerSpec
 from nspsim.compare.summary import baseline_of
+from nspsim.planners import planner_cost
 from nspsim.sweep.cache import Cache
 from nspsim.sweep.keys import (
     CodeVersions,
@@ -55,8 +56,6 @@ from nspsim.workload import WorkloadConfig
 
 ENGINES = ("local", "ray")
 LONG_SAMPLE = 128 * 1024  # share_over_128k: samples longer than 131072 tokens
-# Rough relative cost of a unit by planner (submission order only; a wrong guess only costs balance).
-PLANNER_COST = {"flexsp": 100.0, "nsp": 8.0, "nsp2l": 4.0, "basp": 4.0, "greedy": 2.0, "static": 1.0}
 OnOutcome = Callable[[UnitOutcome], None]
 
 
@@ -173,7 +172,7 @@ def plan_sweep(
 
 
 def _cost(task: UnitTask) -> float:
-    weight = PLANNER_COST.get(task.spec.planner, 4.0)
+    weight = planner_cost(task.spec.planner)
     return 1.0 if task.plan_json is not None else weight
 
 

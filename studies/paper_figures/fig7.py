@@ -6,7 +6,7 @@ context and trace; 64 GPUs, 2M tokens per batch; 20 batches, ``--quick`` 1). The
 ``static-paper`` whenever the sweep runs it (the spec names it, ``[run] baseline``; a spec without it
 gets it here): the paper's Static SP, the fixed degree fastest over the configuration's batches with
 samples packed by tokens as the FlexSP artifact packs its static baseline
-(:mod:`nspsim.planners.token_packing`). ``static-best``, the same sweep with load-balanced packing,
+(:mod:`nspsim.planners.static.token_packing`). ``static-best``, the same sweep with load-balanced packing,
 stays as the stronger variant; a spec without static-paper is normalised to it, as compare does.
 Each bar is compare's ratio of sums over the batches;
 its whisker the per-batch min-max. Beside ours, per (model, context) panel, the paper's decoded bar

@@ -4,7 +4,7 @@ Static SP-32 and SP-64, FlexSP and NSP, normalised to Static SP-32.
 The sweep is one point (Qwen3-235B-A22B on 64 H200s, 2M tokens, 384K max context, ``wikipedia``),
 on 5 batches (``--quick`` 1). Static SP is the paper's: one degree, samples packed by tokens as the
 FlexSP artifact packs them (``static:degree=32+packing=tokens`` and ``degree=64``; rule in
-:mod:`nspsim.planners.token_packing`), and the figure normalises to its SP-32. The load-packed SP-32
+:mod:`nspsim.planners.static.token_packing`), and the figure normalises to its SP-32. The load-packed SP-32
 (``static-32``, compare's fixed-degree label: samples packed by cost-model load) stands beside as
 the stronger variant, so the baseline's weight in every ratio can be seen; ``flexsp`` and ``nsp``
 complete it. The representative iteration is the batch whose NSP / SP-32 ratio is the

@@ -56,7 +56,7 @@ from nspsim.compare import (
 )
 from nspsim.jsonfile import dumps_json
 from nspsim.options import positive_float
-from nspsim.planners.flexsp_planner import MAX_TIME_LIMIT_S
+from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.units import format_seconds

@@ -12,7 +12,7 @@ default FlexSP, in the artifact's order of work:
    the smallest *sum of MILP makespans* wins (ties here: the smaller count; the artifact's ties follow
    process completion order). If none is feasible the artifact returns no plan, and so does this.
 2. **Chunks**: :func:`~nspsim.planners.microbatch.blaster_split_artifact` (its DP's tie rule).
-3. **Buckets**: :func:`~nspsim.planners.bucketing.bucketize_artifact` (+1 bucket while the padded
+3. **Buckets**: :func:`~nspsim.planners.flexsp.bucketing.bucketize_artifact` (+1 bucket while the padded
    total exceeds (tokens + P * B_tok) / 2).
 4. **Slots** (``get_sp_options_prune``): s_max is the largest minimum SP size (the power of two at or
    above L / B_tok) among the micro-batch's sequences and c_max how many sequences need it; sizes

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.planners.beam import NodeLayout
+from nspsim.planners.nsp.beam import NodeLayout
 from nspsim.planners.packing import least_loaded_fill_many
 from nspsim.planners.proxy import CostTable
 

@@ -25,7 +25,7 @@ here (only the facts carry over, the code is ours):
 
 Nothing here reads the cost model: the groups hold similar token counts but not similar work, since
 attention grows with the square of a sample's length. That is the imbalance the paper's Static SP
-shows as "a long communication-wait component" (Figure 8); :mod:`nspsim.planners.static_planner`'s
+shows as "a long communication-wait component" (Figure 8); :mod:`nspsim.planners.static.planner`'s
 default load-balanced packing is the stronger variant. Trade-off: one pass, O(n log bins) with a
 sorted list of remaining rooms (:mod:`bisect`), against a packing that knows nothing about cost.
 """

@@ -3,7 +3,7 @@
 For each micro-batch count m from the memory minimum up to +4 (at most ``max_micro_batches``, 5 by
 default, the NSP paper's sweep), the sorted batch is cut into m contiguous chunks of even token count
 (:func:`~nspsim.planners.microbatch.blaster_split`). Each chunk is bucketed
-(:mod:`~nspsim.planners.bucketing`) and routed by the MILP of :mod:`~nspsim.planners.flexsp_milp`
+(:mod:`~nspsim.planners.flexsp.bucketing`) and routed by the MILP of :mod:`~nspsim.planners.flexsp.milp`
 onto disjoint power-of-two groups of at least ``min_group`` GPUs (``"auto"``: 2, as in the artifact,
 or 1 when spmax is 1; an explicit value above spmax is refused by :meth:`FlexSPPlanner.check`, never
 clamped). The count with the smallest step estimate (per-micro-batch FSDP included,
@@ -12,7 +12,7 @@ clamped). The count with the smallest step estimate (per-micro-batch FSDP includ
 Option bounds (a larger value only costs time, never a better plan within reach): ``time_limit`` at
 most :data:`MAX_TIME_LIMIT_S` seconds per solve, ``work_limit`` at most :data:`MAX_WORK_LIMIT` (100,000
 times the default), ``max_micro_batches`` at most :data:`~nspsim.planners.microbatch.MAX_MICRO_BATCHES`
-and ``buckets`` at most :data:`~nspsim.planners.bucketing.MAX_BUCKETS` (the most bucketing ever grows
+and ``buckets`` at most :data:`~nspsim.planners.flexsp.bucketing.MAX_BUCKETS` (the most bucketing ever grows
 to).
 
 Incumbent: HiGHS rarely closes this MILP's gap (the LP relaxation is weak and slots of one size are
@@ -23,7 +23,7 @@ finds nothing better within its limits that packing is used. The plan's metadata
 limits, stop reasons and how many micro-batches fell back to the incumbent.
 
 Determinism: every solve stops after ``work_limit`` deterministic work units (HiGHS MIP limit
-checks, single-threaded, fixed seed; :mod:`nspsim.planners.highs_solve`) or ``time_limit`` seconds,
+checks, single-threaded, fixed seed; :mod:`nspsim.planners.flexsp.highs_solve`) or ``time_limit`` seconds,
 whichever comes first. The default work limit binds long before the default time limit, so the same
 batch always gives the same plan; ``milp_time_limited`` in the metadata counts the solves the clock
 stopped instead (their result depends on machine load).
@@ -32,14 +32,14 @@ Bucketed sequences count at their bucket's longest length, so the MILP's times a
 conservative; the realised plan places the actual sequences of each bucket on the slots the MILP
 chose, and its proxy Load is evaluated on the actual lengths.
 
-Pruning (same plans, fewer solves): :mod:`~nspsim.planners.flexsp_floor` gives each chunk a floor no
+Pruning (same plans, fewer solves): :mod:`~nspsim.planners.flexsp.floor` gives each chunk a floor no
 placement goes below; a count is abandoned once its solved chunks plus the unsolved chunks' floors
 exceed the best step so far, so the chosen plan is the one the full sweep chooses.
 
 Count rule (variant ``nspsim``): counts from the memory minimum, ``count_window`` of them (5) but at
 most ``max_micro_batches``; if none of them plans, further counts are tried one at a time until one
 does (at most one sample per micro-batch), so a batch some count can hold always gets a plan. The
-``artifact`` variant follows the FlexSP artifact's rules instead (:mod:`~nspsim.planners.flexsp_artifact`).
+``artifact`` variant follows the FlexSP artifact's rules instead (:mod:`~nspsim.planners.flexsp.artifact`).
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ import numpy as np
 from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
-from nspsim.planners.bucketing import MAX_BUCKETS, Buckets, bucketize, bucketize_artifact
 from nspsim.planners.estimate import step_estimate
 from nspsim.planners.finish import finish
-from nspsim.planners.flexsp_artifact import VARIANTS, slot_limits
-from nspsim.planners.flexsp_floor import PRUNE_RTOL, StepFloor, chunk_estimate
-from nspsim.planners.flexsp_milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
+from nspsim.planners.flexsp.artifact import VARIANTS, slot_limits
+from nspsim.planners.flexsp.bucketing import MAX_BUCKETS, Buckets, bucketize, bucketize_artifact
+from nspsim.planners.flexsp.floor import PRUNE_RTOL, StepFloor, chunk_estimate
+from nspsim.planners.flexsp.milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
 from nspsim.planners.microbatch import (
     MAX_MICRO_BATCHES,
     artifact_first_count,
@@ -93,7 +93,7 @@ class _Routed:
 @dataclass(frozen=True, kw_only=True)
 class FlexSPPlanner:
     """FlexSP: options ``variant`` ("nspsim", the default, or "artifact": the FlexSP
-    artifact's count, chunk, bucket and slot rules, :mod:`~nspsim.planners.flexsp_artifact`),
+    artifact's count, chunk, bucket and slot rules, :mod:`~nspsim.planners.flexsp.artifact`),
     ``count_window`` (consecutive micro-batch counts tried), ``time_limit`` (s per MILP solve, safety
     net), ``work_limit`` (deterministic work units per solve), ``max_micro_batches`` (nspsim's cap on
     the count), ``buckets`` (the first bucket count), ``min_group``, ``solver`` ("highs" or "scip"),
@@ -110,6 +110,8 @@ class FlexSPPlanner:
     count_window: int = 5
     name: ClassVar[str] = "flexsp"
     preparation: ClassVar[Preparation] = AS_PLANNED
+    headline: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 100.0
 
     def __post_init__(self) -> None:
         if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) or self.time_limit <= 0:
@@ -186,7 +188,7 @@ class FlexSPPlanner:
         return best[1], facts
 
     def _sweep_artifact(self, ctx: Context) -> tuple[Placement, SweepFacts]:
-        """The artifact's sweep (:mod:`~nspsim.planners.flexsp_artifact`): ``count_window`` counts
+        """The artifact's sweep (:mod:`~nspsim.planners.flexsp.artifact`): ``count_window`` counts
         from its first valid one; the feasible count with the least sum of MILP makespans."""
         lengths = ctx.table.lengths
         first = artifact_first_count(lengths, ctx.num_gpus * ctx.budget)

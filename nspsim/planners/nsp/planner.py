@@ -1,14 +1,14 @@
 """NSP: prefix-completion SP-tree routing (paper Algorithm 1, docs/planners.md) and its NSP-2L ablation.
 
 Samples sorted by non-increasing length; the first ``prefix_k`` are searched with a beam of
-``beam_width`` states over every feasible node of the SP tree (:mod:`nspsim.planners.beam`), the rest
-are completed greedily onto effective leaf units (:mod:`nspsim.planners.tail`). Among the completed,
+``beam_width`` states over every feasible node of the SP tree (:mod:`nspsim.planners.nsp.beam`), the rest
+are completed greedily onto effective leaf units (:mod:`nspsim.planners.nsp.tail`). Among the completed,
 token-feasible states the one with the smallest proxy Load wins. (Algorithm 1 returns the smallest
 critical load max_p C_p; comparing the few completed states by the proxy Load itself - which C_p
 surrogates - costs one evaluation each and is what makes the static seed below a guarantee.)
 
 Static seed: with the full proxy, the best one-pass Static SP packing of the same samples (every
-degree that holds them, :mod:`nspsim.planners.static_planner`) also competes in that final choice,
+degree that holds them, :mod:`nspsim.planners.static.planner`) also competes in that final choice,
 so NSP's Load is never worse than the best static Load on the batch. A degree whose floor (its total
 work spread evenly, or its longest sample alone) already reaches the beam's Load cannot win and is
 not packed. With
@@ -35,7 +35,7 @@ Defaults, each chosen by measurement (docs/planners.md):
 
 Token balance: ``token_balance_ratio`` (default ``"auto"``) tightens the routing budget to r times the
 mean tokens per GPU when the batch is memory-bound or the model runs expert parallelism
-(:mod:`nspsim.planners.token_balance`). The static
+(:mod:`nspsim.planners.nsp.token_balance`). The static
 seed is packed under the same tightened budget, so the guarantee reads: NSP's Load is never worse
 than the best one-pass static Load *under the same routing budget*. (Seeding with a static plan under
 the full B_tok would let the Load comparison undo the balance the ratio asks for: the Load proxy is
@@ -44,7 +44,7 @@ what cannot see the recomputation that token imbalance causes.)
 Memory-bound batches (``remat_aware``, full proxy; the mean tokens per GPU exceed what fits with
 all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (docs/planners.md):
 
-* recompute-aware beam (:mod:`nspsim.planners.beam`): every state tracks the attention bytes its
+* recompute-aware beam (:mod:`nspsim.planners.nsp.beam`): every state tracks the attention bytes its
   placed samples keep per GPU, and a placement whose attention no longer fits the free bytes under
   the routing budget adds its recompute pass to the node. The paper keeps routing recompute-blind
   ("the Planner need not be made recompute-aware"); with our memory model (attention of every
@@ -65,7 +65,7 @@ all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (
 * under expert parallelism the estimate is phase-wise per EP group (the EP all-to-alls synchronise
   a group between attention and the experts every layer), and every micro-batch's beam also runs on
   the EP-aligned levels (degree 1 and degrees of at least one EP group), whose nodes never make an
-  EP group's GPUs unequal (both in :mod:`nspsim.planners.remat_estimate`). Measured on 235B
+  EP group's GPUs unequal (both in :mod:`nspsim.planners.nsp.route`). Measured on 235B
   wikipedia 192K batch 0: the one-pass nested plan the all-GPU estimate preferred simulated
   25.05 s, the plan chosen now 22.30 s (BASP 22.22, FlexSP 22.11). Cost: up to 5 splits x 2 beams
   and the static seeds (pruned by the estimate's Load floor, :meth:`NSPPlanner._least_estimate`) per
@@ -93,16 +93,16 @@ import numpy as np
 from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
-from nspsim.planners.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
 from nspsim.planners.estimate import recompute_aware_step, static_floor
 from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import candidate_splits, min_micro_batches, token_split
+from nspsim.planners.nsp.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
+from nspsim.planners.nsp.route import Route, candidate_levels
+from nspsim.planners.nsp.tail import TreeStates, complete
+from nspsim.planners.nsp.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable
-from nspsim.planners.remat_estimate import Route, candidate_levels
-from nspsim.planners.static_planner import pack_single_pass
-from nspsim.planners.tail import TreeStates, complete
-from nspsim.planners.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
+from nspsim.planners.static.planner import pack_single_pass
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -136,6 +136,8 @@ class NSPPlanner:
     remat_aware: bool = True
     name: ClassVar[str] = "nsp"
     preparation: ClassVar[Preparation] = NESTED_PREPARATION
+    headline: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 8.0
 
     def __post_init__(self) -> None:
         if self.prefix_k != "auto":
@@ -290,6 +292,8 @@ class NSP2LPlanner(NSPPlanner):
 
     name: ClassVar[str] = "nsp2l"
     preparation: ClassVar[Preparation] = NESTED_PREPARATION
+    headline: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 4.0
 
     def levels(self, workload: Workload) -> tuple[int, ...]:
         """spmax and 1."""

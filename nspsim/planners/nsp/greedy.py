@@ -25,9 +25,9 @@ from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, make_context
 from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import min_micro_batches, token_split
+from nspsim.planners.nsp.token_balance import check_ratio, effective_budget
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import CostTable
-from nspsim.planners.token_balance import check_ratio, effective_budget
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -118,6 +118,8 @@ class GreedyPlanner:
     token_balance_ratio: float | str = "auto"
     name: ClassVar[str] = "greedy"
     preparation: ClassVar[Preparation] = NESTED_PREPARATION
+    headline: ClassVar[bool] = False
+    relative_cost: ClassVar[float] = 2.0
 
     def __post_init__(self) -> None:
         check_ratio(self.token_balance_ratio)

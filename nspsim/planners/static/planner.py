@@ -19,7 +19,7 @@ over fixed degrees (``compare``'s "fastest fixed degree over a run") can skip it
 by the cost model balances FLOPs, not tokens; the token budget is the only memory guard.
 
 ``packing="tokens"`` replaces the load-balanced packing by the FlexSP artifact's token packing for its
-static-SP baseline (:mod:`nspsim.planners.token_packing`: best fit decreasing into groups of 90% of
+static-SP baseline (:mod:`nspsim.planners.static.token_packing`: best fit decreasing into groups of 90% of
 their token budget, the bins filling micro-batches in order, no cost model), the rule behind the
 paper's Static SP; ``degree="auto"`` then keeps the degree whose token packing has the smallest step
 estimate (the artifact's ``adaptive`` rule chooses by its cost model's time too). The default
@@ -40,7 +40,7 @@ from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, make_c
 from nspsim.planners.estimate import proxy_load, step_estimate
 from nspsim.planners.finish import finish
 from nspsim.planners.packing import pack_balanced
-from nspsim.planners.token_packing import pack_by_tokens
+from nspsim.planners.static.token_packing import pack_by_tokens
 from nspsim.sp_tree import is_power_of_two
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
@@ -151,6 +151,8 @@ class StaticPlanner:
     packing: str = "load"
     name: ClassVar[str] = "static"
     preparation: ClassVar[Preparation] = AS_PLANNED
+    headline: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 1.0
 
     def __post_init__(self) -> None:
         if self.degree != "auto" and (

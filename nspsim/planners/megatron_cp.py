@@ -179,6 +179,8 @@ class MegatronCPPlanner:
     cap_delta: float = WORKLOAD_CAP_DELTA
     name: ClassVar[str] = "megatron-cp"
     preparation: ClassVar[Preparation] = AS_PLANNED
+    headline: ClassVar[bool] = False
+    relative_cost: ClassVar[float] = 4.0
 
     def __post_init__(self) -> None:
         value = self.max_seqlen_per_rank

@@ -40,7 +40,7 @@ from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_
 from nspsim.planners.estimate import Stages, proxy_load, stage_step, static_floor, step_estimate
 from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import MAX_MICRO_BATCHES, blaster_split, min_micro_batches
-from nspsim.planners.static_planner import best, pack_degree, sweep
+from nspsim.planners.static.planner import best, pack_degree, sweep
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -108,6 +108,8 @@ class BASPPlanner:
     max_micro_batches: int = 5
     name: ClassVar[str] = "basp"
     preparation: ClassVar[Preparation] = AS_PLANNED
+    headline: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 4.0
 
     def __post_init__(self) -> None:
         check_count_option(

@@ -16,7 +16,7 @@ t(b, s) is the proxy cost per GPU of one sequence of the bucket's longest length
 the node's collective latency. The GPU-count row is ``<= P`` rather than the artifact's ``= P``: it
 admits the same solutions plus idle GPUs, which matters only when a micro-batch has too few
 sequences to occupy every GPU (otherwise the optimum uses them all). Solved with HiGHS
-(:mod:`nspsim.planners.highs_solve`: single-threaded, stopped by a deterministic work limit before a
+(:mod:`nspsim.planners.flexsp.highs_solve`: single-threaded, stopped by a deterministic work limit before a
 wall-clock safety limit) or, when installed and asked for, PySCIPOpt (SCIP, the artifact's solver;
 its node limit plays the work limit); the best solution found is used if a limit stops the search.
 """
@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
-from nspsim.planners.highs_solve import solve_highs
+from nspsim.planners.flexsp.highs_solve import solve_highs
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
