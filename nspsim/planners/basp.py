@@ -1,30 +1,29 @@
-"""BASP, batch-aware sequence parallelism (only its abstract is public; docs/planners.md).
+"""BASP, batch-aware sequence parallelism (only its abstract is public).
 
-The abstract: existing SP is batch-agnostic, applying "uniform sequence partitioning across all batch
-sizes"; BASP "partitions GPUs into disjoint sequence-parallel groups according to the micro-batch",
-shrinking the all-to-all group, and reports 1.17-1.31x over standard SP. Interpretation implemented
-here, for token-budget batches of variable length:
+**Rule.** The batch is sorted by length and cut into m micro-batches of even token count (contiguous
+chunks of the sorted order, FlexSP's sequence blaster), so a micro-batch holds sequences of similar
+length. Every micro-batch runs at ONE SP degree: P/s equal, disjoint groups of s GPUs, its sequences
+packed onto them as Static SP packs. The degree is chosen per micro-batch, among the degrees that hold
+its longest sequence, by the least step estimate of that micro-batch (ties: the lower proxy Load, then
+the smaller degree); m runs from the memory minimum to ``max_micro_batches`` and the least summed step
+estimate wins (``chosen_by=step``). Static SP's plan (one degree for every micro-batch, also the m = 1
+cut) always competes, so BASP's step estimate is never worse than Static SP's (a property test). What
+BASP cannot do, unlike FlexSP and NSP, is mix group sizes within one micro-batch.
 
-* the batch is sorted by length and cut into m micro-batches of even token count (contiguous chunks
-  of the sorted order, FlexSP's sequence blaster), so a micro-batch holds sequences of similar length;
-* every micro-batch runs at ONE SP degree: P/s equal, disjoint groups of s GPUs, its sequences packed
-  onto them as Static SP packs (cost-balanced under the token budget). The degree is chosen per
-  micro-batch, among the degrees that hold its longest sequence, to minimise the micro-batch's
-  estimated time (the per-micro-batch step estimate of :mod:`nspsim.planners.base`, FSDP
-  collectives included; ties go to the lower proxy Load, then the smaller degree). Micro-batches of
-  short sequences thus get small, host-local groups; the micro-batch of the long tail gets large ones;
-* m runs from the memory minimum to ``max_micro_batches`` and the smallest step estimate wins (every
-  extra micro-batch repeats every FSDP all-gather and reduce-scatter, which the estimate counts).
+**Options** (default, why):
 
-With m = 1 this is Static SP with the automatic degree, and Static SP's plan (one degree for every
-micro-batch) is itself a BASP plan that always competes, so BASP's step estimate is never worse than
-Static SP's (a property test). What BASP cannot do, unlike FlexSP and NSP, is mix group sizes within
-one micro-batch: the long and the short sequences it packs together share one degree.
+* ``max_micro_batches=5``: the NSP paper's sweep of micro-batch counts; every count up to it is
+  planned, so the time grows with its square.
 
-Why not the reading "degree = P / (sequences in the micro-batch)": on token-budget batches of
-thousands of sequences it gives degree 1 to nearly every micro-batch, which cannot hold the long
-ones and forces many micro-batches; measured 2.4-11x Static SP's Load and 2.8x its simulated step
-time - the opposite of the published 1.17-1.31x speed-up, so not a defensible reading.
+**Reference.** The BASP abstract: existing SP is batch-agnostic, applying "uniform sequence
+partitioning across all batch sizes"; BASP "partitions GPUs into disjoint sequence-parallel groups
+according to the micro-batch", shrinking the all-to-all group, and reports 1.17-1.31x over standard
+SP. docs/planners.md "BASP (interpretation)".
+
+**Deviations.** The whole rule is an interpretation. The other reading, "degree = P / (sequences in the
+micro-batch)", gives degree 1 to nearly every micro-batch of a token-budget batch of thousands of
+sequences; measured 2.4-11x Static SP's Load and 2.8x its simulated step time, the opposite of the
+published speed-up, so it is not implemented.
 """
 
 from __future__ import annotations

@@ -1,6 +1,22 @@
 """Megatron-LM dynamic (hybrid) context parallelism as a baseline planner: what Megatron users have.
 
-Source read (NVIDIA/Megatron-LM, branch ``dev`` at d48bd6b and ``main`` at d98e8a6, 2026-08):
+**Rule.** Megatron's ``DefaultDynamicCPScheduler``, read from its source (below): the batch sorted
+longest first; each micro-batch opens a CP group of ``gpus_needed`` ranks for its longest remaining
+sample, then places every other remaining sample, longest first, by joining or opening the power-of-two
+group that leaves the least per-rank attention work ``L**2 / c`` under Megatron's cap, and doubles the
+smallest group while ranks stay idle. A plan is chosen by this rule, not by an estimate
+(``chosen_by=rule``). Trade-off: the balance is Megatron's attention proxy ``L**2 / c``, which ignores
+the linear (MLP, MoE) work and all communication, and degrees are the smallest that fit memory (raised
+only to fill idle ranks or to lower the attention maximum), so short samples stay on small, cheap groups
+while a long sample's group may finish long after the others; every micro-batch repeats the FSDP
+collectives.
+
+**Options** (default, why): ``max_seqlen_per_rank="auto"`` (B_tok: Megatron's capacity per rank, "the
+maximum sequence length each rank can handle without overflowing the memory"; a smaller token count
+keeps headroom, as Megatron users set it), ``min_cp_size=1`` (Megatron's option of that name) and
+``cap_delta=0.05`` (Megatron's ``_DYNAMIC_CP_WORKLOAD_CAP_DELTA``).
+
+**Reference.** Source read (NVIDIA/Megatron-LM, branch ``dev`` at d48bd6b and ``main`` at d98e8a6, 2026-08):
 
 * **Groups.** ``megatron/core/parallel_state.py``: ``create_hybrid_dp_cp_groups(rank, ranks, pg_options)``
   (``main``) and its successor ``create_dynamic_dp_cp_groups(..., min_cp_size)`` (``dev``) pre-create,
@@ -40,7 +56,7 @@ The per-rank capacity ``max_seqlen_per_dp_cp_rank`` is "the maximum sequence len
 without overflowing the memory": B_tok here (option ``max_seqlen_per_rank="auto"``); a smaller value can
 be set, as Megatron users do to keep headroom. ``min_cp_size`` is Megatron's option of that name (1).
 
-Mapping onto nspsim, and where it differs: a Megatron micro-batch is one nspsim micro-batch (disjoint
+**Deviations.** Mapping onto nspsim, and where it differs: a Megatron micro-batch is one nspsim micro-batch (disjoint
 aligned groups, every rank in exactly one); the degrees are capped at spmax (Megatron's largest group is
 the DP x CP size, P here). With spmax < P the doubling step stops once the smallest group is spmax and
 leaves the remaining ranks idle, where Megatron's doubling goes on past spmax; that, not the whole-group
@@ -52,11 +68,6 @@ The ``main`` branch's ``BalancedCPScheduler.next_hdp_group`` (``megatron/core/pi
 hybrid_cp_schedule.py``, ``--hybrid-context-parallel``) runs every sample as its own forward and backward
 (no packing, so no per-micro-batch token sum); it has no counterpart in nspsim's micro-batch model and is
 not implemented.
-
-Trade-off: the balance is Megatron's attention proxy ``L**2 / c``, which ignores the linear (MLP, MoE)
-work and all communication, and degrees are the smallest that fit memory (raised only to fill idle ranks
-or to lower the attention maximum), so short samples stay on small, cheap groups while a long sample's
-group may finish long after the others; every micro-batch repeats the FSDP collectives.
 """
 
 from __future__ import annotations

@@ -1,45 +1,44 @@
-"""FlexSP as published (ASPLOS'25; docs/planners.md): sequence blaster, DP bucketing and a MILP per micro-batch.
+"""FlexSP as published (ASPLOS'25): sequence blaster, DP bucketing and a MILP per micro-batch.
 
-For each micro-batch count m from the memory minimum up to +4 (at most ``max_micro_batches``, 5 by
-default, the NSP paper's sweep), the sorted batch is cut into m contiguous chunks of even token count
-(:func:`~nspsim.planners.microbatch.blaster_split`). Each chunk is bucketed
-(:mod:`~nspsim.planners.flexsp.bucketing`) and routed by the MILP of :mod:`~nspsim.planners.flexsp.milp`
-onto disjoint power-of-two groups of at least ``min_group`` GPUs (``"auto"``: 2, as in the artifact,
-or 1 when spmax is 1; an explicit value above spmax is refused by :meth:`FlexSPPlanner.check`, never
-clamped). The count with the smallest step estimate (per-micro-batch FSDP included,
-:mod:`nspsim.planners.base`) wins.
+**Rule.** For each micro-batch count m from the memory minimum, the sorted batch is cut into m
+contiguous chunks of even token count (:func:`~nspsim.planners.microbatch.blaster_split`). Each chunk
+is bucketed (:mod:`~nspsim.planners.flexsp.bucketing`) and routed by the MILP of
+:mod:`~nspsim.planners.flexsp.milp` onto disjoint power-of-two groups; bucketed sequences count at
+their bucket's longest length (conservative times and memory), and the realised plan places the
+actual sequences of each bucket on the slots the MILP chose. The count with the least step estimate
+wins (``chosen_by=step``; per-micro-batch FSDP included). Each MILP gets the best static packing of
+its bucketed sequences over groups of one size as an upper bound on the makespan and as the solver's
+starting solution, used when the solver finds nothing better (HiGHS rarely closes this MILP's gap).
+Pruning gives the same plans with fewer solves: a count is abandoned once its solved chunks plus the
+unsolved chunks' floors (:mod:`~nspsim.planners.flexsp.floor`) exceed the best step so far. The metadata
+records solve times, solver, limits, stop reasons, solves made and pruned, and incumbent fallbacks.
 
-Option bounds (a larger value only costs time, never a better plan within reach): ``time_limit`` at
-most :data:`MAX_TIME_LIMIT_S` seconds per solve, ``work_limit`` at most :data:`MAX_WORK_LIMIT` (100,000
-times the default), ``max_micro_batches`` at most :data:`~nspsim.planners.microbatch.MAX_MICRO_BATCHES`
-and ``buckets`` at most :data:`~nspsim.planners.flexsp.bucketing.MAX_BUCKETS` (the most bucketing ever grows
-to).
+**Options** (default, why):
 
-Incumbent: HiGHS rarely closes this MILP's gap (the LP relaxation is weak and slots of one size are
-interchangeable), and within a short limit it may find nothing on its own. Each MILP therefore gets
-the best static packing of the same bucketed sequences over groups of one size, both as an upper
-bound on M (``M <= U`` and ``time_k <= U m_k``) and as the solver's starting solution; if the solver
-finds nothing better within its limits that packing is used. The plan's metadata records the MILP solve time, solver,
-limits, stop reasons and how many micro-batches fell back to the incumbent.
+* ``time_limit=DEFAULT_TIME_LIMIT_S`` seconds per solve: a safety net, the artifact's 10 s; at most
+  :data:`MAX_TIME_LIMIT_S`.
+* ``work_limit=DEFAULT_WORK_LIMIT`` deterministic work units per solve (HiGHS MIP limit checks,
+  single-threaded, fixed seed; :mod:`~nspsim.planners.flexsp.highs_solve`): binds long before the
+  clock, so the same batch always gives the same plan (``milp_time_limited`` counts the solves the clock
+  stopped instead); at most :data:`MAX_WORK_LIMIT`, 100,000 times the default.
+* ``max_micro_batches=5`` and ``count_window=5``: the counts tried, the NSP paper's sweep; past the
+  window counts are tried one at a time only until one plans, so a batch some count can hold always
+  gets a plan.
+* ``buckets=16``: the artifact's starting bucket count; at most
+  :data:`~nspsim.planners.flexsp.bucketing.MAX_BUCKETS`.
+* ``min_group="auto"``: 2, as in the artifact (1 when spmax is 1); an explicit value above spmax is
+  refused by :meth:`FlexSPPlanner.check`, never clamped.
+* ``solver="highs"`` (``"scip"`` with the extra) and ``mip_gap=1e-4``: the MILP solver and its
+  relative gap.
+* ``variant="nspsim"``: our count and tie rules; ``"artifact"`` follows the FlexSP artifact's
+  (:mod:`~nspsim.planners.flexsp.artifact`: its blaster ties, first count, bucketing and slot pruning;
+  the least sum of MILP makespans chooses the count, ``chosen_by=load``).
 
-Determinism: every solve stops after ``work_limit`` deterministic work units (HiGHS MIP limit
-checks, single-threaded, fixed seed; :mod:`nspsim.planners.flexsp.highs_solve`) or ``time_limit`` seconds,
-whichever comes first. The default work limit binds long before the default time limit, so the same
-batch always gives the same plan; ``milp_time_limited`` in the metadata counts the solves the clock
-stopped instead (their result depends on machine load).
+**Reference.** FlexSP (ASPLOS'25) and its artifact, PKU-DAIR/Hetu-Galvatron branch ``flexsp``;
+docs/planners.md "FlexSP" and "FlexSP: ours and the artifact's" (the per-stage comparison).
 
-Bucketed sequences count at their bucket's longest length, so the MILP's times and memory are
-conservative; the realised plan places the actual sequences of each bucket on the slots the MILP
-chose, and its proxy Load is evaluated on the actual lengths.
-
-Pruning (same plans, fewer solves): :mod:`~nspsim.planners.flexsp.floor` gives each chunk a floor no
-placement goes below; a count is abandoned once its solved chunks plus the unsolved chunks' floors
-exceed the best step so far, so the chosen plan is the one the full sweep chooses.
-
-Count rule (variant ``nspsim``): counts from the memory minimum, ``count_window`` of them (5) but at
-most ``max_micro_batches``; if none of them plans, further counts are tried one at a time until one
-does (at most one sample per micro-batch), so a batch some count can hold always gets a plan. The
-``artifact`` variant follows the FlexSP artifact's rules instead (:mod:`~nspsim.planners.flexsp.artifact`).
+**Deviations** (variant ``nspsim``): the count is chosen by our step estimate rather than the MILP
+makespans; the static incumbent; counts past the window until one plans.
 """
 
 from __future__ import annotations

@@ -1,15 +1,22 @@
 """Greedy tree routing: the NSP paper's "w/o router" ablation (section 6, Figure 10).
 
-Each sample in turn, longest first, goes to the feasible SP-tree node that least raises the critical
-load max_p C_p; among nodes that raise it equally (typically: not at all) the one adding the least
-total work (degree x per-GPU cost: the least communication) wins, then the least-loaded one. No
-prefix search, no beam, no lookahead: it is NSP's beam with width 1 over every sample.
+**Rule.** Each sample in turn, longest first, goes to the feasible SP-tree node that least raises the
+critical load max_p C_p; among nodes that raise it equally (typically: not at all) the one adding the
+least total work (degree x per-GPU cost: the least communication) wins, then the least-loaded one. No
+prefix search, no beam, no lookahead: NSP's beam with width 1 over every sample (``chosen_by=load``).
+Within one level the best node is the one with the smallest block maximum (plus latency if idle), so
+each step needs only a per-level argmin, and the per-level block maxima are kept up to date
+incrementally: one step is O(levels) numpy calls. Trade-off: still a Python loop over all samples, so
+its runtime grows with the batch (docs/planners.md).
 
-Within one level the best node is simply the one with the smallest block maximum (plus latency if
-idle), so each step needs only a per-level argmin. The per-level block maxima of C and T are kept
-up to date incrementally: adding delta to a node raises every block below it by delta and may raise
-the one block above it per level. One step is O(levels) numpy calls instead of O(nodes) work;
-still a Python loop over all samples, so its runtime grows with the batch (docs/planners.md).
+**Options** (default, why):
+
+* ``token_balance_ratio="auto"``: the routing budget NSP uses (:mod:`~nspsim.planners.nsp.token_balance`),
+  so the ablation changes the router only.
+
+**Reference.** NSP paper section 6.4 and Figure 10 ("w/o router").
+
+**Deviations.** The paper does not say how ties break; least added work, then least load, is ours.
 """
 
 from __future__ import annotations

@@ -1,86 +1,42 @@
-"""NSP: prefix-completion SP-tree routing (paper Algorithm 1, docs/planners.md) and its NSP-2L ablation.
+"""NSP: prefix-completion SP-tree routing (NSP paper Algorithm 1) and its NSP-2L ablation.
 
-Samples sorted by non-increasing length; the first ``prefix_k`` are searched with a beam of
-``beam_width`` states over every feasible node of the SP tree (:mod:`nspsim.planners.nsp.beam`), the rest
-are completed greedily onto effective leaf units (:mod:`nspsim.planners.nsp.tail`). Among the completed,
-token-feasible states the one with the smallest proxy Load wins. (Algorithm 1 returns the smallest
-critical load max_p C_p; comparing the few completed states by the proxy Load itself - which C_p
-surrogates - costs one evaluation each and is what makes the static seed below a guarantee.)
+**Rule.** Samples sorted longest first; the first ``prefix_k`` are searched by a beam over every
+feasible node of the SP tree (:mod:`~nspsim.planners.nsp.beam`), the rest completed greedily onto
+effective leaf units (:mod:`~nspsim.planners.nsp.tail`); among the completed, token-feasible states
+the least proxy Load wins, and with the full proxy the best one-pass Static SP packing of the same
+samples competes too (a static seed; a degree whose Load floor reaches the beam's is not packed), so
+NSP's Load is never worse than the best static Load under the same routing budget. A batch one pass
+cannot hold is dealt to the fewest micro-batches that work, each routed alone. On a memory-bound batch
+(mean tokens per GPU above what keeps all attention) the beam tracks kept attention bytes, the batch
+is also tried as up to ``EXTRA_MICRO_BATCHES`` more micro-batches split two ways (token-balanced mixes,
+FlexSP's sorted chunks), under expert parallelism also on the EP-aligned levels
+(:mod:`~nspsim.planners.nsp.route`), and the candidates are compared on the recompute-aware rung of the
+estimate ladder (:mod:`nspsim.planners.estimate`): the plan records ``chosen_by=recompute-aware``,
+elsewhere ``load``. NSP-2L is the same planner on the levels {spmax, 1}.
 
-Static seed: with the full proxy, the best one-pass Static SP packing of the same samples (every
-degree that holds them, :mod:`nspsim.planners.static.planner`) also competes in that final choice,
-so NSP's Load is never worse than the best static Load on the batch. A degree whose floor (its total
-work spread evenly, or its longest sample alone) already reaches the beam's Load cannot win and is
-not packed. With
-``proxy="attn-fwd"`` (the "w/o cost model" ablation) the planner scores everything with
-attention-forward time only, and the seed is skipped because choosing it needs the full cost model.
+**Options** (default, why):
 
-Defaults, each chosen by measurement (docs/planners.md):
+* ``prefix_k="auto"``: the samples whose one-GPU cost is at least 1/4 (0.35 beyond 256 GPUs) of the
+  mean per-GPU work; a leaf cannot absorb them without imbalance.
+* ``beam_width="auto"``: 2 up to 256 GPUs, 1 beyond; wider never changed a Load there. At most
+  :data:`MAX_BEAM_WIDTH`: routing time grows linearly with the width.
+* ``lookahead=True``: score a state by max(critical load, water level); the bare critical load lands
+  near Static SP's Load.
+* ``monotone=False``: with the lookahead, forcing longer samples onto larger degrees only cost Load.
+* ``seed_static=True``: the static seed and its guarantee.
+* ``proxy="full"``: the cost model; ``"attn-fwd"`` is the paper's "w/o cost model" ablation (no seed).
+* ``token_balance_ratio="auto"``: tighten the routing budget to r x the mean tokens per GPU when the
+  batch is memory-bound or the model runs expert parallelism
+  (:mod:`~nspsim.planners.nsp.token_balance`, the paper's 4.1.2).
+* ``remat_aware=True``: the memory-bound changes above; ``False`` (with ``token_balance_ratio="off"``)
+  is the paper's pure Load choice everywhere.
 
-* ``lookahead=True`` scores a state by max(critical load, water level) instead of the paper's bare
-  critical load (a documented deviation; ``lookahead=False`` is the literal rule). Without it the
-  beam lands at about Static SP's Load; with it within 2-4% of the lower bound.
-* ``monotone=False``: with the lookahead, forcing longer samples onto degrees no smaller than shorter
-  ones cost 23% Load on the 1024-GPU code-trace batch and never helped.
-* ``prefix_k="auto"``: the samples whose single-GPU cost is at least a share of the mean per-GPU
-  work (a leaf cannot absorb them without imbalance); the rest are the greedy tail. The share is
-  1/4 up to 256 GPUs and 0.35 beyond: at 1024 GPUs 0.35 gave the same Load on wikipedia and code
-  (3 batches each, an A/B run) with 33% / 21% less routing time (105 -> 71 ms, 81 -> 64 ms); at 64
-  GPUs it cost 0.4-0.6% Load on code, so small clusters keep 1/4 (docs/planners.md).
-* ``beam_width="auto"``: 2 up to 256 GPUs (within 0.05% of width 8, 0.02-0.5% better than 1 on the
-  code trace), 1 beyond (widths 1-4 equal there, and each extra state costs a full expansion). An
-  explicit width is at most :data:`MAX_BEAM_WIDTH` (64, 8x the widest that ever changed a Load):
-  routing time grows linearly with the width (width 4096 took 13 s on one 2M-token batch at 64 GPUs,
-  100,000 ran past 120 s), and ``prefix_k`` larger than the batch searches every sample.
+**Reference.** NSP paper section 4.1 and Algorithm 1; docs/planners.md "NSP (Algorithm 1)".
 
-Token balance: ``token_balance_ratio`` (default ``"auto"``) tightens the routing budget to r times the
-mean tokens per GPU when the batch is memory-bound or the model runs expert parallelism
-(:mod:`nspsim.planners.nsp.token_balance`). The static
-seed is packed under the same tightened budget, so the guarantee reads: NSP's Load is never worse
-than the best one-pass static Load *under the same routing budget*. (Seeding with a static plan under
-the full B_tok would let the Load comparison undo the balance the ratio asks for: the Load proxy is
-what cannot see the recomputation that token imbalance causes.)
-
-Memory-bound batches (``remat_aware``, full proxy; the mean tokens per GPU exceed what fits with
-all attention kept), four changes, each measured on Qwen3-235B-A22B / 64 H200s (docs/planners.md):
-
-* recompute-aware beam (:mod:`nspsim.planners.nsp.beam`): every state tracks the attention bytes its
-  placed samples keep per GPU, and a placement whose attention no longer fits the free bytes under
-  the routing budget adds its recompute pass to the node. The paper keeps routing recompute-blind
-  ("the Planner need not be made recompute-aware"); with our memory model (attention of every
-  sample at 32K tokens per GPU does not fit, 20K does) the blind beam put 28-35K-token samples on
-  degree-1 and degree-2 nodes that then recomputed, and lost to its own static seeds;
-* the final choice among the beam's plan and the static seeds minimises the recompute-aware step
-  estimate (Load plus the recomputation the executor's tree marking would do, with FSDP floors,
-  :func:`recompute_aware_estimate`); there the "never worse than the best static seed" guarantee
-  is stated on that estimate, not on Load;
-* the micro-batch count and split: the batch is also routed as m = memory minimum ..
-  +``EXTRA_MICRO_BATCHES`` micro-batches, each count split two ways - token-balanced mixes of long
-  and short samples, and (m > 1) FlexSP's contiguous sorted chunks, which put the long samples
-  together so that a micro-batch of short ones keeps its attention at degree 1 - each micro-batch
-  under the whole batch's token-balance ratio over its own tokens; the candidate with the least
-  summed estimate wins, and every micro-batch takes the least estimate among its beams and static
-  seeds. The paper runs one pass; a second micro-batch is NSP's own cost-model decision here, as it
-  is FlexSP's;
-* under expert parallelism the estimate is phase-wise per EP group (the EP all-to-alls synchronise
-  a group between attention and the experts every layer), and every micro-batch's beam also runs on
-  the EP-aligned levels (degree 1 and degrees of at least one EP group), whose nodes never make an
-  EP group's GPUs unequal (both in :mod:`nspsim.planners.nsp.route`). Measured on 235B
-  wikipedia 192K batch 0: the one-pass nested plan the all-GPU estimate preferred simulated
-  25.05 s, the plan chosen now 22.30 s (BASP 22.22, FlexSP 22.11). Cost: up to 5 splits x 2 beams
-  and the static seeds (pruned by the estimate's Load floor, :meth:`NSPPlanner._least_estimate`) per
-  memory-bound batch, routing 0.5-0.95 s median per 235B batch (63 ms median before).
-
-A memory-bound plan records the split that won (``micro_batch_split``: ``tokens`` or ``sorted``) and
-the estimate the choice minimised (``chosen_estimate_s``, ``chosen_by=recompute-aware``; the common
-``step_estimate_s`` sees neither
-recomputation nor the EP groups' phases). Compute-bound batches keep the Load choice and the Load
-guarantee. ``remat_aware=False`` (with
-``token_balance_ratio="off"``) restores the paper's pure Load choice everywhere.
-
-NSP-2L is the same planner with the tree levels restricted to {spmax, 1}. If the batch cannot fit
-one pass (sum L > P * B_tok, or no state keeps B_tok), the samples are dealt to the fewest
-micro-batches that work (token-balanced) and each is routed alone - an extension; the paper uses one.
+**Deviations** (each measured; the figures are in docs/planners.md): the lookahead score; the final
+choice by proxy Load rather than critical load; the static seed; the recompute-aware beam, split and
+choice on memory-bound batches (the paper keeps routing recompute-blind and runs one pass); more than
+one micro-batch when one pass cannot hold the batch.
 """
 
 from __future__ import annotations

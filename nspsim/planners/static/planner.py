@@ -1,29 +1,32 @@
-"""Static SP (docs/planners.md; DeepSpeed-Ulysses style): one SP degree s for every sample of the batch.
+"""Static SP (DeepSpeed-Ulysses style): one SP degree s for every sample of the batch.
 
-The P GPUs form P/s disjoint groups of s consecutive ranks. Samples, longest first, are packed onto
-the groups to balance the cost-model load under the token budget (each GPU of a group holds L/s
-tokens per sample):
+**Rule.** The P GPUs form P/s disjoint groups of s consecutive ranks. Samples, longest first, are
+packed onto the groups to balance the cost-model load under the token budget (each GPU of a group
+holds L/s tokens per sample): the *head* (samples costing more than 1/32 of a group's mean load) by
+the exact greedy rule (each to the least-loaded group that can hold it, :func:`least_loaded_fill`,
+i.e. LPT), the many small samples that remain interleaved by :func:`interleave_fill` (slots
+proportional to each group's deficit below the water level), vectorised where LPT would need ~n/(P/s)
+rounds; if that breaks a group's token budget, the exact rule packs the tail instead. When the batch
+does not fit one pass, the groups of m micro-batches form one pool of m * P/s units and m grows from
+the memory minimum until everything fits. A fixed degree was chosen by no estimate (``chosen_by=rule``);
+``"auto"`` keeps the degree with the least step estimate (``chosen_by=step``). Trade-off: packing by
+the cost model balances FLOPs, not tokens; the token budget is the only memory guard.
 
-* the *head* (samples costing more than 1/32 of a group's mean load) goes by the exact greedy rule
-  (each to the least-loaded group that can hold it, :func:`least_loaded_fill`, i.e. LPT);
-* the many small samples that remain are interleaved by :func:`interleave_fill` (slots proportional
-  to each group's deficit below the water level), vectorised where LPT would need ~n/(P/s) rounds.
-  If that breaks a group's token budget, the exact rule packs the tail instead.
+**Options** (default, why):
 
-When the batch does not fit one pass (sum L > P * B_tok, or packing overflows), the groups of m
-micro-batches form one pool of m * P/s units and m grows from the memory minimum until everything
-fits. ``degree="auto"`` (default) tries every admissible power-of-two degree that holds the longest
-sample and keeps the one with the smallest step estimate (per-micro-batch FSDP included; see
-:mod:`nspsim.planners.base`). A fixed degree that cannot hold a sample raises ``ValueError`` so a sweep
-over fixed degrees (``compare``'s "fastest fixed degree over a run") can skip it. Trade-off: packing
-by the cost model balances FLOPs, not tokens; the token budget is the only memory guard.
+* ``degree="auto"``: every admissible power-of-two degree that holds the longest sample, the least
+  step estimate kept (per-micro-batch FSDP included). A fixed degree that cannot hold a sample raises
+  ``ValueError``, so a sweep over fixed degrees (``compare``'s static-best) can skip it.
+* ``packing="load"``: the stronger, load-balanced packing; ``"tokens"`` is the FlexSP artifact's
+  token packing for its static-SP baseline (:mod:`nspsim.planners.static.token_packing`: best fit
+  decreasing into groups of 90% of their token budget, bins filling micro-batches in order, no cost
+  model), the rule behind the paper's Static SP.
 
-``packing="tokens"`` replaces the load-balanced packing by the FlexSP artifact's token packing for its
-static-SP baseline (:mod:`nspsim.planners.static.token_packing`: best fit decreasing into groups of 90% of
-their token budget, the bins filling micro-batches in order, no cost model), the rule behind the
-paper's Static SP; ``degree="auto"`` then keeps the degree whose token packing has the smallest step
-estimate (the artifact's ``adaptive`` rule chooses by its cost model's time too). The default
-``packing="load"`` is the stronger, load-balanced variant.
+**Reference.** DeepSpeed-Ulysses; the NSP paper's Static SP baseline (section 6.1: "sweep SP degrees
+that fit in memory and select the fastest configuration"); docs/planners.md "Static SP".
+
+**Deviations.** ``degree="auto"`` with ``packing="tokens"`` keeps the degree whose token packing has the
+least step estimate (the artifact's ``adaptive`` rule chooses by its own cost model's time).
 """
 
 from __future__ import annotations
