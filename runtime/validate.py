@@ -40,7 +40,7 @@ from runtime.validation.run import ANALYTIC, CaseFailed, precheck_case, records_
 from runtime.validation.stats import CaseResult, summarise
 
 PROG = "runtime.validate"
-REPORT_RENDERER = "studies.validation_report"
+REPORT_RENDERER = "studies.renderers.validation_report"
 """The module that draws ``report.html`` (loaded by name: the runtime does not import studies)."""
 EXIT_FAILED_MAPE = 1
 EXIT_FAILED_CASES = 3

@@ -7,8 +7,8 @@ Each configuration is one :func:`nspsim.compare.run_compare` (same K batches for
 normalised to ``static-best``). Writes, under ``--out``: one ``<config>.json`` per configuration
 (records with their resolved config), ``summary.md`` (the table) and ``figure.html`` (grouped bars).
 
-    python studies/closing_study.py --iters 5 --out out/closing
-    python studies/closing_study.py --iters 5 --out out/closing-hier --profile studies/profiles/hierarchical-fsdp.json
+    python -m studies.closing_study --iters 5 --out out/closing
+    python -m studies.closing_study --iters 5 --out out/closing-hier --profile studies/profiles/hierarchical-fsdp.json
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from nspsim.compare import CompareConfig, RunSpec, run_compare
 from nspsim.workload import WorkloadConfig
+from studies.palette import planner_color
 
 MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))
 CONTEXTS = (192 * 1024, 384 * 1024)
@@ -96,7 +97,7 @@ def figure(results: dict[str, dict[str, object]]) -> go.Figure:
         for name in names:
             rows = {r["planner"]: r for r in results[name]["results"]}  # type: ignore[attr-defined, index]
             ys.append(rows.get(planner, {}).get("normalized_to_static"))
-        fig.add_trace(go.Bar(name=planner, x=names, y=ys))
+        fig.add_trace(go.Bar(name=planner, x=names, y=ys, marker_color=planner_color(planner)))
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
     fig.update_layout(
         barmode="group",

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from nspsim.compare.summary import baseline_of
+from nspsim.sweep import SweepSpec, load_spec
 
 pytest.importorskip("plotly")
 from studies.paper_figures import fig7, fig8, fig9, fig10  # noqa: E402
@@ -59,7 +60,7 @@ def test_paper_value_checks() -> None:
 def test_fig7_spec_is_the_merged_toml() -> None:
     full = fig7.build_spec(quick=False)
     points = full.points()
-    assert len(points) == 12 and full.run.iters == 20 and full.run.planners == fig7.PLANNERS
+    assert len(points) == 12 and full.run.iters == 20 and full.run.planners == load_spec(fig7.SPEC_PATH).run.planners
     assert {(c.model, c.cluster) for c in points} == {("qwen3-30b-a3b", "h100"), ("qwen3-235b-a22b", "h200")}
     assert {(c.gpus, c.tokens_per_batch) for c in points} == {(64, 2 * 1024**2)}
     assert [(c.model, c.max_context // 1024, c.trace) for c in points[:4]] == [
@@ -248,7 +249,43 @@ def test_fig9_routing_from_cached_plans_tiny(tmp_path: Path, monkeypatch: pytest
         assert sum(n for cells in counts.values() for n in cells.values()) == sum(data["samples_per_bucket"][planner])
 
 
+@pytest.mark.parametrize("module", [fig7, fig8, fig9, fig10], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_figure_module_has_the_shape(module: Any) -> None:
+    """One module per figure: a spec builder, a drawing function, tables and ``main``, run as
+    ``python -m studies.paper_figures.figN``; no figure reaches outside through ``sys.path``."""
+    for name in ("build_spec", "figure", "tables", "main"):
+        assert callable(getattr(module, name, None)), f"{module.__name__} has no {name}"
+    assert isinstance(module.build_spec(quick=True), SweepSpec)
+    source = Path(module.__file__).read_text()
+    assert 'if __name__ == "__main__":' in source and "sys.path" not in source
+    studies = Path(module.__file__).resolve().parents[1]
+    assert not [f for f in studies.rglob("*.py") if "sys.path" in f.read_text()]
+
+
+def test_fig7_draws_exactly_the_planners_of_its_spec(tmp_path: Path) -> None:
+    """Edit the TOML's planner list and the bars follow: no second list in the code."""
+    spec_path = tmp_path / "fig7.toml"
+    toml = fig7.SPEC_PATH.read_text().replace('"static-paper", "static-best"', '"static-best"')
+    spec_path.write_text(toml.replace('baseline = "static-paper"', 'baseline = "static-best"'))
+    spec = fig7.build_spec(quick=True, path=spec_path)
+    planners = spec.run.planners
+    assert "static-paper" not in planners and "nsp" in planners
+    flat = {"normalized": 1.0, "spread": {"min": 1.0, "median": 1.0, "max": 1.0, "batches": 1}}
+    configs = [
+        {"model": "qwen3-30b-a3b", "max_context": 393216, "trace": "wikipedia", "planners": {p: flat for p in planners}}
+    ]
+    fig = fig7.figure(configs, 1, planners, "static-best")
+    drawn = [t.name for t in fig.data if t.type == "bar"]
+    assert drawn == list(planners)
+
+
 def test_study_bad_jobs_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         fig8.main(["--jobs", "0"])
-    assert exc.value.code == 2 and "fig8.py: error: --jobs must be at least 1, got 0" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert (
+        exc.value.code == 2 and err == "python -m studies.paper_figures.fig8: error: --jobs must be at least 1, got 0\n"
+    )
+    with pytest.raises(SystemExit):
+        fig8.main(["--jobs", "many"])
+    assert capsys.readouterr().err.count("\n") == 1

@@ -13,6 +13,7 @@ import importlib
 from typing import Any
 
 EXTRA_HINT = "pip install -e '.[hf]'"
+TRANSFORMERS = "transformers"  # imported by name, only when a transformers model is asked for
 
 
 class MissingExtraError(ImportError):
@@ -23,7 +24,7 @@ def require_transformers() -> Any:
     """The ``transformers`` module; :class:`MissingExtraError` (one line, naming the ``hf`` extra) if
     it is not installed."""
     try:
-        return importlib.import_module("transformers")
+        return importlib.import_module(TRANSFORMERS)
     except ImportError:
         raise MissingExtraError(
             f"the transformers models need the optional 'hf' extra (transformers); install it with {EXTRA_HINT}"

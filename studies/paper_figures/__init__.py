@@ -1,3 +1,4 @@
-"""The NSP paper's Figures 7-10 as studies built on ``nspsim sweep`` (``studies/fig7.py`` ... ``fig10.py``
-are thin scripts over :mod:`.fig7` ... :mod:`.fig10`); decoded paper values in :mod:`.paper_values`,
-the shared command line, sweep running and output writing in :mod:`.common`."""
+"""The NSP paper's Figures 7-10 as studies built on ``nspsim sweep``, one module each, run as
+``python -m studies.paper_figures.figN``: a spec builder (``build_spec``), a drawing function
+(``figure``) that draws exactly the spec's planners, tables and ``main``; decoded paper values in
+:mod:`.paper_values`, the shared command line, sweep running and output writing in :mod:`.common`."""

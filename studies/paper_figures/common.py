@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -67,9 +67,17 @@ class StudyArgs:
             raise ValueError(f"--jobs must be at least 1, got {self.jobs}")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (``prog: error: ...``, exit status 2), without the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def parse_args(name: str, description: str, argv: Sequence[str] | None = None) -> StudyArgs:
-    """``python studies/<name>.py [--quick] [-o DIR] [--jobs N]``; a bad value exits with one line."""
-    parser = argparse.ArgumentParser(prog=f"{name}.py", description=description)
+    """``python -m studies.paper_figures.<name> [--quick] [-o DIR] [--jobs N]``; a bad value exits with one line."""
+    parser = _OneLineParser(prog=f"python -m studies.paper_figures.{name}", description=description)
     parser.add_argument("--quick", action="store_true", help="a few batches (under a minute on 2 cores)")
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--jobs", type=int, default=None, help="parallel sweep workers (default: the core count)")

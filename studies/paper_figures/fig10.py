@@ -16,6 +16,7 @@ batches on both sides.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import pandas as pd
@@ -216,3 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_study(args.out, NAME, run, figure(ours, spec.run.iters), tables(ours), data, {"quick": args.quick})
     print(done_line(NAME, f"{spec.run.iters} batch(es)", run, paths["html"]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

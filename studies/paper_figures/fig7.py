@@ -18,6 +18,7 @@ pooled rather than matched to a trace, because the decoding cannot say which tra
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from plotly.subplots import make_subplots
 
 from nspsim.sweep import SweepSpec, load_spec, resolved_config
 from nspsim.units import format_tokens
+from studies.palette import planner_color
 from studies.paper_figures import paper_values as pv
 from studies.paper_figures.common import (
     PAPER_SOURCE,
@@ -50,19 +52,7 @@ SPEC_PATH = Path(__file__).resolve().parents[1] / "sweeps" / "fig7.toml"
 FULL_ITERS = 20
 QUICK_ITERS = 1
 QUICK_CONTEXT = 384 * 1024
-PLANNERS = ("static-paper", "static-best", "static", "megatron-cp", "flexsp", "flexsp-artifact", "basp", "nsp2l", "nsp")
 PAPER_BASELINE = "static-paper"
-COLORS = {
-    "static-paper": "#525252",
-    "static-best": "#7f7f7f",
-    "static": "#bcbd22",
-    "megatron-cp": "#17becf",
-    "flexsp": "#1f77b4",
-    "flexsp-artifact": "#aec7e8",
-    "basp": "#9467bd",
-    "nsp2l": "#ff7f0e",
-    "nsp": "#d62728",
-}
 PAPER_X = "paper (decoded)"
 BASELINE_TEXTS = {
     "static-paper": (
@@ -171,16 +161,16 @@ Y_RANGE = (0.5, 1.15)  # where the strategies the paper compares lie; taller bar
 BAR_GROUP_WIDTH = 0.8  # plotly's grouped bars fill 1 - bargap (0.2 by default) of a category
 
 
-def _label_clipped(fig: go.Figure, here: list[dict[str, Any]], row: int, col: int) -> None:
+def _label_clipped(fig: go.Figure, here: list[dict[str, Any]], planners: tuple[str, ...], row: int, col: int) -> None:
     """Write the value of every bar taller than :data:`Y_RANGE` at the top of the panel, over its bar
     (grouped bars: one slot per planner in every category)."""
-    width = BAR_GROUP_WIDTH / len(PLANNERS)
+    width = BAR_GROUP_WIDTH / len(planners)
     for i, c in enumerate(here):
-        for j, planner in enumerate(PLANNERS):
+        for j, planner in enumerate(planners):
             y = c["planners"].get(planner, {}).get("normalized", math.nan)
             if math.isfinite(y) and y > Y_RANGE[1]:
                 fig.add_annotation(
-                    x=i + (j - (len(PLANNERS) - 1) / 2) * width,
+                    x=i + (j - (len(planners) - 1) / 2) * width,
                     y=Y_RANGE[1],
                     text=fmt(y),
                     showarrow=False,
@@ -192,7 +182,9 @@ def _label_clipped(fig: go.Figure, here: list[dict[str, Any]], row: int, col: in
                 )
 
 
-def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BASELINE) -> go.Figure:
+def figure(
+    configs: list[dict[str, Any]], batches: int, planners: tuple[str, ...], baseline: str = PAPER_BASELINE
+) -> go.Figure:
     """Four panels (model x context): bars of normalised step time per trace and planner, min-max
     whiskers over the batches, and the paper's decoded panel values (hatched, mean with range)."""
     panels = sorted({(c["model"], c["max_context"]) for c in configs}, key=lambda mc: (mc[1], mc[0]))
@@ -203,7 +195,7 @@ def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
         row, col = k // 2 + 1, k % 2 + 1
         here = [c for c in configs if (c["model"], c["max_context"]) == (model, context)]
         paper = paper_panel(model, context)
-        for planner in PLANNERS:
+        for planner in planners:
             xs, ys, plus, minus, patterns, texts = [], [], [], [], [], []
             for c in here:
                 p = c["planners"].get(planner)
@@ -234,7 +226,7 @@ def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
                     name=planner,
                     legendgroup=planner,
                     showlegend=k == 0,
-                    marker={"color": COLORS[planner], "pattern": {"shape": patterns}},
+                    marker={"color": planner_color(planner), "pattern": {"shape": patterns}},
                     error_y={"type": "data", "array": plus, "arrayminus": minus, "visible": True, "thickness": 1},
                     hovertext=texts,
                     hoverinfo="text",
@@ -243,7 +235,7 @@ def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
                 col=col,
             )
         fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1}, row=row, col=col)
-        _label_clipped(fig, here, row, col)
+        _label_clipped(fig, here, planners, row, col)
     fig.update_yaxes(title_text=f"step time / {baseline}", range=list(Y_RANGE), col=1)
     fig.update_layout(
         barmode="group",
@@ -266,10 +258,12 @@ def figure(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BA
     return fig
 
 
-def tables(configs: list[dict[str, Any]], batches: int, baseline: str = PAPER_BASELINE) -> list[str]:
+def tables(
+    configs: list[dict[str, Any]], batches: int, planners: tuple[str, ...], baseline: str = PAPER_BASELINE
+) -> list[str]:
     """Ours per configuration (the baseline's step and degree first), then the paper's decoded groups
     per panel."""
-    others = [p for p in PLANNERS if p != baseline]
+    others = [p for p in planners if p != baseline]
     header = [
         "model, context, trace",
         f"{baseline} step (s), degree",
@@ -351,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         NAME,
         run,
-        figure(configs, batches, baseline),
-        tables(configs, batches, baseline),
+        figure(configs, batches, spec.run.planners, baseline),
+        tables(configs, batches, spec.run.planners, baseline),
         data,
         {"quick": args.quick, "iters": batches},
     )
@@ -373,3 +367,7 @@ def frame_of(configs: list[dict[str, Any]]) -> pd.DataFrame:
             for c in configs
         ]
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,7 @@ single batch can be atypical, which the all-batch column and the per-batch range
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import pandas as pd
@@ -26,6 +27,7 @@ import plotly.graph_objects as go
 
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sweep import RunSpec, SweepSpec
+from studies.palette import BREAKDOWN_COLORS
 from studies.paper_figures import paper_values as pv
 from studies.paper_figures.common import (
     PAPER_SOURCE,
@@ -76,7 +78,6 @@ WORKLOAD: dict[str, Any] = {
     "max_context": 384 * 1024,
     "trace": "wikipedia",
 }
-CATEGORY_COLORS = ("#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#7f7f7f")
 
 
 def build_spec(quick: bool, workload: dict[str, Any] | None = None) -> SweepSpec:
@@ -129,7 +130,8 @@ def figure(parts: dict[str, dict[str, float]], batch_index: int, batches: int, w
     fig = go.Figure()
     planners = [p for p in PLANNERS if p in parts]
     x = [NAMES[p] for p in planners]
-    for category, color in zip(BREAKDOWN_CATEGORIES, CATEGORY_COLORS):
+    for category in BREAKDOWN_CATEGORIES:
+        color = BREAKDOWN_COLORS[category]
         fig.add_trace(go.Bar(x=x, y=[parts[p][category] for p in planners], name=category, marker_color=color))
     marked = [(NAMES[p], value.value) for p in planners if (value := paper_value(p)) is not None]
     fig.add_trace(
@@ -227,3 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_study(args.out, NAME, run, figure_, tables(parts, run, batch_index), data, {"quick": args.quick})
     print(done_line(NAME, f"batch {batch_index} of {spec.run.iters}", run, paths["html"]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,7 @@ per-batch node counts in the JSON keep.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -240,3 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(done_line(NAME, f"{spec.run.iters} batch(es)", run, paths["html"]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -62,7 +62,7 @@ from nspsim.simulator.modes import MODES, SimMode
 from nspsim.units import format_seconds
 from nspsim.workload import build_workload
 
-REPORT_RENDERER = "studies.compare_report"  # the only studies module nspsim loads (module doc)
+REPORT_RENDERER = "studies.renderers.compare_report"  # the only studies module nspsim loads (module doc)
 EXIT_ALL_OUT_OF_MEMORY = 1
 EXIT_HELP = (
     "exit status: 0 with a result; 1 when every planner ran out of memory on every batch (the table, "

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-PLOT_RENDERER = "studies.sweep_report"  # the studies module that draws a sweep (module doc)
+PLOT_RENDERER = "studies.renderers.sweep_report"  # the studies module that draws a sweep (module doc)
 RESULTS_FILE, SUMMARY_FILE, SUMMARY_CSV, CONFIG_FILE, REPORT_FILE = (
     "results.parquet",
     "summary.parquet",

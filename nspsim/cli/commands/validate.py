@@ -27,7 +27,7 @@ from nspsim.validation.dataset import KINDS
 from nspsim.validation.run import SPLIT, ValidationResult, validate
 from nspsim.validation.summary import reasons
 
-REPORT_RENDERER = "studies.reference_report"  # plotly lives in the studies layer (see compare.py)
+REPORT_RENDERER = "studies.renderers.reference_report"  # plotly lives in the studies layer (see compare.py)
 EXIT_MAPE = 1
 REPORT_NAME = "validation.html"
 

@@ -43,17 +43,16 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.colors import qualitative
 
 from nspsim.units import format_tokens
 from nspsim.workload import WorkloadConfig
+from studies.palette import planner_color
 
 WORKLOAD_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(WorkloadConfig))
 NUMERIC_AXES = frozenset({"gpus", "max_context", "tokens_per_batch", "token_budget", "spmax", "seed"})
 TOKEN_AXES = frozenset({"max_context", "tokens_per_batch", "token_budget"})
 LOG_SPAN = 4.0  # a numeric axis spanning at least this factor is drawn on a log scale
 DODGE = 0.012  # sideways offset of one planner's whiskers, as a share of the axis span
-PALETTE = qualitative.Plotly
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;font-size:0.9em}"
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#eee}"
@@ -93,7 +92,7 @@ def figures(results: pd.DataFrame, config: dict[str, Any]) -> list[go.Figure]:
     """The report's figures in order: speedup against each swept axis, against skew, exposed SP
     communication against communication wait, planning time against Load / lower bound."""
     planners = planner_order(results, config)
-    colors = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(planners)}
+    colors = {p: planner_color(p) for p in planners}
     axes = swept_axes(results, config)
     return [
         *(speedup_figure(results, axis, axes, planners, colors) for axis in axes),

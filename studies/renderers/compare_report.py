@@ -29,17 +29,8 @@ from nspsim.compare import LENGTH_BUCKETS, CompareResult, PlannerSummary
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator import StepResult, TimelineEvent
 from nspsim.units import format_seconds
+from studies.palette import BREAKDOWN_COLORS, planner_color
 
-COLORS = {
-    "attn_fwd": "#4c78a8",
-    "attn_remat": "#f58518",
-    "attn_bwd": "#72b7b2",
-    "non_attn": "#54a24b",
-    "sp_exposed_comm": "#e45756",
-    "fsdp_exposed_comm": "#b279a2",
-    "comm_wait": "#bab0ac",
-    "other": "#9d755d",
-}
 TIMELINE_GPUS = 6
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
@@ -175,7 +166,7 @@ def normalized_figure(result: CompareResult) -> go.Figure:
             text=[_speedup_label(s) for s in ok],
             textposition="inside",
             insidetextanchor="start",  # at the bar's foot, clear of the whisker at its top
-            marker_color="#4c78a8",
+            marker_color=[planner_color(s.planner) for s in ok],
             error_y={
                 "type": "data",
                 "symmetric": False,
@@ -233,7 +224,7 @@ def breakdown_figure(result: CompareResult) -> go.Figure:
                 y=[s.planner for s in ok],
                 x=[s.mean_breakdown_s[cat] / scale for s in ok],
                 orientation="h",
-                marker_color=COLORS[cat],
+                marker_color=BREAKDOWN_COLORS[cat],
             )
         )
     unit = "relative to the baseline" if base else "seconds; the baseline never fits in memory"
@@ -292,7 +283,7 @@ def timeline_figure(label: str, step: StepResult) -> go.Figure:
                     base=[a for _, a, _ in spans],
                     x=[b - a for _, a, b in spans],
                     y=[f"GPU {g}" for g, _, _ in spans],
-                    marker_color=COLORS[cat],
+                    marker_color=BREAKDOWN_COLORS[cat],
                     marker_line_width=0,
                 )
             )
