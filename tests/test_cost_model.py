@@ -197,6 +197,24 @@ def test_every_sp_backend_has_a_registered_cost() -> None:
         backend_cost("mesh")
 
 
+def test_every_sp_backend_has_a_layout_that_memory_and_shards_read() -> None:
+    """The layout descriptor is the one truth for chunk owners and what a saved node keeps; an
+    unknown backend is refused, never given another backend's layout."""
+    from nspsim.execution.shards import chunk_owners
+    from nspsim.specs.backend import LAYOUTS, backend_layout
+
+    assert set(LAYOUTS) == set(SPBackend)
+    assert chunk_owners(4, "ulysses").tolist() == [0, 1, 2, 3]
+    assert chunk_owners(4, "ring").tolist() == [0, 1, 2, 3, 3, 2, 1, 0]
+    for bad in ("ringg", ""):
+        with pytest.raises(ValueError, match="unknown SP backend"):
+            chunk_owners(4, bad)
+        with pytest.raises(ValueError, match="unknown SP backend"):
+            backend_layout(bad)
+    with pytest.raises(ValueError, match="chunks must be one of contiguous, zigzag"):
+        type(LAYOUTS[SPBackend.RING])(chunks="spiral", saves_head_layout_qkv=False, replicates_kv=False)
+
+
 def test_backend_names_are_their_old_strings() -> None:
     """Members equal, hash and serialise like the plain strings plans and configs always held."""
     spec = TrainingSpec(backend="ring")

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
-from nspsim.specs.backend import SPBackend
+from nspsim.specs.backend import SPBackend, backend_layout
 
 IntArray = npt.NDArray[np.int64]
 
@@ -53,8 +53,11 @@ def input_bounds(total: int, world: int) -> IntArray:
 
 
 def chunk_owners(degree: int, backend: str) -> IntArray:
-    """Group rank owning each chunk of a sample: Ulysses ``[0..k)``, Ring zigzag ``[0..k, k..0)``."""
-    if degree == 1 or backend == SPBackend.ULYSSES:
+    """Group rank owning each chunk of a sample, by the backend's layout
+    (:func:`~nspsim.specs.backend.backend_layout`): contiguous ``[0..k)`` (Ulysses), zigzag
+    ``[0..k, k..0)`` (Ring); ``ValueError`` for an unknown backend."""
+    layout = backend_layout(backend)
+    if degree == 1 or layout.chunks == "contiguous":
         return np.arange(degree, dtype=np.int64)
     first = np.arange(degree, dtype=np.int64)
     return np.concatenate([first, first[::-1]])

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nspsim.specs.backend import SPBackend
+from nspsim.specs.backend import backend_layout
 from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import Checkpointing, TrainingSpec
@@ -178,18 +178,17 @@ def saved_attention_bytes(model: ModelSpec, training: TrainingSpec) -> tuple[flo
     """What a saved node keeps per sharded token per layer: ``(SP node up to the KV heads, each
     replicated KV head past them, degree-1 node)``.
 
-    Every node keeps its output (``q_width`` values) and the fp32 log-sum-exp of each query head.
-    Ulysses adds Q, K, V in head layout (its backward kernel runs there) and replicates K and V
-    before the all-to-all once the degree exceeds the KV heads; Ring and leaf nodes read their
-    sequence-layout inputs and replicate nothing.
+    Every node keeps its output (``q_width`` values) and the fp32 log-sum-exp of each query head; the
+    backend's :class:`~nspsim.specs.backend.BackendLayout` says what an SP node adds: Ulysses keeps Q,
+    K, V in head layout (its backward kernel runs there) and replicates K and V before the all-to-all
+    once the degree exceeds the KV heads; Ring and leaf nodes read their sequence-layout inputs and
+    replicate nothing.
     """
     out_lse = model.q_width * training.act_bytes + 4 * model.num_heads
-    if training.backend is SPBackend.ULYSSES:
-        qkv = (model.q_width + 2 * model.kv_width) * training.act_bytes
-        return out_lse + qkv, 2 * model.head_dim * training.act_bytes, out_lse
-    if training.backend is SPBackend.RING:
-        return out_lse, 0.0, out_lse
-    raise ValueError(f"memory model: no saved-attention layout for SP backend {training.backend!r}")
+    layout = backend_layout(training.backend)
+    qkv = (model.q_width + 2 * model.kv_width) * training.act_bytes if layout.saves_head_layout_qkv else 0.0
+    replicated = 2 * model.head_dim * training.act_bytes if layout.replicates_kv else 0.0
+    return out_lse + qkv, replicated, out_lse
 
 
 def _more_memory(cluster: ClusterSpec, buffers: float, usable: float, training: TrainingSpec) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.jsonfile import read_json
+from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.units import parse_tokens
 
 WARMUP_STEPS = 1
@@ -38,7 +39,7 @@ class Case:
     model: str = "tiny"
     tokens_per_batch: int = 12 * 1024
     max_context: int = 8 * 1024
-    backend: str = "ulysses"
+    backend: str = SPBackend.ULYSSES
     lookahead: str = "all"
     recompute: str = "plan"
     seed: int = 1
@@ -60,8 +61,8 @@ class Case:
                 f"case {self.name}: steps must be an integer above {WARMUP_STEPS + 1} ({WARMUP_STEPS} warm-up step "
                 f"is left out, and a standard deviation needs two more), got {self.steps!r}"
             )
-        if self.backend not in ("ulysses", "ring"):
-            raise ValueError(f"case {self.name}: backend must be ulysses or ring, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"case {self.name}: backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.recompute not in ("plan", "all", "none"):
             raise ValueError(f"case {self.name}: recompute must be plan, all or none, got {self.recompute!r}")
         if not isinstance(self.planner, str) or not self.planner:
@@ -73,7 +74,7 @@ class Case:
         if self.label:
             return self.label
         extra = [self.trace] if self.trace != "code" else []
-        extra += [self.backend] if self.backend != "ulysses" else []
+        extra += [self.backend] if self.backend != BACKENDS[0] else []
         extra += [f"lookahead={self.lookahead}"] if self.lookahead != "all" else []
         extra += [f"recompute={self.recompute}"] if self.recompute != "plan" else []
         extra += [f"budget={self.token_budget}"] if self.token_budget else []

@@ -16,10 +16,12 @@ Adding an SP backend ``foo`` (one name, one cost file, one runtime file, one reg
 3. its execution: ``runtime/backends/foo.py`` with a class of the three-phase interface
    (``runtime.backends.base.PhaseBackend``, built from ``num_heads`` and ``num_kv_heads``),
    registered in ``runtime.backends.RUNTIME_BACKENDS``;
-4. only if its ranks hold chunks other than Ulysses' contiguous shards or Ring's zigzag pairs: its
-   rule in :func:`nspsim.execution.shards.chunk_owners`.
+4. its layout: a :class:`~nspsim.specs.backend.BackendLayout` in :data:`nspsim.specs.backend.LAYOUTS`
+   (contiguous or zigzag chunks, what a saved node keeps), which the memory model, the execution
+   shards and the runtime's validation cases read (a chunk layout other than the two is a new
+   ``chunks`` value and its rule in :func:`nspsim.execution.shards.chunk_owners`).
 
-Both registries must cover every member (``tests/test_cost_model.py`` and
+All three registries must cover every member (``tests/test_cost_model.py`` and
 ``tests/runtime/test_runtime_backends_local.py`` check it), so a missed step fails at once.
 """
 
