@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from nspsim.execution.layout import Exchange, MicroBatchLayout, micro_batch_layout
-from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode, recompute_marks
+from nspsim.execution.recompute import recompute_marks
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
@@ -41,12 +41,11 @@ from nspsim.specs.model import ModelSpec
 from runtime.backends import sp_backends
 from runtime.backends.base import ExecContext, LocalBackend, PhaseBackend
 from runtime.data import TokenStream
+from runtime.exec_options import ExecOptions
 from runtime.groups import Comm, GroupCache
 from runtime.kernels import select_kernel
 from runtime.nested_attention import NestedAttention
 from runtime.timing import PhaseClock
-
-GRAD_SYNC_MODES = ("fsdp", "allreduce")
 
 
 class PlanMismatchError(RuntimeError):
@@ -64,32 +63,6 @@ def is_transport_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a collective failing because a peer is gone or stalled (gloo's and NCCL's
     messages), as opposed to a bug or bad input."""
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _TRANSPORT_ERRORS)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExecOptions:
-    """Executor settings: streaming lookahead (``None``: all prologues first, the paper's queues; ``k``:
-    at most ``k`` prologues ahead; 0 = serial phases), recomputation policy, kernel,
-    gradient synchronisation. ``sync_timing`` synchronises the GPU at every phase boundary so the
-    breakdown is device time (it serialises the streams, so it defeats phase streaming); without it
-    GPU phase times are host-side launch times. CPU timing is exact either way. ``autocast`` (e.g.
-    ``"bfloat16"``) runs forward and backward under ``torch.autocast`` (fp32 master weights)."""
-
-    lookahead: int | None = None
-    recompute: RecomputeMode = RecomputeMode.PLAN
-    kernel: str = "auto"
-    grad_sync: str = "fsdp"
-    sync_timing: bool = False
-    autocast: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.lookahead is not None and self.lookahead < 0:
-            raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
-        if self.recompute not in RECOMPUTE_CHOICES:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CHOICES)}, got {self.recompute!r}")
-        object.__setattr__(self, "recompute", RecomputeMode(self.recompute))  # a plain "all" becomes the member
-        if self.grad_sync not in GRAD_SYNC_MODES:
-            raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC_MODES)}, got {self.grad_sync!r}")
 
 
 # ---- layout change --------------------------------------------------------------------------------

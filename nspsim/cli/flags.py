@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from nspsim.execution.prepare import PREPARE_CHOICES, PREPARE_HELP
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import WriteFailed, commit_files
-from nspsim.specs.backend import BACKENDS, SPBackend
+from nspsim.specs.backend import BACKENDS
 from nspsim.specs.cluster import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS, max_position
 from nspsim.specs.model import MODEL_PRESETS
@@ -36,7 +36,10 @@ from nspsim.specs.training import (
 )
 from nspsim.trace.base import MAX_SEED
 from nspsim.units import format_tokens, parse_tokens
-from nspsim.workload import DEFAULT_MAX_CONTEXT, DEFAULT_TOKENS_PER_BATCH, Workload, WorkloadConfig
+from nspsim.workload import Workload, WorkloadConfig
+
+DEFAULT_WORKLOAD = WorkloadConfig()
+"""The workload flags' defaults: :class:`WorkloadConfig`'s own fields."""
 
 EXIT_USAGE = 2
 
@@ -253,55 +256,63 @@ def warn(message: str) -> None:
 
 def add_workload_args(
     parser: argparse.ArgumentParser,
+    defaults: WorkloadConfig = DEFAULT_WORKLOAD,
     *,
     trace: bool = True,
     gpus: bool = True,
-    model: str = "qwen3-30b-a3b",
-    cluster: str | None = "h100",
     cluster_help: str | None = None,
-    tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH,
-    max_context: int = DEFAULT_MAX_CONTEXT,
     seed_help: str = "batch sampler seed",
     training: bool = True,
 ) -> None:
-    """Flags shared by every command that needs a workload (info, plan, simulate, compare) and by
-    ``runtime.train``, which passes its own defaults: ``gpus=False`` leaves ``--gpus`` out (its world
-    size decides it), ``cluster=None`` leaves the preset to the caller (say how in ``cluster_help``),
-    ``seed_help`` says what else the seed seeds, and ``training=False`` leaves the training-setting
-    flags out (the runtime executes one training setup, so they would only change its predictions)."""
+    """Flags shared by every command that needs a workload (info, plan, compare) and by
+    ``runtime.train``; every default is ``defaults``' field (one place: :class:`WorkloadConfig` or the
+    caller's own config, e.g. the runtime's). ``gpus=False`` leaves ``--gpus`` out (the runtime's world
+    size decides it), ``cluster_help`` replaces ``--cluster``'s help and, when given, its default with
+    ``None`` (the caller chooses the preset, as the runtime does from the device), ``seed_help`` says
+    what else the seed seeds, and ``training=False`` leaves the training-setting flags out (the
+    runtime executes one training setup, so they would only change its predictions)."""
     if trace:
-        parser.add_argument("--trace", default="wikipedia", help="built-in trace name or length file")
+        parser.add_argument("--trace", default=defaults.trace, help="built-in trace name or length file")
     parser.add_argument(
         "--model",
-        default=model,
+        default=defaults.model,
         help=f"model preset ({', '.join([*MODEL_PRESETS, *HF_CONFIGS])}) or a transformers config.json path",
     )
     parser.add_argument(
-        "--cluster", default=cluster, help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})"
+        "--cluster",
+        default=defaults.cluster if cluster_help is None else None,
+        help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})",
     )
     if gpus:
-        parser.add_argument("--gpus", type=positive_int, default=64, help="number of GPUs (a power of two)")
+        parser.add_argument("--gpus", type=positive_int, default=defaults.gpus, help="number of GPUs (a power of two)")
     parser.add_argument(
-        "--tokens-per-batch", type=tokens_arg, default=tokens_per_batch, help="global token budget per batch, e.g. 2M"
+        "--tokens-per-batch",
+        type=tokens_arg,
+        default=defaults.tokens_per_batch,
+        help="global token budget per batch, e.g. 2M",
     )
     parser.add_argument(
         "--max-context",
         type=tokens_arg,
-        default=max_context,
+        default=defaults.max_context,
         help="drop samples longer than this, e.g. 192k (dropped samples are reported, with a warning when "
         "they hold over 10%% of the drawn tokens)",
     )
-    parser.add_argument("--seed", type=seed_arg, default=0, help=seed_help)
-    parser.add_argument("--backend", choices=BACKENDS, default=SPBackend.ULYSSES, help="SP backend")
-    parser.add_argument("--profile", default=None, help="JSON cost profile overriding analytic coefficients")
+    parser.add_argument("--seed", type=seed_arg, default=defaults.seed, help=seed_help)
+    parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="SP backend")
+    parser.add_argument(
+        "--profile", default=defaults.profile, help="JSON cost profile overriding analytic coefficients"
+    )
     parser.add_argument(
         "--token-budget",
         type=tokens_arg,
-        default=None,
+        default=defaults.token_budget,
         help="override the per-GPU token budget B_tok (default: the memory model's, see nspsim info; "
         "a warning when the override is above it)",
     )
-    parser.add_argument("--spmax", type=positive_int, default=None, help="largest SP degree (default: admissible max)")
+    parser.add_argument(
+        "--spmax", type=positive_int, default=defaults.spmax, help="largest SP degree (default: admissible max)"
+    )
     if training:
         add_training_flags(parser)
 

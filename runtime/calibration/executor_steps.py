@@ -27,7 +27,8 @@ from nspsim.specs.model import ModelSpec
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 from runtime.data import rank_input, synthetic_stream
-from runtime.executor import ExecOptions, NSPExecutor
+from runtime.exec_options import ExecOptions
+from runtime.executor import NSPExecutor
 from runtime.groups import GroupCache
 from runtime.launch import RankEnv
 from runtime.model import DecoderLM, fsdp_shard

@@ -26,11 +26,17 @@ from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.options import parse_options, positive_float
 from nspsim.planners import declared_preparation, get_planner
 from nspsim.workload import WorkloadConfig
+from runtime.exec_options import GRAD_SYNC_MODES, ExecOptions
 
 PROG = "runtime.train"
 
 RUNTIME_WORKLOAD = WorkloadConfig(model="tiny", cluster="cpu", gpus=1, tokens_per_batch=8192, max_context=2048)
 """The runtime's workload defaults (one CPU process until the world says otherwise)."""
+
+EXEC_DEFAULTS = ExecOptions()
+"""The executor flags' defaults: :class:`~runtime.exec_options.ExecOptions`' own."""
+EXEC_FLAGS = ("lookahead", "recompute", "kernel", "grad_sync")
+"""The ``runtime.train`` flags that land in ``TrainArgs.execution``."""
 
 CUDA_CLUSTER = "h100"
 """The cluster preset planned against on CUDA when ``--cluster`` is not given."""
@@ -46,7 +52,9 @@ class TrainArgs:
 
     ``workload`` holds the workload flags; its ``gpus`` and (unless ``cluster`` names a preset)
     ``cluster`` are replaced by the machine's in :meth:`workload_on`. ``cluster`` is ``--cluster`` as
-    given: ``None`` lets the device choose.
+    given: ``None`` lets the device choose. ``execution`` holds the executor flags (``--lookahead``,
+    ``--recompute``, ``--kernel``, ``--grad-sync``); the trainer adds what only the device decides
+    (autocast, all-reduce on one rank).
     """
 
     planner: str
@@ -56,10 +64,7 @@ class TrainArgs:
     steps: int = 10
     start_batch: int = 0
     lr: float = 1e-3
-    grad_sync: str = "fsdp"
-    recompute: RecomputeMode = RecomputeMode.PLAN
-    lookahead: int | None = None
-    kernel: str = "auto"
+    execution: ExecOptions = field(default_factory=ExecOptions)
     device: str = "auto"
     dtype: str = "auto"
     plan_on: str = "rank0"
@@ -74,10 +79,14 @@ class TrainArgs:
         checks = [
             (self.steps > 0, f"--steps must be positive, got {self.steps}"),
             (self.start_batch >= 0, f"--start-batch must be >= 0, got {self.start_batch}"),
-            (self.lookahead is None or self.lookahead >= 0, f"--lookahead must be >= 0, got {self.lookahead}"),
             (
-                self.prepare not in ("recompute", "all") or self.recompute == RecomputeMode.PLAN,
-                f"--prepare {self.prepare} derives the marks; it cannot be combined with --recompute {self.recompute}",
+                self.execution.lookahead is None or self.execution.lookahead >= 0,
+                f"--lookahead must be >= 0, got {self.execution.lookahead}",
+            ),
+            (
+                self.prepare not in ("recompute", "all") or self.execution.recompute == RecomputeMode.PLAN,
+                f"--prepare {self.prepare} derives the marks; it cannot be combined with "
+                f"--recompute {self.execution.recompute}",
             ),
             (
                 self.cluster is None or self.cluster == self.workload.cluster,
@@ -94,7 +103,7 @@ class TrainArgs:
         """The preparation ``--prepare`` resolves to for this planner (by default its declaration); the
         tree-level marks are dropped when ``--recompute all|none`` forces the marks instead."""
         resolved = resolve_preparation(self.prepare, declared_preparation(self.planner))
-        return resolved if self.recompute == RecomputeMode.PLAN else replace(resolved, tree_recompute=False)
+        return resolved if self.execution.recompute == RecomputeMode.PLAN else replace(resolved, tree_recompute=False)
 
     @property
     def planner_spec(self) -> str:
@@ -173,12 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_workload_args(
         p,
+        RUNTIME_WORKLOAD,
         gpus=False,
-        model=RUNTIME_WORKLOAD.model,
-        cluster=None,
         cluster_help="cluster preset describing this machine (default: cpu on CPU)",
-        tokens_per_batch=RUNTIME_WORKLOAD.tokens_per_batch,
-        max_context=RUNTIME_WORKLOAD.max_context,
         seed_help="seed of batches, tokens and initial weights",
         training=False,
     )
@@ -196,25 +202,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
     p.add_argument(
         "--grad-sync",
-        choices=("fsdp", "allreduce"),
-        default="fsdp",
+        choices=GRAD_SYNC_MODES,
+        default=EXEC_DEFAULTS.grad_sync,
         help="gradient synchronisation: fsdp (FSDP2 per layer, as simulated) or allreduce (one flat "
         "all-reduce after the last micro-batch; no step prediction)",
     )
     p.add_argument(
         "--recompute",
         choices=RECOMPUTE_CHOICES,
-        default=RecomputeMode.PLAN,
+        default=EXEC_DEFAULTS.recompute,
         help="attention save/recompute marks: plan (the plan's marks, else the memory model's decision), "
         "all (recompute every sample's attention) or none (keep all)",
     )
     p.add_argument(
         "--lookahead",
         type=_lookahead,
-        default=None,
+        default=EXEC_DEFAULTS.lookahead,
         help="phase streaming: all (default: every prologue first), or at most N prologues ahead (0 = serial)",
     )
-    p.add_argument("--kernel", default="auto", help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn")
+    p.add_argument(
+        "--kernel",
+        default=EXEC_DEFAULTS.kernel,
+        help="attention kernel: auto, math, cpu-flash, torch-varlen, flash-attn",
+    )
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
@@ -256,7 +266,10 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     cluster = values.pop("cluster")
     given = {f.name: values.pop(f.name) for f in fields(WorkloadConfig) if f.name in values}
     workload = replace(RUNTIME_WORKLOAD, cluster=cluster or RUNTIME_WORKLOAD.cluster, **given)
-    args = TrainArgs(planner=name, planner_options=options, workload=workload, cluster=cluster, **values)
+    execution = ExecOptions(**{key: values.pop(key) for key in EXEC_FLAGS})
+    args = TrainArgs(
+        planner=name, planner_options=options, workload=workload, cluster=cluster, execution=execution, **values
+    )
     if args.records is not None:  # every rank checks, so a bad path ends them all before any set-up
         output_file(
             args.records,

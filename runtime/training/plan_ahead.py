@@ -60,7 +60,10 @@ class PlanAhead:
         batch = self.workload.sampler.batch(index)
         plan = self.planner.plan(batch, self.workload)
         mode, note = simulated_mode(
-            plan, lookahead=args.lookahead, grad_sync=args.grad_sync, world=self.workload.cluster.num_gpus
+            plan,
+            lookahead=args.execution.lookahead,
+            grad_sync=args.execution.grad_sync,
+            world=self.workload.cluster.num_gpus,
         )
         if not args.simulate:
             mode, note = None, "not simulated: --no-simulate"
@@ -82,7 +85,7 @@ class PlanAhead:
         args, wl = self.args, self.workload
         evaluate = (lambda p: self.simulate(p, rank_mode).step_time_or_inf) if args.simulate else None
         return prepare_plan(
-            executed_plan(plan, args.recompute),
+            executed_plan(plan, args.execution.recompute),
             memory=wl.memory,
             cost=wl.cost,
             preparation=args.preparation,

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +39,7 @@ from nspsim.specs.cluster import CPU_GLOO, ClusterSpec
 from nspsim.workload import Workload, build_workload
 from runtime.affinity import pin_to_core
 from runtime.data import rank_input, synthetic_stream
-from runtime.executor import ExecOptions, ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
+from runtime.executor import ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
 from runtime.groups import GroupCache
 from runtime.hf.models import model_impl, training_model
 from runtime.model import fsdp_shard
@@ -57,7 +58,7 @@ class Trainer:
         self.args, self.d, self.workload = args, d, workload
         self.model = training_model(args.workload.model, workload.model, seed=args.workload.seed).to(d.device)
         self.model_impl = model_impl(self.model)  # before FSDP2 renames the class
-        if args.grad_sync == "fsdp" and d.world > 1:
+        if args.execution.grad_sync == "fsdp" and d.world > 1:
             fsdp_shard(self.model, self.model.layers)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=args.lr)
         groups = GroupCache(
@@ -67,11 +68,10 @@ class Trainer:
         )
         bf16 = args.dtype == "bf16" or (args.dtype == "auto" and d.device.type == "cuda")
         # ``--recompute all|none`` is already written into every executed plan (PlanAhead._prepare).
-        options = ExecOptions(
-            lookahead=args.lookahead,
+        options = replace(
+            args.execution,
             recompute=RecomputeMode.PLAN,
-            kernel=args.kernel,
-            grad_sync=args.grad_sync if d.world > 1 else "allreduce",
+            grad_sync=args.execution.grad_sync if d.world > 1 else "allreduce",
             autocast="bfloat16" if bf16 else None,
         )
         self.executor = NSPExecutor(

@@ -11,7 +11,8 @@ import torch
 from nspsim.plan import Plan
 from nspsim.specs.model import get_model
 from runtime.data import rank_input, synthetic_stream
-from runtime.executor import ExecOptions, NSPExecutor
+from runtime.exec_options import ExecOptions
+from runtime.executor import NSPExecutor
 from runtime.groups import GroupCache
 from runtime.kernels import select_kernel
 from runtime.launch import RankEnv

@@ -13,7 +13,7 @@ import rt_workers
 import torch
 from test_runtime_multirank import TOL, hand_plans
 
-from runtime.executor import ExecOptions
+from runtime.exec_options import ExecOptions
 from runtime.kernels import kernel_available
 from runtime.launch import run_ranks
 

@@ -107,8 +107,8 @@ def test_the_prediction_is_the_simulation_of_the_executed_plan_in_the_matching_m
     want = Simulator.for_workload(workload, SimOptions(mode=mode)).simulate(planned.plan)
     assert planned.prediction.mode == mode and planned.prediction.step_time_s == want.step_time_s
     assert planned.prediction.breakdown_s == dict(want.breakdown_s)
-    if args.recompute != "plan":
-        assert set(planned.plan.recompute or ()) == {args.recompute == "all"}
+    if args.execution.recompute != "plan":
+        assert set(planned.plan.recompute or ()) == {args.execution.recompute == "all"}
     rec = measured_record(
         step=0,
         index=0,
