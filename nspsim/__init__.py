@@ -2,7 +2,7 @@
 
 Pure Python (numpy, scipy, simpy, networkx): the SP tree, traces and batches, model and cluster
 specs, the hierarchical cost model, planners, the Plan contract and a discrete-event simulator.
-It never imports torch, plotly or ``runtime`` (``tests/test_layering.py`` enforces this).
+It never imports torch, plotly or ``runtime`` (``tests/architecture/test_layering.py`` enforces this).
 """
 
 __version__ = "0.1.0"

@@ -1,10 +1,8 @@
-import os
-import sys
+"""Settings every test shares. Tests are grouped by concept (``tests/planners/``, ``tests/simulator/``,
+...); the helpers several folders share live in ``tests/support/``, which pytest puts on the import
+path (``pythonpath`` in pyproject.toml), so no test edits ``sys.path``."""
 
-# Tests import shared helpers as a module.
-sys.path.insert(0, os.path.dirname(__file__))
-
-from hypothesis import settings  # noqa: E402
+from hypothesis import settings
 
 # Hypothesis' default 200 ms deadline per example fails on a loaded 2-core machine (CI runs two
 # workers beside gloo process tests); correctness, not speed, is what the properties check.

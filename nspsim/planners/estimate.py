@@ -21,7 +21,7 @@ recompute-aware    step with the backward stage plus the recomputation the     c
 simulator          the discrete-event simulation (``nspsim.simulator``)        judge every rung
 =================  ==========================================================  ===============================
 
-Each rung is at least the one below on every placement (``tests/test_estimate_ladder.py`` checks it on
+Each rung is at least the one below on every placement (``tests/planners/test_estimate_ladder.py`` checks it on
 random placements): step adds non-negative floors and costs to Load's stages, recompute-aware adds
 non-negative recomputation and, under expert parallelism, a group's max attention plus its max
 non-attention is at least any GPU's sum. Trade-off: the higher rungs cost more per call (recompute-aware

@@ -236,7 +236,7 @@ ALLTOALL_PEER_LATENCY_S = 2.4e-06
 (:func:`nspsim.validation.fit.fit_link_latencies`) to the published nccl-tests time sweeps of
 all-gather and all-to-all on H100 hosts in the reference set (one host, 2 and 10 hosts over
 InfiniBand; 2 hosts over GPUDirect-TCPXO). No such sweep is published for A100 hosts, so every GPU
-preset uses them; ``tests/test_validation.py`` refits and checks them."""
+preset uses them; ``tests/validation/test_validation.py`` refits and checks them."""
 
 
 def _preset(name: str, gpu: GpuSpec, num_gpus: int, *, nvlink_bw: float, nic_bw: float, host_bw: float) -> ClusterSpec:

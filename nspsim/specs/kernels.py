@@ -5,7 +5,7 @@ forward and backward separately, per (GPU family, kernel, head dimension). The c
 squares fits (relative error) to the causal rows of the published kernel benchmarks in nspsim's
 reference set (``nspsim/validation/reference/kernels.toml``: FlashAttention-2's A100 and H100 fwd+bwd
 figures, FlashAttention-3's H100 forward figure with its FA2, cuDNN and Triton bars), made by
-:func:`nspsim.validation.fit.fit_attention_curves`; ``tests/test_validation.py`` refits them and
+:func:`nspsim.validation.fit.fit_attention_curves`; ``tests/validation/test_validation.py`` refits them and
 checks these numbers. FLOPs follow FlashAttention's benchmark convention (forward 4*b*s^2*h*d halved
 when causal, backward 2.5x forward), which is nspsim's (:func:`nspsim.specs.model.causal_attention_flops`).
 

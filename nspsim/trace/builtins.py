@@ -3,7 +3,7 @@
 ``wikipedia`` is the FlexSP artifact's Wikipedia trace, binned into the histogram shipped as
 traces/data/wikipedia_hist.json. ``longtail-paper``, ``code`` and ``commoncrawl`` are Burr XII traces
 whose fitted constants are stored here, with the target figures they were fitted to (traces/README.md
-gives the reasons; tests/test_trace.py re-fits them). Trade-off: shipping constants instead of fitting
+gives the reasons; tests/trace/test_trace.py re-fits them). Trade-off: shipping constants instead of fitting
 at load time keeps loading instant and free of scipy, at the price of a test that checks they still fit.
 """
 

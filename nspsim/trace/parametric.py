@@ -189,7 +189,7 @@ def fit_burr12(
     """Solve the Burr XII whose truncated, rounded lengths have the given median, the given share
     below 8192 tokens and the given share above 131072 tokens. Three equations in three unknowns,
     solved in log-odds space by ``scipy.optimize.least_squares``. Used offline: the presets ship the
-    fitted constants (tests/test_trace.py re-fits them)."""
+    fitted constants (tests/trace/test_trace.py re-fits them)."""
     # Deferred: scipy.optimize takes about 0.2 s to import and only offline fitting needs it.
     from scipy.optimize import least_squares
 

@@ -21,7 +21,7 @@ Adding an SP backend ``foo`` (one name, one cost file, one runtime file, one reg
    shards and the runtime's validation cases read (a chunk layout other than the two is a new
    ``chunks`` value and its rule in :func:`nspsim.execution.shards.chunk_owners`).
 
-All three registries must cover every member (``tests/test_cost_model.py`` and
+All three registries must cover every member (``tests/specs/test_cost_model.py`` and
 ``tests/runtime/test_runtime_backends_local.py`` check it), so a missed step fails at once.
 """
 

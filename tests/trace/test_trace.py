@@ -36,7 +36,7 @@ from nspsim.trace import (
 )
 from nspsim.trace.stats import trace_stats
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Measured from /work/shared/traces/wikipedia.txt (FlexSP artifact, sha1 cb8af4de...) with
 # nspsim.trace.stats; the same numbers are in traces/README.md and the JSON's reference_stats.

@@ -1,5 +1,5 @@
 """Layering rules (docs/DESIGN.md): one-way layers, checked on the import graph read from the source
-(``tests/import_graph.py``: every import statement, lazy ones included) and, for nspsim, by really
+(``tests/support/import_graph.py``: every import statement, lazy ones included) and, for nspsim, by really
 importing every module with torch, plotly, runtime and studies blocked."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from import_graph import external_imports, find_cycles, import_graph, module_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRAPH = import_graph(ROOT, ["nspsim", "runtime", "studies"])
 
 # Layers of nspsim, lowest first. A module may import its own layer and the layers below it, never above.

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from test_calibration_fit import _measurements
 
 from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.profile import WaitTable, parse_profile
@@ -17,7 +18,6 @@ from nspsim.specs.model import get_model
 from nspsim.specs.training import TrainingSpec
 from runtime.calibration.fit import build_profile, lockstep_table
 from sim_helpers import Setup, StubCost
-from test_calibration_fit import _measurements
 
 REL = 1e-12
 

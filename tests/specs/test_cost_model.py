@@ -1,4 +1,4 @@
-"""Cost model: exact hand-computed cases on the toy specs (see tests/helpers.py for the numbers)."""
+"""Cost model: exact hand-computed cases on the toy specs (see tests/support/helpers.py for the numbers)."""
 
 from __future__ import annotations
 

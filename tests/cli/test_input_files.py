@@ -20,7 +20,7 @@ from nspsim.plan import Plan
 from nspsim.trace import HistogramTrace, load_trace, wikipedia_trace
 from nspsim.trace.batching import BatchSampler
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--gpus", "8", "--tokens-per-batch", "4k", "--max-context", "1k"]
 
 

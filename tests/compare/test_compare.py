@@ -342,8 +342,9 @@ def test_format_seconds_keeps_three_significant_digits(seconds: float, text: str
 
 def test_step_times_are_formatted_by_magnitude_in_the_table_and_report() -> None:
     """A tiny model's 0.3 ms step printed as 0.0003 in the step(s) column (issue 15, item 25)."""
-    from studies.renderers.compare_report import results_table
     from test_compare_oom import result
+
+    from studies.renderers.compare_report import results_table
 
     res = result({"static": [0.0003, 0.0003, 0.0003], "nsp": [0.00025, 0.00025, 0.00025]}, "static")
     rows = format_table(res).splitlines()

@@ -12,7 +12,7 @@ from nspsim.specs.hf import HF_CONFIGS, hf_config, load_hf_config, resolve_model
 from nspsim.specs.model import get_model, ulysses_admits
 from nspsim.workload import WorkloadConfig, build_workload
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"  # sources named in fixtures/hf/README.md
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf"  # sources named in fixtures/hf/README.md
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from nspsim.validation.evaluate import evaluate_row
 from nspsim.validation.fit import fit_attention_curves, fit_link_latencies, fitted_row_ids
 from nspsim.validation.run import validate
 
-USER = Path(__file__).parent / "fixtures" / "reference" / "user.toml"
+USER = Path(__file__).parents[1] / "fixtures" / "reference" / "user.toml"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -272,7 +272,7 @@ def test_a_replicated_data_parallel_row_is_not_expressible(tmp_path: Path) -> No
 
 
 def test_max_mape_fails_when_no_row_is_selected(capsys: pytest.CaptureFixture[str]) -> None:
-    kernels = Path(__file__).parents[1] / "nspsim" / "validation" / "reference" / "kernels.toml"
+    kernels = Path(__file__).parents[2] / "nspsim" / "validation" / "reference" / "kernels.toml"
     assert main(["validate", "--dataset", str(kernels), "--kind", "collective", "--max-mape", "10%"]) == 1
     assert "no row of the selected kind(s)" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""Workloads and checks shared by the planner tests (tests/test_planner*.py)."""
+"""Workloads and checks shared by the planner tests (tests/planners/test_planner*.py)."""
 
 from __future__ import annotations
 

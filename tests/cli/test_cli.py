@@ -15,7 +15,7 @@ from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from nspsim.specs.cluster import get_cluster
 
-SHARED_WIKI = Path(__file__).resolve().parents[2] / "shared" / "traces" / "wikipedia.txt"
+SHARED_WIKI = Path(__file__).resolve().parents[3] / "shared" / "traces" / "wikipedia.txt"
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -64,7 +64,7 @@ def toy_cost(
         profile=profile or Profile(),
         attn_half_length=0.0,
         dense_gemm_efficiency=1.0,
-        elementwise=False,  # hand computations count GEMM FLOPs; tests/test_elementwise.py checks that term
+        elementwise=False,  # hand computations count GEMM FLOPs; tests/specs/test_training_terms.py checks that term
     )
 
 

@@ -1,4 +1,4 @@
-"""The model terms issue 22 added, by hand on the toy specs (tests/helpers.py: hidden 64, four heads
+"""The model terms issue 22 added, by hand on the toy specs (tests/support/helpers.py: hidden 64, four heads
 of 16, four KV heads, gated FFN 128, vocabulary 10, HBM 1e11 B/s at stream efficiency 1): activation
 checkpointing's recompute FLOPs and kept bytes, element-wise HBM traffic, the all-to-all peer latency,
 training presets and their flags."""
