@@ -15,13 +15,13 @@ import pytest
 
 from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
-from nspsim.planners import get_planner
+from nspsim.planners import HEADLINE_PLANNERS, get_planner
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 pytestmark = pytest.mark.benchmark
 
-PLANNERS: dict[str, dict[str, Any]] = {"static": {}, "flexsp": {}, "basp": {}, "nsp2l": {}, "nsp": {}}
+PLANNERS: dict[str, dict[str, Any]] = {name: {} for name in HEADLINE_PLANNERS}  # the headline strategies
 
 
 @cache

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from nspsim.compare import CompareConfig, RunSpec, run_compare
+from nspsim.compare import CompareConfig, RunSpec, default_planners, run_compare
 from nspsim.workload import WorkloadConfig
 from studies.palette import planner_color
 
 MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))
 CONTEXTS = (192 * 1024, 384 * 1024)
 TRACES = ("wikipedia", "code")
-PLANNERS = ("static-best", "static", "flexsp", "basp", "nsp2l", "nsp")
+PLANNERS = default_planners()  # static-best and every headline planner (a class fact)
 
 
 def configs(profile: str | None, iters: int) -> list[tuple[str, CompareConfig]]:

@@ -10,8 +10,8 @@ Levels of the hierarchy and where they live:
   not kept (tree-level recomputation);
 * model level - :meth:`CostModel.non_attention`: projections, FFN/MoE (and the expert-parallel
   all-to-all) for the tokens a GPU holds;
-* tree and iteration level - :mod:`nspsim.cost.load` sums these over each GPU's active chain and forms
-  Load(a) = max_p D_p^fwd + max_p D_p^bwd;
+* tree and iteration level - the planners' :class:`~nspsim.planners.proxy.CostTable` sums these over
+  each GPU's active chain and forms Load(a) = max_p D_p^fwd + max_p D_p^bwd;
 * FSDP, layout change, output head and optimizer - :meth:`fsdp`, :meth:`alltoall_time`,
   :meth:`head` and :meth:`optimizer_time`, used by the simulator and micro-batch-aware planners.
 

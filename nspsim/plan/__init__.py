@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from nspsim.cost.load import tokens_per_gpu
 from nspsim.jsonfile import dumps_json, parse_json, read_text
 from nspsim.plan import fields
 from nspsim.plan.estimates import Estimates
@@ -185,10 +184,11 @@ class Plan:
         return roots_first(degrees[mask], firsts[mask], self.cluster.num_gpus)
 
     def tokens_per_gpu(self, micro_batch: int = 0) -> np.ndarray:
-        """Tok_p of every GPU in ``micro_batch``."""
+        """Tok_p of every GPU in ``micro_batch``: the sharded tokens of every node on its chain."""
         lengths, degrees, firsts, _ = self.arrays
         mask = self.sample_mask(micro_batch)
-        return tokens_per_gpu(self.tree, lengths[mask], degrees[mask], firsts[mask])
+        tokens: np.ndarray = self.tree.per_gpu_sum(lengths[mask] / degrees[mask], degrees[mask], firsts[mask])
+        return tokens
 
     def samples_per_degree(self) -> dict[int, int]:
         """How many samples each SP degree received (largest first)."""

@@ -12,7 +12,8 @@ non-attention time per sharded token: the planners assume the cost model's non-a
 is affine in its token count (slope plus an intercept paid by every GPU that holds tokens), which is
 exact for the analytic model (GEMMs are linear; the expert-parallel all-to-all is latency plus
 bytes). :func:`fit_non_attention` checks the assumption at three points and refuses a cost model that
-violates it, so the per-GPU sums below equal :func:`nspsim.cost.load.plan_load` exactly (tested).
+violates it, so the per-GPU sums below equal the direct per-GPU reference
+(``tests/support/reference_load.py``) exactly (tested).
 
 Two proxies exist: ``"full"`` (the paper's cost model) and ``"attn-fwd"`` (the "w/o cost model"
 ablation: attention forward only, no backward, no non-attention work). Trade-off: tables cost one

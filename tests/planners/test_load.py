@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from helpers import toy_cost
-from nspsim.cost.load import plan_load, tokens_per_gpu
 from nspsim.sp_tree import SPTree
+from reference_load import plan_load, tokens_per_gpu
 
 TREE = SPTree(num_gpus=8, spmax=4, gpus_per_node=2)
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nspsim.cost.load import plan_load
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.planners.microbatch import blaster_split
 from nspsim.workload import Workload
 from planner_fixtures import batch_of, check_valid, model_workload
+from reference_load import plan_load
 
 
 def estimate_and_load(wl: Workload, lengths: np.ndarray, degree: int, firsts: np.ndarray) -> tuple[float, float]:

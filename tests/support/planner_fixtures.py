@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import make_batch
-from nspsim.cost.load import plan_load
 from nspsim.plan import Plan
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload, WorkloadConfig, build_workload
+from reference_load import plan_load
 
 
 def tiny_workload(gpus: int = 4, token_budget: int | None = 4096, model: str = "tiny", **kw: object) -> Workload:
@@ -34,7 +34,7 @@ def batch_of(lengths: Sequence[int]) -> Batch:
 
 
 def exact_load(plan: Plan, workload: Workload) -> float:
-    """Proxy Load from ``nspsim.cost.load.plan_load`` (the reference), micro-batches summed."""
+    """Proxy Load from ``reference_load.plan_load`` (the reference), micro-batches summed."""
     lengths, degrees, firsts, mbs = plan.arrays
     return sum(
         plan_load(workload.cost, workload.tree, lengths[mbs == mb], degrees[mbs == mb], firsts[mbs == mb]).load

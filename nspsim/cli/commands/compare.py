@@ -43,8 +43,6 @@ from nspsim.cli.flags import (
 )
 from nspsim.compare import (
     ABLATIONS,
-    DEFAULT_FLEXSP_TIME_LIMIT_S,
-    DEFAULT_ITERS,
     MAX_ITERS,
     VARIANTS,
     CompareConfig,
@@ -58,10 +56,11 @@ from nspsim.jsonfile import dumps_json
 from nspsim.options import positive_float
 from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
-from nspsim.simulator.modes import MODES, SimMode
+from nspsim.simulator.modes import MODES
 from nspsim.units import format_seconds
 from nspsim.workload import build_workload
 
+RUN_DEFAULTS = RunSpec()  # the flags' defaults are RunSpec's own fields
 REPORT_RENDERER = "studies.renderers.compare_report"  # the only studies module nspsim loads (module doc)
 EXIT_ALL_OUT_OF_MEMORY = 1
 EXIT_HELP = (
@@ -228,9 +227,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     add_workload_args(p)
     p.add_argument(
-        "--iters", type=positive_int, default=DEFAULT_ITERS, help=f"batches to compare on (at most {MAX_ITERS:,})"
+        "--iters", type=positive_int, default=RUN_DEFAULTS.iters, help=f"batches to compare on (at most {MAX_ITERS:,})"
     )
-    p.add_argument("--first-batch", type=int, default=0, help="index of the first batch")
+    p.add_argument("--first-batch", type=int, default=RUN_DEFAULTS.first_batch, help="index of the first batch")
     p.add_argument(
         "--planners",
         default=None,
@@ -249,12 +248,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--flexsp-time-limit",
         type=_time_limit,
-        default=DEFAULT_FLEXSP_TIME_LIMIT_S,
+        default=RUN_DEFAULTS.planner_options["flexsp"]["time_limit"],
         help=f"seconds per FlexSP MILP solve, a safety net (default: the artifact's 10, at most "
         f"{MAX_TIME_LIMIT_S:.0f}); its deterministic work limit (flexsp:work_limit=N) stops the solves first "
         "and bounds planning time",
     )
-    p.add_argument("--mode", choices=MODES, default=SimMode.STREAM, help="executor overlap mode for every planner")
+    p.add_argument("--mode", choices=MODES, default=RUN_DEFAULTS.mode, help="executor overlap mode for every planner")
     add_prepare_flag(p)
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")

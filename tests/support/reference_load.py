@@ -1,4 +1,5 @@
-"""Tree and iteration levels of the cost model: per-GPU loads and the routing proxy Load(a).
+"""The reference the planners' vectorised proxy is checked against (tests only): per-GPU loads and
+Load(a) computed directly from the cost model, one ``non_attention`` call per GPU.
 
 For a routing a (sample j -> node u_j), GPU p's attention time per pass is the serial sum over the
 active nodes on its leaf-to-root chain of their phase costs; its non-attention time follows from its
@@ -8,7 +9,8 @@ sharded token count Tok_p = sum_{j: p in R(u_j)} L_j / |R(u_j)|. Per pass sigma:
 
 Everything is vectorised per degree level (``SPTree.per_gpu_sum``), so evaluating a 30K-sample plan
 on 1024 GPUs costs a few bincounts. Load is a routing proxy, not a step-time prediction: overlap,
-FSDP and recomputation are the simulator's job.
+FSDP and recomputation are the simulator's job. nspsim's own implementation is
+:class:`nspsim.planners.proxy.CostTable`, which must equal this one (tests/planners/test_load.py).
 """
 
 from __future__ import annotations
