@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from nspsim.cli.flags import Parser, shown, silence_closed_stdout
+from nspsim.cli.progress import Bar
 from nspsim.cost.profile import load_profile
 from nspsim.options import fraction
 from runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(PROG, exc, 1)
     results: list[CaseResult] = []
     failed: dict[str, str] = {}
-    for i, case in enumerate(tqdm(cases, desc="cases", unit="case", file=sys.stderr, disable=args.json)):
+    for i, case in enumerate(Bar(cases, desc="cases", unit="case", file=sys.stderr, disable=args.json)):
         try:
             results.append(run_case(case, i, profiles[case.ranks], out, args.case_timeout))
         except CaseFailed as exc:

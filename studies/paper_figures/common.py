@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
-from tqdm import tqdm
 
+from nspsim.cli.progress import Bar
 from nspsim.jsonfile import dumps_json
 from nspsim.sweep import (
     Cache,
@@ -120,7 +120,7 @@ def run_spec(spec: SweepSpec, out: Path, *, jobs: int = 1, progress: bool = True
     started = time.perf_counter()
     cache = Cache(out / "cache")
     plan = plan_sweep(spec, cache)
-    with tqdm(
+    with Bar(
         total=plan.units, initial=len(plan.cached), desc=spec.name, unit="unit", file=sys.stderr, disable=not progress
     ) as bar:
 

@@ -41,6 +41,7 @@ from nspsim.cli.flags import (
     workload_config,
     write_output,
 )
+from nspsim.cli.progress import Bar
 from nspsim.compare import (
     ABLATIONS,
     MAX_ITERS,
@@ -87,7 +88,7 @@ class ProgressBar:
     def __call__(self, done: int, total: int, label: str) -> None:
         if self.tty:
             if self.bar is None:
-                self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True, leave=True)
+                self.bar = Bar(total=total, file=self.stream, unit="run", dynamic_ncols=True, leave=True)
             self.bar.set_description_str(label, refresh=False)
             self.bar.update(done - self.bar.n)
             if done >= total:

@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from nspsim.cli.commands.plot import write_report
 from nspsim.cli.flags import emit, positive_int, shown, warn
+from nspsim.cli.progress import Bar
 from nspsim.jsonfile import read_json
 from nspsim.output_files import output_lock
 from nspsim.sweep import (
@@ -139,7 +138,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
             warn(f"point {point.index} ({varied}): {point.error}")
     jobs = _jobs(args)
     counts = {"computed": 0, "failed": 0}
-    with tqdm(
+    with Bar(
         total=plan.units, initial=len(plan.cached), desc="sweep", unit="unit", file=sys.stderr, disable=args.json
     ) as bar:
         bar.set_postfix(cached=len(plan.cached), computed=0, failed=0)
