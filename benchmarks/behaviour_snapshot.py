@@ -138,6 +138,9 @@ def plan_case(label: str, flags: list[str], planner: list[str], batch: int, work
     if res["plan"]["rc"] != 0:
         return {name: res}
     res["plan"]["file_sha"] = hashlib.sha256(_canonical_plan(plan_path)).hexdigest()[:16]
+    doc = json.loads(plan_path.read_text())
+    doc["metadata"].pop("prepared", None)  # as routed and unrecorded, so sim3 prepares as the planner declares
+    plan_path.write_text(json.dumps(doc))
     for i, sim in enumerate(SIM_FLAGS):
         tl = work / f"{name}-tl{i}.json"
         r = _run([str(BIN / "nspsim"), "simulate", str(plan_path), *sim, "--json", "--timeline", str(tl)], work)

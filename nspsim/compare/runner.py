@@ -252,7 +252,7 @@ def iteration_record(
     ratio = planned.metadata.get("load_over_lower_bound")
     estimates = planned.estimates
     step = result.step_time_s
-    error = None if estimates is None or not step else estimates.chosen_s / step - 1
+    error = None if estimates is None or not step else estimates.chosen_estimate_s / step - 1
     return IterationRecord(
         planner=label,
         iteration=iteration,

@@ -15,14 +15,14 @@ plans routed for nesting want both steps, the baselines run as planned), and eve
 ``prepare`` choice (:data:`PREPARE_CHOICES`) whose default, ``"planner"``, is that declaration
 (:func:`resolve_preparation`). So ``nspsim plan | nspsim simulate``, ``nspsim compare`` and the runtime
 prepare a plan the same way unless told otherwise. A prepared plan records what was applied in its
-metadata (``prepared``), and ``"planner"`` leaves such a plan as it is: a runtime plan log replays as
-it was executed. Both steps are deterministic for a plan and a cost/memory model (``evaluate`` aside).
+metadata (``prepared``, ``none`` included), and ``"planner"`` leaves such a plan as it is: a runtime plan
+log replays as it was executed. Both steps are deterministic for a plan and a cost/memory model (``evaluate`` aside).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from nspsim.cost.interface import CostModel
 from nspsim.execution.issue_order import optimize_issue_order
@@ -60,11 +60,6 @@ class Preparation:
         """The :data:`PREPARE_CHOICES` name of this preparation (``none``, ``recompute``, ``order``, ``all``)."""
         return _LABELS[(self.tree_recompute, self.optimize_order)]
 
-    @property
-    def applies(self) -> bool:
-        """Whether any step runs."""
-        return self.tree_recompute or self.optimize_order
-
 
 AS_PLANNED = Preparation()
 NESTED_PREPARATION = Preparation(tree_recompute=True, optimize_order=True)
@@ -85,9 +80,17 @@ def resolve_preparation(prepare: str, declared: Preparation) -> Preparation:
 
 
 def recorded_preparation(plan: Plan) -> str | None:
-    """The preparation a prepared plan records (``None``: the plan is as routed)."""
+    """The preparation a prepared plan records (``none`` included: it was asked to run as routed);
+    ``None`` for a plan no preparation step has seen; ``ValueError`` for a value that names none."""
     value = plan.metadata.get(PREPARED_KEY)
-    return None if value is None else str(value)
+    if value is None:
+        return None
+    if value not in _NAMED:
+        raise ValueError(
+            f"plan metadata {PREPARED_KEY}={value!r} is not a preparation (known: {', '.join(_NAMED)}); "
+            "remove it to prepare the plan as its planner declares"
+        )
+    return str(value)
 
 
 def prepare_plan(
@@ -100,11 +103,10 @@ def prepare_plan(
 ) -> Plan:
     """``plan`` with tree-level recompute marks (``preparation.tree_recompute``) and an optimised issue
     order (``preparation.optimize_order``, re-ranked by ``evaluate`` when given), recording the
-    preparation in its metadata; ``plan`` itself when no step runs."""
-    if not preparation.applies:
-        return plan
+    preparation in its metadata (``none`` too: the plan then runs as written wherever it is replayed);
+    its content (and hash) is unchanged when no step runs."""
     if preparation.tree_recompute:
         plan = mark_recompute(plan, memory, cost)
     if preparation.optimize_order:
         plan = optimize_issue_order(plan, cost, evaluate=evaluate)
-    return replace(plan, metadata={**plan.metadata, PREPARED_KEY: preparation.label})
+    return plan.with_metadata({PREPARED_KEY: preparation.label})

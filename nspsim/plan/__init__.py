@@ -14,6 +14,7 @@ check they run the same plan. Plans hold names and integers, never process group
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections import Counter
@@ -142,6 +143,13 @@ class Plan:
     def tree(self) -> SPTree:
         """The SP forest this plan routes over."""
         return SPTree(num_gpus=self.cluster.num_gpus, spmax=self.spmax, gpus_per_node=self.gpus_per_node)
+
+    def with_metadata(self, entries: Mapping[str, float | int | str]) -> Plan:
+        """This plan with ``entries`` added to its metadata. Metadata is outside the content hash and
+        every check, so the copy is not validated again (a large plan's checks take 0.1 s)."""
+        other = copy.copy(self)
+        object.__setattr__(other, "metadata", {**self.metadata, **fields.metadata(dict(entries))})
+        return other
 
     @property
     def estimates(self) -> Estimates | None:

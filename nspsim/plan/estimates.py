@@ -4,7 +4,7 @@
 A plan stores the record in its metadata (outside the content hash), under fixed keys, so plan files
 stay plain JSON and a plan made before the record existed still reads (``Estimates.of`` is then
 ``None``). ``compare`` and ``sweep`` copy it whole into their records, so "how good was the estimate
-against the simulator" is one column: ``chosen_s / step_time_s - 1``.
+against the simulator" is one column: ``chosen_estimate_s / step_time_s - 1``.
 
 Rungs, cheapest first, each at least the one before on any placement: ``lower-bound`` (of the batch,
 any plan), ``load`` (proxy Load), ``step`` (Load stages with FSDP floors and the fixed micro-batch
@@ -20,13 +20,8 @@ from dataclasses import dataclass
 
 RUNGS = ("lower-bound", "load", "step", "recompute-aware")
 CHOSEN_BY = (*RUNGS[1:], "rule")  # a lower bound is of the batch, not of a plan
-_KEYS = {
-    "lower_bound_s": "lower_bound_s",
-    "load_s": "load_s",
-    "step_s": "step_estimate_s",
-    "chosen_by": "chosen_by",
-    "chosen_s": "chosen_estimate_s",
-}
+_KEYS = ("lower_bound_s", "load_s", "step_estimate_s", "chosen_by", "chosen_estimate_s")
+"""The record's fields, which are also its plan-metadata keys and its columns in compare and sweep."""
 _RTOL = 1e-9  # the rungs are sums of the same floats in different orders
 
 
@@ -37,18 +32,20 @@ class Estimates:
 
     lower_bound_s: float
     load_s: float
-    step_s: float
+    step_estimate_s: float
     chosen_by: str
-    chosen_s: float
+    chosen_estimate_s: float
 
     def __post_init__(self) -> None:
         if self.chosen_by not in CHOSEN_BY:
             raise ValueError(f"estimates chosen_by must be one of {', '.join(CHOSEN_BY)}, got {self.chosen_by!r}")
-        values = (self.lower_bound_s, self.load_s, self.step_s, self.chosen_s)
+        values = (self.lower_bound_s, self.load_s, self.step_estimate_s, self.chosen_estimate_s)
         if not all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"estimates must be finite non-negative seconds, got {values}")
-        if self.load_s > self.step_s * (1 + _RTOL):  # the bound is of the batch: reported, not enforced here
-            raise ValueError(f"a step estimate is never below the Load, got load {self.load_s} > step {self.step_s}")
+        if self.load_s > self.step_estimate_s * (1 + _RTOL):  # the bound is of the batch: reported, not enforced
+            raise ValueError(
+                f"a step estimate is never below the Load, got load {self.load_s} > step {self.step_estimate_s}"
+            )
 
     @property
     def load_over_lower_bound(self) -> float:
@@ -57,19 +54,18 @@ class Estimates:
 
     def to_metadata(self) -> dict[str, float | str]:
         """The plan-metadata entries of this record (and ``load_over_lower_bound``)."""
-        entries: dict[str, float | str] = {_KEYS[k]: getattr(self, k) for k in _KEYS}
+        entries: dict[str, float | str] = {key: getattr(self, key) for key in _KEYS}
         return {**entries, "load_over_lower_bound": self.load_over_lower_bound}
 
     @staticmethod
     def of(metadata: Mapping[str, float | int | str]) -> Estimates | None:
         """The record a plan's metadata holds; ``None`` for a plan without one (made before it existed)."""
-        if not all(key in metadata for key in _KEYS.values()):
+        if not all(key in metadata for key in _KEYS):
             return None
-        values = {k: metadata[key] for k, key in _KEYS.items()}
         return Estimates(
-            lower_bound_s=float(values["lower_bound_s"]),
-            load_s=float(values["load_s"]),
-            step_s=float(values["step_s"]),
-            chosen_by=str(values["chosen_by"]),
-            chosen_s=float(values["chosen_s"]),
+            lower_bound_s=float(metadata["lower_bound_s"]),
+            load_s=float(metadata["load_s"]),
+            step_estimate_s=float(metadata["step_estimate_s"]),
+            chosen_by=str(metadata["chosen_by"]),
+            chosen_estimate_s=float(metadata["chosen_estimate_s"]),
         )

@@ -70,15 +70,17 @@ def declared_preparation(name: str) -> Preparation:
     return preparation
 
 
-def plan_preparation(plan: Plan, prepare: str) -> Preparation:
+def plan_preparation(plan: Plan, prepare: str) -> Preparation | None:
     """The preparation the choice ``prepare`` asks of ``plan``: for ``"planner"``, what the plan's
-    planner declares, or nothing when the plan records a preparation already (it was prepared) or its
-    planner is not registered here (it declares nothing)."""
+    planner declares (nothing for a planner not registered here: it declares nothing), or ``None``
+    when the plan records a preparation already (it runs as written); ``ValueError`` for a recorded
+    value that names no preparation."""
+    recorded = recorded_preparation(plan)
     if check_prepare(prepare) != "planner":
         return resolve_preparation(prepare, AS_PLANNED)
-    if recorded_preparation(plan) is not None or plan.planner not in _REGISTRY:
-        return AS_PLANNED
-    return declared_preparation(plan.planner)
+    if recorded is not None:
+        return None
+    return declared_preparation(plan.planner) if plan.planner in _REGISTRY else AS_PLANNED
 
 
 def get_planner(name: str, **options: Any) -> Planner:

@@ -173,5 +173,9 @@ def estimates(ctx: Context, placement: Placement, chosen_by: str, chosen_s: floa
         by_rung = {"load": load, "step": step, "rule": step}
         chosen_s = by_rung[chosen_by] if chosen_by in by_rung else recompute_aware_estimate(ctx, placement)
     return Estimates(
-        lower_bound_s=lower_bound(ctx.table), load_s=load, step_s=step, chosen_by=chosen_by, chosen_s=float(chosen_s)
+        lower_bound_s=lower_bound(ctx.table),
+        load_s=load,
+        step_estimate_s=step,
+        chosen_by=chosen_by,
+        chosen_estimate_s=float(chosen_s),
     )

@@ -72,8 +72,8 @@ ROW_SCHEMA = pa.schema(
         *((f"bd_{c}", pa.float64()) for c in BREAKDOWN_CATEGORIES),
         ("planning_time_s", pa.float64()),
         ("load_over_lower_bound", pa.float64()),
-        ("estimate_by", pa.string()),
-        ("estimate_s", pa.float64()),
+        ("chosen_by", pa.string()),
+        ("chosen_estimate_s", pa.float64()),
         ("estimate_error", pa.float64()),
         ("step_estimate_s", pa.float64()),
         ("num_micro_batches", pa.int64()),
@@ -225,10 +225,10 @@ def _estimates(record: dict[str, Any] | None) -> dict[str, Any]:
     est = (record or {}).get("estimates") or {}
     error = (record or {}).get("estimate_error")
     return {
-        "estimate_by": str(est.get("chosen_by", "")),
-        "estimate_s": float(est.get("chosen_s", NAN)),
+        "chosen_by": str(est.get("chosen_by", "")),
+        "chosen_estimate_s": float(est.get("chosen_estimate_s", NAN)),
         "estimate_error": NAN if error is None else float(error),
-        "step_estimate_s": float(est.get("step_s", NAN)),
+        "step_estimate_s": float(est.get("step_estimate_s", NAN)),
     }
 
 

@@ -150,7 +150,7 @@ class SweepSpec:
                 "mode": str(self.run.mode),
                 "planner_options": self.run.planner_options,
                 **({"baseline": self.run.baseline} if self.run.baseline is not None else {}),
-                **({"prepare": self.run.prepare} if self.run.prepare != "planner" else {}),
+                "prepare": self.run.prepare,
             },
         }
 
@@ -226,6 +226,9 @@ def _workload_value(table: str, key: str, value: Any) -> Any:
 
 
 def _run(data: dict[str, Any]) -> RunSpec:
+    replaced = [k for k in data if k in ("tree_recompute", "optimize_order")]
+    if replaced:
+        raise ValueError(f'[run] {replaced[0]}: replaced by prepare = "none" | "recompute" | "order" | "all"')
     unknown = [k for k in data if k not in RUN_KEYS]
     if unknown:
         raise ValueError(f"[run] {unknown[0]}: unknown key (known: {', '.join(RUN_KEYS)})")

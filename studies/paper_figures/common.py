@@ -16,6 +16,7 @@ import html
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -27,6 +28,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from nspsim.cli.progress import Bar
+from nspsim.cost.profile import load_profile
 from nspsim.jsonfile import dumps_json
 from nspsim.sweep import (
     Cache,
@@ -86,6 +88,9 @@ def parse_args(name: str, description: str, argv: Sequence[str] | None = None) -
     )
     args = parser.parse_args(argv)
     try:
+        if args.profile is not None:
+            load_profile(args.profile)  # an unreadable profile fails here, not in every unit of the sweep
+        _check_output_folder(args.output)
         return StudyArgs(
             quick=args.quick,
             out=args.output,
@@ -95,6 +100,28 @@ def parse_args(name: str, description: str, argv: Sequence[str] | None = None) -
     except ValueError as exc:
         parser.error(str(exc))
         raise  # unreachable: parser.error exits
+
+
+def _check_output_folder(out: Path) -> None:
+    """``ValueError`` (one line) unless ``out`` is a folder this process can create and write."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"-o {out}: it is a file, not a folder; give a folder for the study's outputs")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ValueError(f"-o {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def exit_status(name: str, run: SweepRun) -> int:
+    """0 when every unit of the study ran; else one line on stderr (how many rows failed, the first
+    reason) and 1, as ``nspsim sweep`` exits, so a study whose points all failed never passes for done."""
+    bad = failures(run)
+    if not bad:
+        return 0
+    print(f"{name}: {len(bad)} of {len(run.rows)} rows failed (first: {bad[0]}); see {name}.json", file=sys.stderr)
+    return 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ from studies.paper_figures.common import (
     PAPER_SOURCE,
     SweepRun,
     done_line,
+    exit_status,
     failures,
     fmt,
     html_table,
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     paths = write_study(args.out, NAME, run, figure(ours, spec.run.iters), tables(ours), data, {"quick": args.quick})
     print(done_line(NAME, f"{spec.run.iters} batch(es)", run, paths["html"]))
-    return 0
+    return exit_status(NAME, run)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from studies.paper_figures.common import (
     StudyArgs,
     SweepRun,
     done_line,
+    exit_status,
     failures,
     fmt,
     html_table,
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         {"quick": args.quick, "iters": batches},
     )
     print(done_line(NAME, f"{len(configs)} configurations x {batches} batch(es)", run, paths["html"]))
-    return 0
+    return exit_status(NAME, run)
 
 
 def frame_of(configs: list[dict[str, Any]]) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from studies.paper_figures.common import (
     SweepRun,
     describe,
     done_line,
+    exit_status,
     failures,
     fmt,
     html_table,
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     figure_ = figure(parts, batch_index, spec.run.iters, describe(spec.points()[0]))
     paths = write_study(args.out, NAME, run, figure_, tables(parts, run, batch_index), data, {"quick": args.quick})
     print(done_line(NAME, f"batch {batch_index} of {spec.run.iters}", run, paths["html"]))
-    return 0
+    return exit_status(NAME, run)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from studies.paper_figures.common import (
     SweepRun,
     describe,
     done_line,
+    exit_status,
     failures,
     html_table,
     parse_args,
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         {"quick": args.quick},
     )
     print(done_line(NAME, f"{spec.run.iters} batch(es)", run, paths["html"]))
-    return 0
+    return exit_status(NAME, run)
 
 
 if __name__ == "__main__":

@@ -47,22 +47,37 @@ def compared() -> dict[str, tuple[str, float]]:
 def test_plan_then_simulate_equals_compare(
     planner: str, compared: dict[str, tuple[str, float]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    prepared, routed = tmp_path / "prepared.json", tmp_path / "routed.json"
+    prepared, routed, unmarked = tmp_path / "prepared.json", tmp_path / "routed.json", tmp_path / "unmarked.json"
     made = _cli_json(["plan", "--planner", planner, *FLAGS, "-o", str(prepared)], capsys)
     _cli_json(["plan", "--planner", planner, *FLAGS, "--prepare", "none", "-o", str(routed)], capsys)
     assert made["config"]["prepare"] == "planner"
+    doc = json.loads(routed.read_text())
+    assert doc["metadata"].pop("prepared") == "none"
+    unmarked.write_text(json.dumps(doc))  # a plan no preparation has seen (another tool's, an old file)
     after_plan = _cli_json(["simulate", str(prepared)], capsys)  # recorded preparation: run as written
-    after_simulate = _cli_json(["simulate", str(routed)], capsys)  # prepared here, as the planner declares
+    after_simulate = _cli_json(["simulate", str(unmarked)], capsys)  # prepared here, as the planner declares
     want_hash, want_step = compared[planner]
     for run in (after_plan, after_simulate):
         assert (run["config"]["plan_hash"], run["step_time_s"]) == (want_hash, want_step)
+    as_routed = _cli_json(["simulate", str(routed)], capsys)  # --prepare none was recorded: runs as routed
+    assert as_routed["config"]["preparation"] == "as written (none)"
+    assert as_routed["config"]["plan_hash"] == Plan.load(routed).content_hash
     if planner == "nsp":
         assert after_simulate["config"]["preparation"] == "all"
-        assert after_plan["config"]["preparation"] == "none (plan prepared: all)"
-        as_routed = _cli_json(["simulate", str(routed), "--prepare", "none"], capsys)
+        assert after_plan["config"]["preparation"] == "as written (all)"
         assert as_routed["config"]["plan_hash"] != want_hash  # the preparation changes what runs here
     else:
         assert after_simulate["config"]["preparation"] == "none"
+
+
+def test_a_recorded_preparation_that_names_none_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    _cli_json(["plan", "--planner", "static", *FLAGS, "-o", str(path)], capsys)
+    doc = json.loads(path.read_text())
+    doc["metadata"]["prepared"] = "banana"
+    path.write_text(json.dumps(doc))
+    assert main(["simulate", str(path)]) == 2
+    assert "prepared='banana' is not a preparation" in capsys.readouterr().err
 
 
 def test_the_runtime_prepares_as_compare_does(compared: dict[str, tuple[str, float]]) -> None:

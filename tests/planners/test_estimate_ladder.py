@@ -101,20 +101,20 @@ def test_every_plan_records_the_rung_that_chose_it(name: str) -> None:
     plan = get_planner(name).plan(wl.sampler.batch(0), wl)
     est = plan.estimates
     assert est is not None and est.chosen_by in CHOSEN_BY
-    assert est.lower_bound_s <= est.load_s * (1 + 1e-9) <= est.step_s * (1 + 1e-9)
-    by_rung = {"load": est.load_s, "step": est.step_s, "rule": est.step_s}
+    assert est.lower_bound_s <= est.load_s * (1 + 1e-9) <= est.step_estimate_s * (1 + 1e-9)
+    by_rung = {"load": est.load_s, "step": est.step_estimate_s, "rule": est.step_estimate_s}
     if est.chosen_by in by_rung:
-        assert est.chosen_s == by_rung[est.chosen_by]
+        assert est.chosen_estimate_s == by_rung[est.chosen_by]
     assert Estimates.of(dict(est.to_metadata())) == est
 
 
 def test_a_record_refuses_what_no_plan_can_have() -> None:
-    good = {"lower_bound_s": 1.0, "load_s": 2.0, "step_s": 3.0, "chosen_by": "step", "chosen_s": 3.0}
+    good = {"lower_bound_s": 1.0, "load_s": 2.0, "step_estimate_s": 3.0, "chosen_by": "step", "chosen_estimate_s": 3.0}
     Estimates(**good)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="chosen_by must be one of load, step, recompute-aware, rule"):
         Estimates(**{**good, "chosen_by": "lower-bound"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="never below the Load"):
         Estimates(**{**good, "load_s": 4.0})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="finite non-negative"):
-        Estimates(**{**good, "chosen_s": float("nan")})  # type: ignore[arg-type]
+        Estimates(**{**good, "chosen_estimate_s": float("nan")})  # type: ignore[arg-type]
     assert Estimates.of({"load_s": 1.0}) is None  # a plan made before the record existed

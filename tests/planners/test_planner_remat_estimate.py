@@ -229,7 +229,7 @@ def test_nsp_no_longer_picks_the_nested_one_pass_plan_that_waits_at_every_ep_all
     assert plan.metadata["micro_batch_split"] in ("tokens", "sorted")
     # the estimate the choice minimised is recorded, and it ranks below the nested one-pass route's
     assert plan.estimates is not None and plan.estimates.chosen_by == "recompute-aware"
-    assert plan.estimates.chosen_s < recompute_aware_step(ctx, select, nested.degrees, nested.firsts)
+    assert plan.estimates.chosen_estimate_s < recompute_aware_step(ctx, select, nested.degrees, nested.firsts)
     placement = Placement(nested.degrees, nested.firsts, np.zeros_like(nested.degrees))
     one_pass_plan = finish("nsp", ctx, placement, Stopwatch.start(), chosen_by="load")
     one_pass_time = sim.simulate(

@@ -104,7 +104,9 @@ def test_prepare_plan_marks_then_orders_like_the_steps_it_composes() -> None:
     assert both == replace(direct, metadata={**direct.metadata, "prepared": "all"})
     assert recorded_preparation(both) == "all" and recorded_preparation(plan) is None
     assert both.recompute == (False, True, True, True, True) and both.issue_order != plan.issue_order
-    assert prepare_plan(plan, memory=mem, cost=setup.cost, preparation=AS_PLANNED) is plan
+    as_routed = prepare_plan(plan, memory=mem, cost=setup.cost, preparation=AS_PLANNED)
+    assert as_routed.content_hash == plan.content_hash and as_routed.recompute == plan.recompute
+    assert recorded_preparation(as_routed) == "none"  # recorded, so a replay runs it as written
     sim = setup.simulator()
     ranked = prepare_plan(
         plan,

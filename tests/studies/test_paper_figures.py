@@ -279,6 +279,35 @@ def test_fig7_draws_exactly_the_planners_of_its_spec(tmp_path: Path) -> None:
     assert drawn == list(planners)
 
 
+def test_study_bad_profile_or_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unreadable profile or an output path that is a file fails before any unit runs."""
+    afile = tmp_path / "f.json"
+    afile.write_text("{}")
+    for argv, message in (
+        (["--profile", "nosuch"], "cannot read profile nosuch"),
+        (["-o", str(afile)], "it is a file, not a folder"),
+        (["-o", str(afile / "sub")], "cannot write there"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            fig10.main(["--quick", *argv])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1 and message in err, (argv, err)
+
+
+def test_a_study_with_failed_rows_exits_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from studies.paper_figures.common import exit_status
+
+    rows = pd.DataFrame(
+        {"point": [0, 0], "planner": ["nsp", "static"], "batch_index": [0, 0], "error": ["", "cannot read profile x"]}
+    )
+    assert exit_status("fig7", SimpleNamespace(rows=rows[rows["error"] == ""])) == 0  # type: ignore[arg-type]
+    assert exit_status("fig7", SimpleNamespace(rows=rows)) == 1  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert err == "fig7: 1 of 2 rows failed (first: point 0 static batch 0: cannot read profile x); see fig7.json\n"
+
+
 def test_study_bad_jobs_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         fig8.main(["--jobs", "0"])

@@ -247,9 +247,12 @@ def test_rows_equal_compare_on_every_point(tmp_path: Path) -> None:
             assert row["step_time_s"] == record.step_time_s and row["plan_hash"] == record.plan_hash
             assert row["bd_attn_fwd"] == record.breakdown_s["attn_fwd"]
             assert row["batch_index"] == record.batch_index and row["num_micro_batches"] == record.num_micro_batches
-            assert record.estimates is not None and row["estimate_by"] == record.estimates.chosen_by
-            assert row["estimate_s"] == record.estimates.chosen_s and row["estimate_error"] == record.estimate_error
-            assert record.estimate_error == pytest.approx(record.estimates.chosen_s / record.step_time_s - 1)
+            assert record.estimates is not None and row["chosen_by"] == record.estimates.chosen_by
+            assert (
+                row["chosen_estimate_s"] == record.estimates.chosen_estimate_s
+                and row["estimate_error"] == record.estimate_error
+            )
+            assert record.estimate_error == pytest.approx(record.estimates.chosen_estimate_s / record.step_time_s - 1)
         best = next(s for s in result.summaries if s.planner == "nsp")
         summary = next(s for s in summarise(build_rows(plan)) if s["point"] == point and s["planner"] == "nsp")
         assert summary["normalized"] == pytest.approx(best.normalized_to_static, rel=1e-12)

@@ -26,7 +26,7 @@ from nspsim.cli.flags import (
     write_output,
 )
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
-from nspsim.execution.prepare import prepare_plan
+from nspsim.execution.prepare import AS_PLANNED, prepare_plan
 from nspsim.jsonfile import dumps_json
 from nspsim.options import parse_options
 from nspsim.plan import Plan
@@ -114,16 +114,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if drops is not None:
         warn(f"batch {batch.index}: {drops}")
     plan = planner.plan(batch, workload)
-    preparation = plan_preparation(plan, args.prepare)
-    if preparation.applies:
-        ranker = Simulator.for_workload(workload, SimOptions())
-        plan = prepare_plan(
-            plan,
-            memory=workload.memory,
-            cost=workload.cost,
-            preparation=preparation,
-            evaluate=lambda p: ranker.simulate(p).step_time_or_inf,
-        )
+    preparation = plan_preparation(plan, args.prepare) or AS_PLANNED  # a fresh plan records nothing yet
+    ranker = Simulator.for_workload(workload, SimOptions()) if preparation.optimize_order else None
+    plan = prepare_plan(
+        plan,
+        memory=workload.memory,
+        cost=workload.cost,
+        preparation=preparation,
+        evaluate=None if ranker is None else (lambda p: ranker.simulate(p).step_time_or_inf),
+    )
     config = {
         **workload.config.to_dict(),
         "planner": args.planner,

@@ -41,7 +41,7 @@ from nspsim.cli.flags import (
 )
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
 from nspsim.cost.profile import load_profile
-from nspsim.execution.prepare import prepare_plan, recorded_preparation
+from nspsim.execution.prepare import AS_PLANNED, prepare_plan, recorded_preparation, resolve_preparation
 from nspsim.jsonfile import dumps_json
 from nspsim.options import non_negative_float
 from nspsim.plan import Plan
@@ -225,9 +225,11 @@ class _Runner:
 
         recorded = recorded_preparation(plan)
         preparation = plan_preparation(plan, args.prepare)
-        plan = prepare_plan(
-            plan, memory=workload.memory, cost=workload.cost, preparation=preparation, evaluate=step_time
-        )
+        if preparation is not None:
+            plan = prepare_plan(
+                plan, memory=workload.memory, cost=workload.cost, preparation=preparation, evaluate=step_time
+            )
+        steps = preparation or resolve_preparation(recorded or "none", AS_PLANNED)
         result = scored.get(plan.content_hash) if not self.options.timeline else None
         result = result or simulator.simulate(plan)
         batch = plan.batch  # the batch the plan routes, not the flags' defaults (which it does not use)
@@ -242,11 +244,9 @@ class _Runner:
             "plan_hash": plan.content_hash,
             "simulation": asdict(self.options) | {"seed": args.seed},
             "prepare": args.prepare,
-            "preparation": preparation.label
-            if recorded is None
-            else f"{preparation.label} (plan prepared: {recorded})",
-            "tree_recompute": preparation.tree_recompute,
-            "optimize_order": preparation.optimize_order,
+            "preparation": f"as written ({recorded})" if preparation is None else preparation.label,
+            "tree_recompute": steps.tree_recompute,
+            "optimize_order": steps.optimize_order,
         }
         return plan, result, config
 
