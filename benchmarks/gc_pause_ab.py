@@ -7,24 +7,48 @@ tqdm's monitor thread was under every progress bar), alternating, CPU seconds pe
 Results: benchmarks/results/gc_pause.md.
 """
 
+from __future__ import annotations
+
 import statistics
 import sys
 import threading
 import time
 
-from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.execution.prepare import NESTED_PREPARATION, prepare_plan
 from nspsim.planners import get_planner
-from nspsim.execution.prepare import prepare_plan, NESTED_PREPARATION
-from nspsim.simulator import Simulator, SimOptions
-wl = build_workload(WorkloadConfig(gpus=1024, tokens_per_batch=32 * 1024**2) if sys.argv[1:] == ["1024"] else WorkloadConfig(model="qwen3-235b-a22b", cluster="h200", training="paper-235b"))
-plan = get_planner("nsp").plan(wl.sampler.batch(0), wl)
-plan = prepare_plan(plan, memory=wl.memory, cost=wl.cost, preparation=NESTED_PREPARATION)
-sim = Simulator.for_workload(wl, SimOptions())
-sim.simulate(plan)
-alone, shared = [], []
-for _ in range(3):
-    t = time.process_time(); sim.simulate(plan); alone.append(time.process_time() - t)
-    stop = threading.Event(); th = threading.Thread(target=stop.wait); th.start()
-    t = time.process_time(); sim.simulate(plan); shared.append(time.process_time() - t)
-    stop.set(); th.join()
-print(f"alone median {statistics.median(alone):.3f} s, with a second thread {statistics.median(shared):.3f} s, ratio {statistics.median(shared)/statistics.median(alone):.2f}")
+from nspsim.simulator import SimOptions, Simulator
+from nspsim.workload import WorkloadConfig, build_workload
+
+BIG = WorkloadConfig(model="qwen3-235b-a22b", cluster="h200", training="paper-235b")
+WIDE = WorkloadConfig(gpus=1024, tokens_per_batch=32 * 1024**2)
+
+
+def cpu_seconds(run: object) -> float:
+    """CPU seconds of one call of ``run``."""
+    start = time.process_time()
+    run()  # type: ignore[operator]
+    return time.process_time() - start
+
+
+def main() -> None:
+    """Alternate alone / with an idle thread and print the medians and their ratio."""
+    wl = build_workload(WIDE if sys.argv[1:] == ["1024"] else BIG)
+    plan = get_planner("nsp").plan(wl.sampler.batch(0), wl)
+    plan = prepare_plan(plan, memory=wl.memory, cost=wl.cost, preparation=NESTED_PREPARATION)
+    sim = Simulator.for_workload(wl, SimOptions())
+    sim.simulate(plan)  # warm
+    alone, shared = [], []
+    for _ in range(3):
+        alone.append(cpu_seconds(lambda: sim.simulate(plan)))
+        stop = threading.Event()
+        idle = threading.Thread(target=stop.wait)
+        idle.start()
+        shared.append(cpu_seconds(lambda: sim.simulate(plan)))
+        stop.set()
+        idle.join()
+    a, s = statistics.median(alone), statistics.median(shared)
+    print(f"alone median {a:.3f} s, with a second thread {s:.3f} s, ratio {s / a:.2f}")
+
+
+if __name__ == "__main__":
+    main()
