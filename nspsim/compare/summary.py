@@ -185,6 +185,7 @@ class PlannerSummary:
     sim_wall_time_s: float
     routing_share: dict[str, dict[int, float]]
     mean_load_over_lower_bound: float | None = None
+    mean_estimate_error: float | None = None  # mean of the plans' chosen estimate / simulated step - 1
     note: str = ""
     normalized_min: float | None = None  # spread of the per-batch step time / baseline's on those batches
     normalized_median: float | None = None
@@ -320,6 +321,7 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
         sim_wall_time_s=float(sum(r.sim_wall_time_s for r in records)),
         routing_share=_routing_share(records),
         mean_load_over_lower_bound=_mean_ratio(records),
+        mean_estimate_error=_mean_estimate_error(records),
         note=note,
         normalized_min=low,
         normalized_median=median,
@@ -341,6 +343,13 @@ def normalised_spread(
     if not ratios:
         return None, None, None
     return float(np.min(ratios)), float(np.median(ratios)), float(np.max(ratios))
+
+
+def _mean_estimate_error(records: list[IterationRecord]) -> float | None:
+    """Mean of chosen estimate / simulated step - 1 over the iterations that have both (how far the
+    rung that chose the plans was from the simulator; out-of-memory steps have no error)."""
+    errors = [r.estimate_error for r in records if r.estimate_error is not None and np.isfinite(r.estimate_error)]
+    return float(np.mean(errors)) if errors else None
 
 
 def _mean_ratio(records: list[IterationRecord]) -> float | None:

@@ -93,6 +93,10 @@ def results_table(result: CompareResult) -> str:
         ("batches normalised", ""),
         ("planning (ms)", ""),
         ("Load / lower bound", ""),
+        (
+            "estimate error",
+            "the estimate that chose each plan over its simulated step, minus 1 (mean; each plan's rung: JSON)",
+        ),
         ("OOM", ""),
         *((BREAKDOWN_SHORT[k], f"share of the critical GPU's step: {k}") for k in BREAKDOWN_CATEGORIES),
     ]
@@ -125,6 +129,7 @@ def _row(s: PlannerSummary) -> list[str]:
         f"{s.normalized_iterations}/{s.iterations}",
         f"{1e3 * s.mean_planning_time_s:.1f}",
         fmt(s.mean_load_over_lower_bound, ".3f"),
+        "-" if s.mean_estimate_error is None else f"{100 * s.mean_estimate_error:+.1f}%",
         f"{s.oom_count}/{s.iterations}",
         *shares,
     ]
@@ -182,7 +187,7 @@ def normalized_figure(result: CompareResult) -> go.Figure:
             x=[s.planner for s in ok],
             y=[s.normalized_median for s in ok],
             mode="markers",
-            marker={"symbol": "diamond", "size": 9, "color": "#f58518"},
+            marker={"symbol": "diamond", "size": 9, "color": "black"},
         )
     )
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
