@@ -119,7 +119,7 @@ def test_report_table_keeps_notes_out_of_the_rows_and_shows_the_spread() -> None
     table, after = page.split("</table>", 1)
     assert note not in table and f"<li><b>static</b>: {note}</li>" in after
     assert "<td>0.500 / 0.650 / 0.800</td>" in table and "<th title=" in table and ">nonat</th>" in table
-    assert table.count("<tr>") == 3 and all(row.count("<td>") == 17 for row in table.split("<tr>")[2:])
+    assert table.count("<tr>") == 3 and all(row.count("<td>") == 18 for row in table.split("<tr>")[2:])
 
 
 def test_report_figures_show_the_spread_and_their_batch_count() -> None:
