@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.planners.compiled import fill_sequential, fill_sequential_many
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BUDGET_RTOL = 1e-9
@@ -82,7 +84,7 @@ def _round(
     return units[:take], ends[:take]
 
 
-def least_loaded_fill(
+def least_loaded_fill_rounds(
     loads: npt.ArrayLike,
     tokens: npt.ArrayLike,
     cost: npt.ArrayLike,
@@ -90,7 +92,8 @@ def least_loaded_fill(
     budget: float,
     surcharge: npt.ArrayLike | None = None,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
-    """Greedy least-loaded placement under a token budget (exact sequential semantics, see module doc).
+    """Greedy least-loaded placement under a token budget in numpy rounds (exact sequential semantics,
+    see module doc): the reference :func:`least_loaded_fill` (compiled) must equal.
 
     ``loads``/``tokens``: per unit; ``cost``/``item_tokens``: per item, in placement order;
     ``surcharge``: extra cost a unit pays on its first item (node latency). Returns the unit of each
@@ -129,7 +132,7 @@ def least_loaded_fill(
     return out, load, tok
 
 
-def least_loaded_fill_many(
+def least_loaded_fill_many_rounds(
     loads: FloatArray,
     tokens: FloatArray,
     cost: FloatArray,
@@ -137,7 +140,7 @@ def least_loaded_fill_many(
     budget: float,
     surcharge: FloatArray,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
-    """:func:`least_loaded_fill` for S independent states at once (arrays (S, units)), same result.
+    """:func:`least_loaded_fill_rounds` for S independent states at once (arrays (S, units)), same result.
 
     While no state pays a surcharge and every unit of every state can take every item of the round,
     rounds run on all states together, each placing the shortest valid prefix over the states;
@@ -177,9 +180,64 @@ def least_loaded_fill_many(
         tok[rows, chosen] += t[:take]
         pos += take
     for i in range(states if pos < cost.size else 0):
-        out[i, pos:], load[i], tok[i] = least_loaded_fill(
+        out[i, pos:], load[i], tok[i] = least_loaded_fill_rounds(
             load[i], tok[i], cost[pos:], item_tokens[pos:], budget, sur[i]
         )
+    return out, load, tok
+
+
+def least_loaded_fill(
+    loads: npt.ArrayLike,
+    tokens: npt.ArrayLike,
+    cost: npt.ArrayLike,
+    item_tokens: npt.ArrayLike,
+    budget: float,
+    surcharge: npt.ArrayLike | None = None,
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """Greedy least-loaded placement under a token budget: each item, in order, to the least-loaded
+    unit that keeps the budget (ties: the lower index), else to the unit with the fewest tokens (the
+    budget is then exceeded; callers check); a unit pays ``surcharge`` (node latency) on its first
+    item. ``loads``/``tokens``: per unit; ``cost``/``item_tokens``: per item. Returns the unit of each
+    item and the final loads and tokens. Compiled (:mod:`nspsim.planners.compiled`); equal to
+    :func:`least_loaded_fill_rounds`."""
+    load = np.array(loads, dtype=np.float64)
+    tok = np.array(tokens, dtype=np.float64)
+    c = np.ascontiguousarray(cost, dtype=np.float64)
+    t = np.ascontiguousarray(item_tokens, dtype=np.float64)
+    sur = np.zeros(load.size) if surcharge is None else np.array(surcharge, dtype=np.float64)
+    if load.size == 1:  # one unit takes everything (within the budget or not), summed as the rounds do
+        if c.size:
+            load += c.sum() + sur
+            tok += t.sum()
+        return np.zeros(c.size, dtype=np.int64), load, tok
+    out = np.empty(c.size, dtype=np.int64)
+    fill_sequential(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
+    return out, load, tok
+
+
+def least_loaded_fill_many(
+    loads: FloatArray,
+    tokens: FloatArray,
+    cost: FloatArray,
+    item_tokens: FloatArray,
+    budget: float,
+    surcharge: FloatArray,
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """:func:`least_loaded_fill` for S independent states at once (arrays (S, units)); compiled, equal
+    to :func:`least_loaded_fill_many_rounds`."""
+    load = np.array(loads, dtype=np.float64, order="C")
+    tok = np.array(tokens, dtype=np.float64, order="C")
+    sur = np.array(surcharge, dtype=np.float64, order="C")
+    c = np.ascontiguousarray(cost, dtype=np.float64)
+    t = np.ascontiguousarray(item_tokens, dtype=np.float64)
+    states, units = load.shape
+    if units == 1:
+        if c.size:
+            load += c.sum() + sur
+            tok += t.sum()
+        return np.zeros((states, c.size), dtype=np.int64), load, tok
+    out = np.empty((states, c.size), dtype=np.int64)
+    fill_sequential_many(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
     return out, load, tok
 
 
