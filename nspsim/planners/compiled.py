@@ -3,7 +3,7 @@ least-loaded rule whose vectorised numpy form (:func:`nspsim.planners.packing.le
 stays as the reference the tests compare against (``tests/planners/test_compiled.py``: equal units,
 loads and tokens, bit for bit, on random inputs with ties, surcharges and full units).
 
-:func:`fill_sequential`: each item, in order, to the least-loaded unit whose tokens stay within the
+The fill: each item, in order, to the least-loaded unit whose tokens stay within the
 limit (ties: the lower index), else to the unit with the fewest tokens; the unit pays its surcharge
 on its first item; every sum is formed in the numpy form's order (load + cost, then + surcharge), so
 the floats agree exactly. The numpy form places items in rounds of numpy calls, which wins on
@@ -19,18 +19,18 @@ before a planner starts its clock, so no ``planning_time_s`` includes it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-@njit(cache=True, nogil=True)
-def fill_sequential(
+def _fill_sequential(
     load: FloatArray,
     tok: FloatArray,
     cost: FloatArray,
@@ -58,8 +58,7 @@ def fill_sequential(
         surcharge[best] = 0.0
 
 
-@njit(cache=True, nogil=True)
-def fill_sequential_many(
+def _fill_sequential_many(
     load: FloatArray,
     tok: FloatArray,
     cost: FloatArray,
@@ -68,17 +67,50 @@ def fill_sequential_many(
     surcharge: FloatArray,
     out: IntArray,
 ) -> None:
-    """:func:`fill_sequential` for each row (state) of ``load``, ``tok``, ``surcharge`` and ``out``."""
+    """The fill for each row (state) of ``load``, ``tok``, ``surcharge`` and ``out`` (the one-state
+    loop written out per row: a compiled function calling another compiled one cannot be cached
+    without a module-level dispatcher)."""
+    units = load.shape[1]
     for s in range(load.shape[0]):
-        fill_sequential(load[s], tok[s], cost, item_tokens, limit, surcharge[s], out[s])
+        for i in range(cost.size):
+            best = -1
+            for u in range(units):
+                if limit - tok[s, u] >= item_tokens[i] and (best < 0 or load[s, u] < load[s, best]):
+                    best = u
+            if best < 0:
+                best = 0
+                for u in range(1, units):
+                    if tok[s, u] < tok[s, best]:
+                        best = u
+            out[s, i] = best
+            load[s, best] = load[s, best] + cost[i] + surcharge[s, best]
+            tok[s, best] += item_tokens[i]
+            surcharge[s, best] = 0.0
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The compiled fills: one state (``fill``) and many states at once (``fill_many``)."""
+
+    fill: Callable[..., None]
+    fill_many: Callable[..., None]
+
+
+@cache
+def kernels() -> Kernels:
+    """The compiled kernels, built on first use (numba is imported then, so commands that never plan
+    do not pay for it) and cached on disk by numba across processes."""
+    from numba import njit
+
+    compile_ = njit(cache=True, nogil=True)
+    return Kernels(fill=compile_(_fill_sequential), fill_many=compile_(_fill_sequential_many))
 
 
 @cache
 def warm() -> None:
     """Compile (or load from the disk cache) both kernels for the types the planners pass, once per
     process."""
-    one, two = np.zeros(2), np.zeros((1, 2))
-    fill_sequential(one.copy(), one.copy(), np.ones(1), np.ones(1), 1.0, one.copy(), np.zeros(1, dtype=np.int64))
-    fill_sequential_many(
-        two.copy(), two.copy(), np.ones(1), np.ones(1), 1.0, two.copy(), np.zeros((1, 1), dtype=np.int64)
-    )
+    k = kernels()
+    item, units, states = np.ones(1), np.zeros(2), np.zeros((1, 2))
+    k.fill(units.copy(), units.copy(), item, item, 1.0, units.copy(), np.zeros(1, dtype=np.int64))
+    k.fill_many(states.copy(), states.copy(), item, item, 1.0, states.copy(), np.zeros((1, 1), dtype=np.int64))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.planners.compiled import fill_sequential, fill_sequential_many
+from nspsim.planners.compiled import kernels
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -211,7 +211,7 @@ def least_loaded_fill(
             tok += t.sum()
         return np.zeros(c.size, dtype=np.int64), load, tok
     out = np.empty(c.size, dtype=np.int64)
-    fill_sequential(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
+    kernels().fill(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
     return out, load, tok
 
 
@@ -237,7 +237,7 @@ def least_loaded_fill_many(
             tok += t.sum()
         return np.zeros((states, c.size), dtype=np.int64), load, tok
     out = np.empty((states, c.size), dtype=np.int64)
-    fill_sequential_many(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
+    kernels().fill_many(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
     return out, load, tok
 
 
