@@ -16,7 +16,6 @@ from nspsim.trace import (
 )
 
 
-
 def test_load_text_with_comments_blanks_and_trailing_newline(tmp_path: Path) -> None:
     path = tmp_path / "lens.txt"
     path.write_text("# a comment\n12\n\n  7  \n3 # trailing note\n1\n")
