@@ -26,7 +26,7 @@ NSPSIM_LAYERS: list[tuple[str, ...]] = [
     ("nspsim.execution",),
     ("nspsim.planners", "nspsim.simulator"),
     ("nspsim.compare", "nspsim.validation"),
-    ("nspsim.sweep",),
+    ("nspsim.sweep", "nspsim.api"),
     ("nspsim.cli", "nspsim.__main__"),
 ]
 

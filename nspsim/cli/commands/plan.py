@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from nspsim.api import prepared
 from nspsim.cli.flags import (
     add_prepare_flag,
     add_workload_args,
@@ -26,12 +27,11 @@ from nspsim.cli.flags import (
     write_output,
 )
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
-from nspsim.execution.prepare import AS_PLANNED, prepare_plan
+from nspsim.execution.prepare import recorded_preparation
 from nspsim.jsonfile import dumps_json
 from nspsim.options import parse_options
 from nspsim.plan import Plan
-from nspsim.planners import PLANNER_NAMES, get_planner, plan_preparation
-from nspsim.simulator import SimOptions, Simulator
+from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.units import format_tokens
 from nspsim.workload import build_workload
 
@@ -113,23 +113,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     drops = BatchDrops.of_batches([batch]).warning()
     if drops is not None:
         warn(f"batch {batch.index}: {drops}")
-    plan = planner.plan(batch, workload)
-    preparation = plan_preparation(plan, args.prepare) or AS_PLANNED  # a fresh plan records nothing yet
-    ranker = Simulator.for_workload(workload, SimOptions()) if preparation.optimize_order else None
-    plan = prepare_plan(
-        plan,
-        memory=workload.memory,
-        cost=workload.cost,
-        preparation=preparation,
-        evaluate=None if ranker is None else (lambda p: ranker.simulate(p).step_time_or_inf),
-    )
+    plan = prepared(workload, planner.plan(batch, workload), args.prepare)
     config = {
         **workload.config.to_dict(),
         "planner": args.planner,
         "planner_options": options,
         "batch_index": args.batch_index,
         "prepare": args.prepare,
-        "preparation": preparation.label,
+        "preparation": recorded_preparation(plan) or "none",
     }
     data = {"config": config, **plan_summary(plan)}
     if path is not None:

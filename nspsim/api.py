@@ -1,0 +1,109 @@
+"""The Python API for scripts and notebooks: build a workload, plan a batch and prepare it as the
+command line does, simulate it, compare strategies, and read records as a pandas DataFrame.
+
+Every function is a thin composition of the library's own pieces (no second implementation), so
+its numbers are the CLI's: :func:`plan_batch` prepares exactly as ``nspsim plan`` does (by default as
+the planner declares, issue-order candidates ranked by the default simulator), so
+``simulate_plan(wl, plan_batch(wl))`` equals ``nspsim compare``'s step for that planner and batch.
+The names avoid nspsim's subpackages (``nspsim.plan``, ``nspsim.workload``, ``nspsim.compare``), which
+an attribute of the package would shadow. ``docs/api.md`` is the
+quickstart and is run as a doctest by ``make test``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+
+from nspsim.compare import CompareConfig, CompareResult, RunSpec, run_compare
+from nspsim.execution.prepare import prepare_plan
+from nspsim.plan import Plan
+from nspsim.planners import PLANNER_NAMES, get_planner, plan_preparation
+from nspsim.simulator import SimOptions, Simulator, StepResult
+from nspsim.simulator.modes import SimMode
+from nspsim.workload import Workload, WorkloadConfig, build_workload
+
+
+def workload_of(**fields: Any) -> Workload:
+    """The workload of ``WorkloadConfig(**fields)`` (model, cluster, gpus, trace, tokens_per_batch,
+    max_context, ...; token counts as integers); ``ValueError`` names a bad field."""
+    return build_workload(WorkloadConfig(**fields))
+
+
+def plan_batch(wl: Workload, planner: str = "nsp", *, batch: int = 0, prepare: str = "planner", **options: Any) -> Plan:
+    """Batch ``batch`` of ``wl`` routed by ``planner`` (with planner ``options``) and prepared as
+    ``prepare`` says (:data:`~nspsim.execution.prepare.PREPARE_CHOICES`; by default as the planner
+    declares), exactly as ``nspsim plan`` does; the plan records its preparation."""
+    return prepared(wl, get_planner(planner, **options).plan(wl.sampler.batch(batch), wl), prepare)
+
+
+def prepared(wl: Workload, routed: Plan, prepare: str = "planner") -> Plan:
+    """``routed`` prepared as ``prepare`` says (by default as its planner declares; a plan that records
+    a preparation stays as written), issue-order candidates ranked by the default simulator."""
+    preparation = plan_preparation(routed, prepare)
+    if preparation is None:
+        return routed
+    ranker = Simulator.for_workload(wl, SimOptions()) if preparation.optimize_order else None
+    return prepare_plan(
+        routed,
+        memory=wl.memory,
+        cost=wl.cost,
+        preparation=preparation,
+        evaluate=None if ranker is None else (lambda p: ranker.simulate(p).step_time_or_inf),
+    )
+
+
+def simulate_plan(
+    wl: Workload, p: Plan, *, mode: str = SimMode.STREAM, timeline: bool = False, seed: int = 0
+) -> StepResult:
+    """One simulated step of plan ``p`` on ``wl`` (``mode``: stream, no-stream or serial; ``timeline``
+    keeps the per-GPU events)."""
+    return Simulator.for_workload(wl, SimOptions(mode=SimMode(mode), timeline=timeline), seed=seed).simulate(p)
+
+
+def compare_planners(
+    planners: tuple[str, ...] | None = None,
+    *,
+    iters: int = RunSpec().iters,
+    prepare: str = "planner",
+    baseline: str | None = None,
+    **fields: Any,
+) -> CompareResult:
+    """``nspsim compare`` on ``WorkloadConfig(**fields)``: every planner label of ``planners``
+    (default: static-best and the headline planners) on the same ``iters`` batches, no timeline."""
+    run = RunSpec(planners=planners or RunSpec().planners, iters=iters, prepare=prepare, baseline=baseline)
+    return run_compare(CompareConfig(workload=WorkloadConfig(**fields), run=run, timeline_iteration=None))
+
+
+def records_frame(result: CompareResult) -> pd.DataFrame:
+    """One row per planner and batch of a comparison: step time, out of memory, planning time, the
+    breakdown (``bd_<category>`` seconds), the estimates (``chosen_by``, ``chosen_estimate_s``,
+    ``estimate_error``, ...) and the plan hash."""
+    rows = []
+    for record in result.records:
+        row = {k: v for k, v in asdict(record).items() if k not in ("breakdown_s", "routing", "estimates")}
+        row.update({f"bd_{k}": v for k, v in record.breakdown_s.items()})
+        row.update(asdict(record.estimates) if record.estimates is not None else {})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+__all__ = [
+    "PLANNER_NAMES",
+    "CompareConfig",
+    "CompareResult",
+    "Plan",
+    "RunSpec",
+    "StepResult",
+    "Workload",
+    "WorkloadConfig",
+    "compare_planners",
+    "get_planner",
+    "plan_batch",
+    "prepared",
+    "records_frame",
+    "simulate_plan",
+    "workload_of",
+]
