@@ -35,6 +35,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The module's names and the API's, for tab completion in notebooks."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str) -> Any:
     """The Python API (:mod:`nspsim.api`, docs/api.md), imported on first use so that importing any
     part of nspsim (the command line, the runtime's workers) does not load all of it."""

@@ -12,24 +12,37 @@ quickstart and is run as a doctest by ``make test``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import pandas as pd
 
-from nspsim.compare import CompareConfig, CompareResult, RunSpec, run_compare
+from nspsim.compare import CompareConfig, CompareResult, IterationRecord, RunSpec, run_compare
 from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
+from nspsim.plan.estimates import Estimates
 from nspsim.planners import PLANNER_NAMES, get_planner, plan_preparation
+from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator, StepResult
-from nspsim.simulator.modes import SimMode
+from nspsim.simulator.modes import MODES, SimMode
+from nspsim.trace.base import MAX_SEED
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 
 
 def workload_of(**fields: Any) -> Workload:
     """The workload of ``WorkloadConfig(**fields)`` (model, cluster, gpus, trace, tokens_per_batch,
     max_context, ...; token counts as integers); ``ValueError`` names a bad field."""
-    return build_workload(WorkloadConfig(**fields))
+    return build_workload(_config(fields))
+
+
+def _config(fields: dict[str, Any]) -> WorkloadConfig:
+    known = [f.name for f in dataclass_fields(WorkloadConfig)]
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a workload field (known: {', '.join(known)})")
+    return WorkloadConfig(**fields)
 
 
 def plan_batch(wl: Workload, planner: str = "nsp", *, batch: int = 0, prepare: str = "planner", **options: Any) -> Plan:
@@ -60,34 +73,61 @@ def simulate_plan(
 ) -> StepResult:
     """One simulated step of plan ``p`` on ``wl`` (``mode``: stream, no-stream or serial; ``timeline``
     keeps the per-GPU events)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
+    if mode not in MODES:
+        raise ValueError(f"unknown simulation mode {mode!r} (known: {', '.join(MODES)})")
     return Simulator.for_workload(wl, SimOptions(mode=SimMode(mode), timeline=timeline), seed=seed).simulate(p)
 
 
 def compare_planners(
-    planners: tuple[str, ...] | None = None,
+    planners: str | Sequence[str] | None = None,
     *,
     iters: int = RunSpec().iters,
     prepare: str = "planner",
     baseline: str | None = None,
     **fields: Any,
 ) -> CompareResult:
-    """``nspsim compare`` on ``WorkloadConfig(**fields)``: every planner label of ``planners``
-    (default: static-best and the headline planners) on the same ``iters`` batches, no timeline."""
-    run = RunSpec(planners=planners or RunSpec().planners, iters=iters, prepare=prepare, baseline=baseline)
-    return run_compare(CompareConfig(workload=WorkloadConfig(**fields), run=run, timeline_iteration=None))
+    """``nspsim compare`` on ``WorkloadConfig(**fields)``: every planner label of ``planners`` (one
+    label or several; default: static-best and the headline planners) on the same ``iters`` batches,
+    no timeline."""
+    given = (planners,) if isinstance(planners, str) else planners
+    labels = RunSpec().planners if given is None else tuple(given)
+    run = RunSpec(planners=labels, iters=iters, prepare=prepare, baseline=baseline)
+    return run_compare(CompareConfig(workload=_config(fields), run=run, timeline_iteration=None))
+
+
+FRAME_COLUMNS = (
+    *(f.name for f in dataclass_fields(IterationRecord) if f.name not in ("breakdown_s", "routing", "estimates")),
+    *(f"bd_{c}" for c in BREAKDOWN_CATEGORIES),
+    *(f.name for f in dataclass_fields(Estimates)),
+)
+"""The columns of :func:`records_frame`, the same whatever ran out of memory."""
+_FLOAT_COLUMNS = (
+    "step_time_s",
+    "load_over_lower_bound",
+    "estimate_error",
+    *(f"bd_{c}" for c in BREAKDOWN_CATEGORIES),
+    "lower_bound_s",
+    "load_s",
+    "step_estimate_s",
+    "chosen_estimate_s",
+)
 
 
 def records_frame(result: CompareResult) -> pd.DataFrame:
-    """One row per planner and batch of a comparison: step time, out of memory, planning time, the
-    breakdown (``bd_<category>`` seconds), the estimates (``chosen_by``, ``chosen_estimate_s``,
-    ``estimate_error``, ...) and the plan hash."""
+    """One row per planner and batch of a comparison (columns :data:`FRAME_COLUMNS`): step time (NaN
+    when out of memory), planning time, the breakdown (``bd_<category>`` seconds, NaN when out of
+    memory), the estimates (``chosen_by``, ``chosen_estimate_s``, ``estimate_error``, ...) and the plan
+    hash."""
     rows = []
     for record in result.records:
         row = {k: v for k, v in asdict(record).items() if k not in ("breakdown_s", "routing", "estimates")}
-        row.update({f"bd_{k}": v for k, v in record.breakdown_s.items()})
+        row.update({f"bd_{c}": record.breakdown_s.get(c) for c in BREAKDOWN_CATEGORIES})
         row.update(asdict(record.estimates) if record.estimates is not None else {})
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+    return frame.astype({c: "float64" for c in _FLOAT_COLUMNS})
 
 
 __all__ = [

@@ -37,6 +37,19 @@ DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
 DEFAULT_MAX_CONTEXT = 192 * 1024
 
 
+_INT_FIELDS = (
+    "gpus",
+    "tokens_per_batch",
+    "max_context",
+    "seed",
+    "token_budget",
+    "spmax",
+    "expert_parallel",
+    "fsdp_prefetch_layers",
+)
+_OPTIONAL_INT_FIELDS = ("token_budget", "spmax", "expert_parallel", "fsdp_prefetch_layers")
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkloadConfig:
     """Everything that identifies a workload; all fields are plain values (JSON-friendly; ``backend``
@@ -62,6 +75,13 @@ class WorkloadConfig:
     fsdp_prefetch_layers: int | None = None
 
     def __post_init__(self) -> None:
+        for name in _INT_FIELDS:  # the CLI and sweep specs parse these; Python callers get the same rule
+            value = getattr(self, name)
+            optional = name in _OPTIONAL_INT_FIELDS and value is None
+            if not optional and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"workload {name} must be an integer, got {value!r}")
+        if self.gpus < 1:
+            raise ValueError(f"workload gpus must be at least 1, got {self.gpus}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown SP backend {self.backend!r} (known: {', '.join(BACKENDS)})")
         object.__setattr__(self, "backend", SPBackend(self.backend))  # a plain "ring" becomes the member

@@ -102,8 +102,13 @@ def kernels() -> Kernels:
     do not pay for it) and cached on disk by numba across processes."""
     from numba import njit
 
-    compile_ = njit(cache=True, nogil=True)
-    return Kernels(fill=compile_(_fill_sequential), fill_many=compile_(_fill_sequential_many))
+    try:  # numba looks for a writable cache folder when a function is decorated
+        return Kernels(
+            fill=njit(cache=True, nogil=True)(_fill_sequential),
+            fill_many=njit(cache=True, nogil=True)(_fill_sequential_many),
+        )
+    except RuntimeError:  # none (a read-only install and NUMBA_CACHE_DIR unusable): compile per process
+        return Kernels(fill=njit(nogil=True)(_fill_sequential), fill_many=njit(nogil=True)(_fill_sequential_many))
 
 
 @cache

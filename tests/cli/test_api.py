@@ -39,3 +39,43 @@ def test_the_readme_python_block_runs() -> None:
     scope: dict[str, object] = {}
     exec(compile(block.group(1), "README.md", "exec"), scope)  # noqa: S102
     assert scope["step"].step_time_s > 0 and len(scope["frame"]) == 4  # type: ignore[attr-defined,arg-type]
+
+
+def test_bad_api_input_is_one_value_error_and_frames_keep_their_columns() -> None:
+    import math
+
+    import pytest
+
+    setup = {"model": "tiny", "cluster": "cpu", "gpus": 4, "tokens_per_batch": 16384, "max_context": 4096}
+    for bad, message in (
+        ({"foo": 1}, "'foo' is not a workload field"),
+        ({"gpus": "4"}, "gpus must be an integer, got '4'"),
+        ({"gpus": True}, "gpus must be an integer, got True"),
+        ({"gpus": 0}, "gpus must be at least 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            nspsim.workload_of(**{**setup, **bad})
+    wl = nspsim.workload_of(**setup)
+    plan = nspsim.plan_batch(wl, "static")
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        nspsim.simulate_plan(wl, plan, seed=-1)
+    with pytest.raises(ValueError, match="unknown simulation mode 'STREAM'"):
+        nspsim.simulate_plan(wl, plan, mode="STREAM")
+    assert [s.planner for s in nspsim.compare_planners("static", iters=1, **setup).summaries] == ["static"]
+    with pytest.raises(ValueError, match="no planners given"):
+        nspsim.compare_planners((), iters=1, **setup)
+    oom = nspsim.compare_planners(  # every planner out of memory: the same columns, NaN, float64
+        ("static-1",),
+        iters=1,
+        model="qwen3-30b-a3b",
+        cluster="h100",
+        gpus=8,
+        tokens_per_batch=262144,
+        max_context=131072,
+        trace="longtail-paper",
+        token_budget=10**7,
+    )
+    frame = nspsim.records_frame(oom)
+    assert list(frame.columns) == list(nspsim.api.FRAME_COLUMNS) and bool(frame["oom"].all())
+    assert frame["step_time_s"].dtype == "float64" and math.isnan(frame["bd_attn_fwd"].iloc[0])
+    assert "plan_batch" in dir(nspsim)

@@ -62,3 +62,25 @@ def test_the_inputs_are_left_untouched() -> None:
     assert units.tolist() == [1, 0] and new_loads.tolist() == [2.5, 3.5]
     for a, b in zip((loads, tokens, cost, item_tokens, surcharge), before):
         assert np.array_equal(a, b)
+
+
+def test_without_a_writable_cache_the_kernels_compile_per_process() -> None:
+    """numba refuses ``cache=True`` when it finds no writable cache folder (a read-only install with
+    ``NUMBA_CACHE_DIR`` unusable); the kernels then compile without the disk cache instead of failing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numba\n"
+        "real = numba.njit\n"
+        "def refusing(*args, **kwargs):\n"
+        "    if kwargs.get('cache'):\n"
+        "        raise RuntimeError(\"cannot cache function '_fill_sequential': no locator available\")\n"
+        "    return real(*args, **kwargs)\n"
+        "numba.njit = refusing\n"
+        "from nspsim.planners.packing import least_loaded_fill\n"
+        "print(least_loaded_fill([0.0, 0.0], [0.0, 0.0], [2.0, 1.0], [1.0, 1.0], 10.0)[0].tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert done.stdout.strip() == "[0, 1]"
