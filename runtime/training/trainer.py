@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from nspsim.compare.summary import BatchDrops
 from nspsim.execution.recompute import RecomputeMode
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
@@ -236,6 +237,14 @@ def check_planner(args: TrainArgs, workload: Workload, device_type: str) -> None
         ) from None
 
 
+def dropped_warning(workload: Workload, args: TrainArgs) -> str | None:
+    """The warning ``nspsim plan``/``compare`` give when ``max_context`` drops over 10% of the drawn
+    tokens, over the batches this run trains on (``None`` below the threshold)."""
+    batches = [workload.sampler.batch(args.start_batch + i) for i in range(args.steps)]
+    text = BatchDrops.of_batches(batches).warning()
+    return None if text is None else f"{len(batches)} batch(es): {text}"
+
+
 def run(args: TrainArgs) -> list[str]:
     """Set up, train ``args.steps`` steps, write outputs; returns rank 0's records (others: [])."""
     d = init_distributed(device=args.device, comm_timeout_s=args.comm_timeout_s)
@@ -246,6 +255,9 @@ def run(args: TrainArgs) -> list[str]:
     mismatch = device_mismatch(workload.cluster, d.device.type)
     if mismatch is not None and d.rank == 0:
         print(f"{PROG}: warning: {mismatch}", file=sys.stderr, flush=True)
+    dropped = dropped_warning(workload, args)
+    if dropped is not None and d.rank == 0:
+        print(f"{PROG}: warning: {dropped}", file=sys.stderr, flush=True)
     trainer = Trainer(args, d, workload)
     outputs = Outputs.open(args, d, workload)
     lines = []

@@ -383,3 +383,16 @@ def test_report_summarises_records(runs: dict, capsys: pytest.CaptureFixture[str
     static, nsp = out[1].split(), out[2].split()
     assert static[:3] == ["static", "static", "2"] and static[4] == "-"  # no simulation in that run
     assert nsp[:3] == ["nsp", "nsp", "2"] and float(nsp[4]) > 0
+
+
+def test_train_warns_when_max_context_drops_over_a_tenth_of_the_tokens() -> None:
+    """As nspsim plan and compare do; the README's example (16k max context) drops nothing."""
+    from runtime.training.trainer import dropped_warning
+
+    def warning(argv: list[str]) -> str | None:
+        args = parse_args(["--planner", "nsp", "--trace", "wikipedia", "--tokens-per-batch", "16k", *argv])
+        return dropped_warning(build_workload(args.workload_on(world=4, device_type="cpu")), args)
+
+    text = warning(["--max-context", "4k", "--steps", "20"])
+    assert text is not None and text.startswith("20 batch(es): ") and "31.6% of the drawn tokens" in text
+    assert warning(["--max-context", "16k", "--steps", "20"]) is None
