@@ -237,12 +237,21 @@ def check_planner(args: TrainArgs, workload: Workload, device_type: str) -> None
         ) from None
 
 
+DROP_CHECK_BATCHES = 32
+"""How many of a run's first batches the drop warning looks at (drawing all of a long run's batches
+before its first step would delay it; the share of a trace's long samples is steady over batches)."""
+
+
 def dropped_warning(workload: Workload, args: TrainArgs) -> str | None:
     """The warning ``nspsim plan``/``compare`` give when ``max_context`` drops over 10% of the drawn
-    tokens, over the batches this run trains on (``None`` below the threshold)."""
-    batches = [workload.sampler.batch(args.start_batch + i) for i in range(args.steps)]
+    tokens, over the run's first batches (at most :data:`DROP_CHECK_BATCHES`; ``None`` below it)."""
+    count = min(args.steps, DROP_CHECK_BATCHES)
+    batches = [workload.sampler.batch(args.start_batch + i) for i in range(count)]
     text = BatchDrops.of_batches(batches).warning()
-    return None if text is None else f"{len(batches)} batch(es): {text}"
+    if text is None:
+        return None
+    first = f"the first {count} of {args.steps} batches" if count < args.steps else f"{count} batch(es)"
+    return f"{first}: {text}"
 
 
 def run(args: TrainArgs) -> list[str]:

@@ -398,3 +398,11 @@ def test_train_warns_when_max_context_drops_over_a_tenth_of_the_tokens() -> None
     text = warning(["--max-context", "4k", "--steps", "20"])
     assert text is not None and text.startswith("20 batch(es): ") and "31.6% of the drawn tokens" in text
     assert warning(["--max-context", "16k", "--steps", "20"]) is None
+
+
+def test_a_long_run_checks_only_its_first_batches_for_drops() -> None:
+    from runtime.training.trainer import DROP_CHECK_BATCHES, dropped_warning
+
+    args = parse_args(["--planner", "nsp", "--trace", "wikipedia", "--max-context", "4k", "--steps", "100000"])
+    text = dropped_warning(build_workload(args.workload_on(world=4, device_type="cpu")), args)
+    assert text is not None and text.startswith(f"the first {DROP_CHECK_BATCHES} of 100000 batches: ")
