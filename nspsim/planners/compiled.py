@@ -20,7 +20,6 @@ before a planner starts its clock, so no ``planning_time_s`` includes it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -58,64 +57,23 @@ def _fill_sequential(
         surcharge[best] = 0.0
 
 
-def _fill_sequential_many(
-    load: FloatArray,
-    tok: FloatArray,
-    cost: FloatArray,
-    item_tokens: FloatArray,
-    limit: float,
-    surcharge: FloatArray,
-    out: IntArray,
-) -> None:
-    """The fill for each row (state) of ``load``, ``tok``, ``surcharge`` and ``out`` (the one-state
-    loop written out per row: a compiled function calling another compiled one cannot be cached
-    without a module-level dispatcher)."""
-    units = load.shape[1]
-    for s in range(load.shape[0]):
-        for i in range(cost.size):
-            best = -1
-            for u in range(units):
-                if limit - tok[s, u] >= item_tokens[i] and (best < 0 or load[s, u] < load[s, best]):
-                    best = u
-            if best < 0:
-                best = 0
-                for u in range(1, units):
-                    if tok[s, u] < tok[s, best]:
-                        best = u
-            out[s, i] = best
-            load[s, best] = load[s, best] + cost[i] + surcharge[s, best]
-            tok[s, best] += item_tokens[i]
-            surcharge[s, best] = 0.0
-
-
-@dataclass(frozen=True)
-class Kernels:
-    """The compiled fills: one state (``fill``) and many states at once (``fill_many``)."""
-
-    fill: Callable[..., None]
-    fill_many: Callable[..., None]
-
-
 @cache
-def kernels() -> Kernels:
-    """The compiled kernels, built on first use (numba is imported then, so commands that never plan
-    do not pay for it) and cached on disk by numba across processes."""
+def fill_kernel() -> Callable[..., None]:
+    """The compiled fill, built on first use (numba is imported then, so commands that never plan do
+    not pay for it) and cached on disk by numba across processes; without a writable cache folder (a
+    read-only install and ``NUMBA_CACHE_DIR`` unusable, where numba refuses ``cache=True``) it is
+    compiled per process."""
     from numba import njit
 
-    try:  # numba looks for a writable cache folder when a function is decorated
-        return Kernels(
-            fill=njit(cache=True, nogil=True)(_fill_sequential),
-            fill_many=njit(cache=True, nogil=True)(_fill_sequential_many),
-        )
-    except RuntimeError:  # none (a read-only install and NUMBA_CACHE_DIR unusable): compile per process
-        return Kernels(fill=njit(nogil=True)(_fill_sequential), fill_many=njit(nogil=True)(_fill_sequential_many))
+    try:
+        kernel: Callable[..., None] = njit(cache=True, nogil=True)(_fill_sequential)
+    except RuntimeError:
+        kernel = njit(nogil=True)(_fill_sequential)
+    return kernel
 
 
 @cache
 def warm() -> None:
-    """Compile (or load from the disk cache) both kernels for the types the planners pass, once per
-    process."""
-    k = kernels()
-    item, units, states = np.ones(1), np.zeros(2), np.zeros((1, 2))
-    k.fill(units.copy(), units.copy(), item, item, 1.0, units.copy(), np.zeros(1, dtype=np.int64))
-    k.fill_many(states.copy(), states.copy(), item, item, 1.0, states.copy(), np.zeros((1, 1), dtype=np.int64))
+    """Compile (or load from the disk cache) the fill for the types the planners pass, once per process."""
+    units = np.zeros(2)
+    fill_kernel()(units.copy(), units.copy(), np.ones(1), np.ones(1), 1.0, units.copy(), np.zeros(1, dtype=np.int64))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.planners.compiled import kernels
+from nspsim.planners.compiled import fill_kernel
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -84,6 +84,30 @@ def _round(
     return units[:take], ends[:take]
 
 
+def _fill_inputs(
+    loads: npt.ArrayLike,
+    tokens: npt.ArrayLike,
+    cost: npt.ArrayLike,
+    item_tokens: npt.ArrayLike,
+    surcharge: npt.ArrayLike | None,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Fresh float64 copies of the per-unit arrays and contiguous per-item ones (both fills' inputs)."""
+    load = np.array(loads, dtype=np.float64)
+    sur = np.zeros(load.size) if surcharge is None else np.array(surcharge, dtype=np.float64)
+    c, t = (np.ascontiguousarray(a, dtype=np.float64) for a in (cost, item_tokens))
+    return load, np.array(tokens, dtype=np.float64), c, t, sur
+
+
+def _one_unit(
+    load: FloatArray, tok: FloatArray, cost: FloatArray, item_tokens: FloatArray, sur: FloatArray
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """One unit takes everything (within the budget or not)."""
+    if cost.size:
+        load += cost.sum() + sur
+        tok += item_tokens.sum()
+    return np.zeros(cost.size, dtype=np.int64), load, tok
+
+
 def least_loaded_fill_rounds(
     loads: npt.ArrayLike,
     tokens: npt.ArrayLike,
@@ -100,16 +124,9 @@ def least_loaded_fill_rounds(
     item and the final loads and tokens. An item no unit can take goes to the unit with the fewest
     tokens (the budget is then exceeded; callers check).
     """
-    load = np.array(loads, dtype=np.float64)
-    tok = np.array(tokens, dtype=np.float64)
-    c = np.asarray(cost, dtype=np.float64)
-    t = np.asarray(item_tokens, dtype=np.float64)
-    sur = np.zeros(load.size) if surcharge is None else np.array(surcharge, dtype=np.float64)
-    if load.size == 1:  # one unit takes everything (within the budget or not)
-        if c.size:
-            load += c.sum() + sur
-            tok += t.sum()
-        return np.zeros(c.size, dtype=np.int64), load, tok
+    load, tok, c, t, sur = _fill_inputs(loads, tokens, cost, item_tokens, surcharge)
+    if load.size == 1:
+        return _one_unit(load, tok, c, t, sur)
     out = np.empty(c.size, dtype=np.int64)
     pos = 0
     free = not sur.any()
@@ -200,18 +217,11 @@ def least_loaded_fill(
     item. ``loads``/``tokens``: per unit; ``cost``/``item_tokens``: per item. Returns the unit of each
     item and the final loads and tokens. Compiled (:mod:`nspsim.planners.compiled`); equal to
     :func:`least_loaded_fill_rounds`."""
-    load = np.array(loads, dtype=np.float64)
-    tok = np.array(tokens, dtype=np.float64)
-    c = np.ascontiguousarray(cost, dtype=np.float64)
-    t = np.ascontiguousarray(item_tokens, dtype=np.float64)
-    sur = np.zeros(load.size) if surcharge is None else np.array(surcharge, dtype=np.float64)
-    if load.size == 1:  # one unit takes everything (within the budget or not), summed as the rounds do
-        if c.size:
-            load += c.sum() + sur
-            tok += t.sum()
-        return np.zeros(c.size, dtype=np.int64), load, tok
+    load, tok, c, t, sur = _fill_inputs(loads, tokens, cost, item_tokens, surcharge)
+    if load.size == 1:
+        return _one_unit(load, tok, c, t, sur)
     out = np.empty(c.size, dtype=np.int64)
-    kernels().fill(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
+    fill_kernel()(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
     return out, load, tok
 
 
@@ -223,21 +233,12 @@ def least_loaded_fill_many(
     budget: float,
     surcharge: FloatArray,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
-    """:func:`least_loaded_fill` for S independent states at once (arrays (S, units)); compiled, equal
-    to :func:`least_loaded_fill_many_rounds`."""
-    load = np.array(loads, dtype=np.float64, order="C")
-    tok = np.array(tokens, dtype=np.float64, order="C")
-    sur = np.array(surcharge, dtype=np.float64, order="C")
-    c = np.ascontiguousarray(cost, dtype=np.float64)
-    t = np.ascontiguousarray(item_tokens, dtype=np.float64)
-    states, units = load.shape
-    if units == 1:
-        if c.size:
-            load += c.sum() + sur
-            tok += t.sum()
-        return np.zeros((states, c.size), dtype=np.int64), load, tok
-    out = np.empty((states, c.size), dtype=np.int64)
-    kernels().fill_many(load, tok, c, t, budget * (1 + BUDGET_RTOL), sur, out)
+    """:func:`least_loaded_fill` for S independent states (arrays (S, units)), one compiled call each;
+    equal to :func:`least_loaded_fill_many_rounds`."""
+    out = np.empty((loads.shape[0], np.size(cost)), dtype=np.int64)
+    load, tok = np.empty(loads.shape), np.empty(loads.shape)
+    for s in range(loads.shape[0]):
+        out[s], load[s], tok[s] = least_loaded_fill(loads[s], tokens[s], cost, item_tokens, budget, surcharge[s])
     return out, load, tok
 
 

@@ -19,6 +19,7 @@ def test_the_api_page_runs() -> None:
 
 
 def test_every_exported_name_resolves_and_an_unknown_one_is_an_attribute_error() -> None:
+    assert sorted(set(nspsim.__all__) - {"__version__"}) == sorted(nspsim.api.__all__)  # the two lists agree
     for name in nspsim.__all__:
         assert getattr(nspsim, name) is not None, name
     try:
