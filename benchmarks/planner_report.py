@@ -39,7 +39,7 @@ from nspsim.planners.packing import least_loaded_fill  # noqa: E402
 from nspsim.planners.proxy import CostTable  # noqa: E402
 from nspsim.planners.static.planner import _placement, pack_degree  # noqa: E402
 from nspsim.sp_tree import SPTree  # noqa: E402
-from nspsim.specs.cluster import get_cluster  # noqa: E402
+from nspsim.specs.clusters import get_cluster  # noqa: E402
 from nspsim.specs.model import get_model  # noqa: E402
 from nspsim.trace.batching import Batch  # noqa: E402
 from nspsim.workload import Workload, WorkloadConfig, build_workload, resolve_spmax  # noqa: E402

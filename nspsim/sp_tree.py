@@ -1,14 +1,21 @@
 """The SP tree (NSP paper, Definition 1): the space of admissible sequence-parallel groups.
 
-P GPUs (a power of two) and a largest admissible SP degree spmax = 2^K <= P define a forest of
-P / spmax complete binary trees. A node is an aligned block of consecutive ranks whose size (the SP
-degree) is a power of two <= spmax. We name a node by ``(degree, index)``: it covers the ranks
-``[index * degree, (index + 1) * degree)``. This global naming makes the forest case free (the tree
-a node belongs to is ``index * degree // spmax``) and keeps plans readable.
+P GPUs and a largest admissible SP degree spmax = 2^K that divides P define a forest of P / spmax
+complete binary trees (the paper's "P > spmax gives a forest"; 96 GPUs are three trees of 32). A node
+is an aligned block of consecutive ranks whose size (the SP degree) is a power of two <= spmax. We name
+a node by ``(degree, index)``: it covers the ranks ``[index * degree, (index + 1) * degree)``. This
+global naming makes the forest case free (the tree a node belongs to is ``index * degree // spmax``)
+and keeps plans readable.
+
+Hosts of ``gpus_per_node`` GPUs (any count: 8, 4, 6) must tile the trees: spmax divides a host or a
+host divides spmax, so every group lies inside one host or spans whole hosts, and "does a group of
+this size cross hosts?" has one answer per size (:meth:`SPTree.spans_hosts`). :func:`largest_spmax`
+is the largest such degree.
 
 Trade-off: restricting groups to aligned dyadic blocks loses no makespan on homogeneous workers
 (paper, Appendix B: any laminar power-of-two schedule relabels into a tree schedule) and keeps small
-groups inside one NVLink domain, at the price of ruling out crossing groups such as {1, 2}.
+groups inside one NVLink domain, at the price of ruling out crossing groups such as {1, 2}, and of
+a non-power-of-two cluster's largest group (96 GPUs: 32, not 64 or 96).
 Any two nodes are nested or disjoint; a disjoint-group plan (Static SP, FlexSP) is an antichain.
 """
 
@@ -23,6 +30,20 @@ import numpy as np
 def is_power_of_two(n: int) -> bool:
     """True for 1, 2, 4, ...; False for 0, negatives and other integers."""
     return n > 0 and (n & (n - 1)) == 0
+
+
+def tiles_hosts(degree: int, gpus_per_node: int) -> bool:
+    """Whether aligned groups of ``degree`` ranks lie inside one host or span whole hosts."""
+    return gpus_per_node % degree == 0 or degree % gpus_per_node == 0
+
+
+def largest_spmax(num_gpus: int, gpus_per_node: int) -> int:
+    """The largest power of two that divides ``num_gpus`` and tiles hosts of ``gpus_per_node``
+    (:func:`tiles_hosts`): 96 GPUs in hosts of 8 give 32, 12 in hosts of 6 give 2."""
+    degree = num_gpus & -num_gpus  # the largest power of two dividing num_gpus
+    while not tiles_hosts(degree, gpus_per_node):
+        degree //= 2
+    return degree
 
 
 def log2_exact(n: int) -> int:
@@ -95,12 +116,16 @@ class SPTree:
     gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
-        if not is_power_of_two(self.num_gpus):
-            raise ValueError(f"number of GPUs must be a power of two, got {self.num_gpus}")
-        if not is_power_of_two(self.spmax) or self.spmax > self.num_gpus:
-            raise ValueError(f"spmax must be a power of two <= the number of GPUs ({self.num_gpus}), got {self.spmax}")
-        if not is_power_of_two(self.gpus_per_node):
-            raise ValueError(f"gpus_per_node must be a power of two, got {self.gpus_per_node}")
+        if self.num_gpus < 1:
+            raise ValueError(f"number of GPUs must be positive, got {self.num_gpus}")
+        if self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node must be positive, got {self.gpus_per_node}")
+        largest = largest_spmax(self.num_gpus, self.gpus_per_node)
+        if not is_power_of_two(self.spmax) or self.spmax > largest:
+            raise ValueError(
+                f"spmax must be a power of two <= {largest} ({self.num_gpus} GPUs in hosts of {self.gpus_per_node} "
+                f"form trees of at most {largest} GPUs), got {self.spmax}"
+            )
 
     @property
     def depth(self) -> int:

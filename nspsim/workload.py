@@ -15,9 +15,10 @@ from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.backends import backend_cost
 from nspsim.cost.profile import Profile, load_profile
 from nspsim.plan.refs import ProfileRef
-from nspsim.sp_tree import SPTree
+from nspsim.sp_tree import SPTree, largest_spmax, tiles_hosts
 from nspsim.specs.backend import BACKENDS, SPBackend
-from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec, get_cluster
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.clusters import CLUSTER_PRESETS, get_cluster, is_cluster_file
 from nspsim.specs.hf import resolve_model
 from nspsim.specs.kernels import attention_curves
 from nspsim.specs.memory import MemoryModel, memory_model
@@ -134,6 +135,11 @@ class Workload:
         return self.memory.token_budget
 
     @property
+    def cluster_file(self) -> str | None:
+        """The cluster file (``--cluster``) the cluster was read from; ``None`` for a preset."""
+        return self.config.cluster if is_cluster_file(self.config.cluster) else None
+
+    @property
     def profile_ref(self) -> ProfileRef | None:
         """The cost profile's reference that plans record (``None`` with analytic costs)."""
         source = self.config.profile
@@ -141,23 +147,27 @@ class Workload:
 
 
 def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requested: int | None) -> int:
-    """Largest admissible SP degree: <= GPUs, and what the backend admits (:meth:`BackendCost.max_degree`:
-    <= attention heads for Ulysses)."""
-    limit = backend_cost(backend).max_degree(model, cluster.num_gpus)
+    """Largest admissible SP degree: a tree of the cluster's forest (:func:`largest_spmax`: a power of two
+    dividing the GPU count and tiling its hosts), and what the backend admits
+    (:meth:`BackendCost.max_degree`: <= attention heads for Ulysses)."""
+    forest = largest_spmax(cluster.num_gpus, cluster.gpus_per_node)
+    limit = min(backend_cost(backend).max_degree(model, cluster.num_gpus), forest)
+    limit = 1 << (limit.bit_length() - 1)  # a power of two
     if requested is None:
         return limit
     if requested > limit or requested & (requested - 1) or requested <= 0:
+        trees = "" if forest == cluster.num_gpus else f"; {cluster.num_gpus} GPUs form trees of at most {forest}"
         raise ValueError(
             f"spmax {requested} is not admissible: it must be a power of two <= {limit} "
-            f"({model.name} has {model.num_heads} heads, the cluster {cluster.num_gpus} GPUs)"
+            f"({model.name} has {model.num_heads} heads, the cluster {cluster.num_gpus} GPUs{trees})"
         )
     return requested
 
 
 def preset_family(cluster: str) -> str | None:
-    """The attention-kernel family of a cluster preset's GPU (``None`` for a name that is no preset)."""
-    factory = CLUSTER_PRESETS.get(cluster)
-    return None if factory is None else factory(8).gpu.family
+    """The attention-kernel family of a cluster preset's GPU (``None`` for a cluster file, which
+    :func:`build_workload` checks once it is read, and for a name that is no preset)."""
+    return get_cluster(cluster, 8).gpu.family if cluster in CLUSTER_PRESETS else None
 
 
 def check_training(model: ModelSpec, training: TrainingSpec) -> None:
@@ -174,6 +184,18 @@ def check_training(model: ModelSpec, training: TrainingSpec) -> None:
         )
 
 
+def check_expert_groups(expert_parallel: int, cluster: ClusterSpec) -> None:
+    """Expert-parallel groups of consecutive GPUs must tile the cluster and its hosts (as SP trees do,
+    :func:`~nspsim.sp_tree.tiles_hosts`); ``ValueError`` with the fix otherwise."""
+    p, gpn = cluster.num_gpus, cluster.gpus_per_node
+    if p % expert_parallel or not tiles_hosts(expert_parallel, gpn):
+        raise ValueError(
+            f"expert_parallel {expert_parallel} does not tile {cluster.label} ({p} GPUs in hosts of {gpn}): "
+            f"use a power of two that divides the GPU count and a host, or is a multiple of a host "
+            f"(at most {largest_spmax(p, gpn)})"
+        )
+
+
 def build_workload(config: WorkloadConfig) -> Workload:
     """Resolve presets, profile, memory model and sampler; ``ValueError`` for any bad setting."""
     model = resolve_model(config.model)  # a preset, a named transformers config or a config.json path
@@ -187,6 +209,9 @@ def build_workload(config: WorkloadConfig) -> Workload:
         overrides |= dict.fromkeys(("act_bytes", "param_bytes", "grad_bytes"), profile.element_bytes)
     training = config.training_spec(**overrides)
     check_training(model, training)
+    check_expert_groups(training.expert_parallel, cluster)
+    if cluster.gpu.family and training.attention_kernel is not AttentionKernel.SPEC:  # a cluster file's GPU
+        attention_curves(cluster.gpu.family, training.attention_kernel, 128)  # (a preset's: checked above)
     if profile.nonattn_fwd_s_by_tokens is not None and (
         config.checkpointing is not None or config.fused_elementwise is not None
     ):

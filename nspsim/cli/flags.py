@@ -23,7 +23,7 @@ from nspsim.execution.prepare import PREPARE_CHOICES, PREPARE_HELP
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import WriteFailed, commit_files
 from nspsim.specs.backend import BACKENDS
-from nspsim.specs.cluster import CLUSTER_PRESETS
+from nspsim.specs.clusters import CLUSTER_PRESETS
 from nspsim.specs.hf import HF_CONFIGS, max_position
 from nspsim.specs.model import MODEL_PRESETS
 from nspsim.specs.training import (
@@ -281,10 +281,16 @@ def add_workload_args(
     parser.add_argument(
         "--cluster",
         default=defaults.cluster if cluster_help is None else None,
-        help=cluster_help or f"cluster preset ({', '.join(CLUSTER_PRESETS)})",
+        help=cluster_help
+        or f"cluster preset ({', '.join(CLUSTER_PRESETS)}) or a cluster file (.toml; docs/clusters.md)",
     )
     if gpus:
-        parser.add_argument("--gpus", type=positive_int, default=defaults.gpus, help="number of GPUs (a power of two)")
+        parser.add_argument(
+            "--gpus",
+            type=positive_int,
+            default=defaults.gpus,
+            help="number of GPUs (whole hosts; a count that is no power of two plans as a forest of SP trees)",
+        )
     parser.add_argument(
         "--tokens-per-batch",
         type=tokens_arg,

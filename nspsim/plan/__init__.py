@@ -228,7 +228,8 @@ class Plan:
         here = ClusterRef.of(cluster)
         if here.label != self.cluster.label:
             raise ValueError(f"plan was made for cluster {self.cluster.label}, not {here.label}")
-        if here != self.cluster:
+        same_values = self.cluster.spec is not None and dict(self.cluster.spec) == asdict(cluster)
+        if here != self.cluster and not same_values:  # equal values: a byte count once written as a float
             raise ValueError(
                 f"plan was made for another spec of cluster {here.label} (fingerprint {self.cluster.fingerprint}, "
                 f"now {here.fingerprint}): {spec_differences(self.cluster.spec, asdict(cluster))}; re-plan it"
@@ -340,13 +341,15 @@ def make_plan(
     recompute: Sequence[bool] | None = None,
     metadata: Mapping[str, float | int | str] | None = None,
     profile: ProfileRef | None = None,
+    cluster_file: str | None = None,
 ) -> Plan:
-    """Build and validate a plan from specs and a batch (the usual way planners create plans)."""
+    """Build and validate a plan from specs and a batch (the usual way planners create plans);
+    ``cluster_file`` is the cluster file ``cluster`` was read from (``None``: a preset)."""
     mbs = tuple(micro_batches) if micro_batches is not None else (0,) * len(nodes)
     order = default_issue_order(nodes, mbs) if issue_order is None else tuple(tuple(o) for o in issue_order)
     return Plan(
         planner=planner,
-        cluster=ClusterRef.of(cluster),
+        cluster=ClusterRef.of(cluster, cluster_file),
         model=ModelRef.of(model),
         batch=BatchRef.of(batch),
         spmax=spmax,

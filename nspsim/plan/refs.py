@@ -28,7 +28,7 @@ from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.model import ModelSpec
 from nspsim.trace.batching import Batch
 
-_UNHASHED = frozenset({"spec", "dropped_count", "dropped_tokens"})
+_UNHASHED = frozenset({"spec", "dropped_count", "dropped_tokens", "file"})
 """Reference fields that do not enter a plan's content hash (their fingerprint covers them)."""
 
 
@@ -111,19 +111,31 @@ class ClusterRef:
     num_gpus: int
     fingerprint: str
     spec: Mapping[str, Any] | None = field(default=None, compare=False)  # every field; None in older files
+    file: str | None = field(default=None, compare=False)  # the cluster file (--cluster) it was read from
 
     def __post_init__(self) -> None:
         _check_str(self.name, "cluster name")
+        if self.file is not None:
+            _check_str(self.file, "cluster file")
         _check_int(self.num_gpus, "cluster num_gpus", 1)
         _check_str(self.fingerprint, "cluster fingerprint")
         _check_spec(self.spec, self.fingerprint, "cluster")
 
     @staticmethod
-    def of(cluster: ClusterSpec) -> ClusterRef:
-        """Reference to ``cluster``."""
+    def of(cluster: ClusterSpec, file: str | None = None) -> ClusterRef:
+        """Reference to ``cluster``, read from the cluster ``file`` (``None`` for a preset)."""
         return ClusterRef(
-            name=cluster.name, num_gpus=cluster.num_gpus, fingerprint=cluster.fingerprint(), spec=asdict(cluster)
+            name=cluster.name,
+            num_gpus=cluster.num_gpus,
+            fingerprint=cluster.fingerprint(),
+            spec=asdict(cluster),
+            file=file,
         )
+
+    @property
+    def source(self) -> str:
+        """What ``--cluster`` takes to describe this cluster again: its file, else the preset name."""
+        return self.file if self.file is not None else self.name
 
     @property
     def label(self) -> str:

@@ -79,4 +79,5 @@ def finish(
         issue_order=orders,
         metadata=metadata,
         profile=ctx.workload.profile_ref,
+        cluster_file=ctx.workload.cluster_file,
     )

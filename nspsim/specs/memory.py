@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nspsim.specs.backend import backend_layout
-from nspsim.specs.cluster import CLUSTER_PRESETS, ClusterSpec
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.clusters import CLUSTER_PRESETS, get_cluster
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import Checkpointing, TrainingSpec
 
@@ -197,8 +198,8 @@ def _more_memory(cluster: ClusterSpec, buffers: float, usable: float, training: 
     either way; a smaller model preset always does."""
     larger = [
         name
-        for name, preset in CLUSTER_PRESETS.items()
-        if preset(cluster.gpus_per_node).gpu.hbm_bytes > cluster.gpu.hbm_bytes
+        for name in CLUSTER_PRESETS
+        if get_cluster(name, cluster.gpus_per_node).gpu.hbm_bytes > cluster.gpu.hbm_bytes
     ]
     options = [] if buffers >= usable else ["more GPUs (--gpus, or more ranks under torchrun)"]
     if not training.optimizer_offload and buffers < usable:

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.compare.specs import PlannerSpec
+from nspsim.specs.clusters import get_cluster, is_cluster_file
 from nspsim.workload import WorkloadConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]  # nspsim/
 ROOT = PACKAGE.parent
-SOURCE_SUFFIXES = (".py", ".json")
+SOURCE_SUFFIXES = (".py", ".json", ".toml")  # .toml: the cluster presets
 SIMULATOR_SIDE = ("simulator", "compare", "sweep/work.py")
 NOT_PLANNER_SIDE = ("simulator", "compare", "sweep", "cli")
 KEY_LENGTH = 32  # hex digits of sha256 kept: 128 bits, no collision in any sweep
@@ -51,7 +52,7 @@ class CodeVersions:
 
 
 def source_files(root: Path, include: Iterable[str] = ("",), exclude: Iterable[str] = ()) -> list[Path]:
-    """Source and data files (``*.py``, ``*.json``; no ``__pycache__``) under ``root/<include>``,
+    """Source and data files (``*.py``, ``*.json``, ``*.toml``; no ``__pycache__``) under ``root/<include>``,
     skipping ``root/<exclude>`` (folders or files, relative to ``root``), sorted."""
     excluded = [root / e for e in exclude]
     found: set[Path] = set()
@@ -99,11 +100,15 @@ def file_digest(value: str | None) -> str | None:
 
 
 def workload_identity(config: WorkloadConfig) -> dict[str, Any]:
-    """The config's plain values plus the content hash of every file it names (trace, profile, model)."""
+    """The config's plain values plus the content hash of every file it names (trace, profile, model)
+    and, for a cluster file, the fingerprint of the cluster it resolves to (a file it ``extends``
+    counts too)."""
     data = config.to_dict()
     data["backend"] = str(config.backend)
     files = {k: file_digest(data[k]) for k in ("trace", "profile", "model")}
     data["files_sha256"] = {k: v for k, v in files.items() if v is not None}
+    if is_cluster_file(config.cluster):
+        data["cluster_fingerprint"] = get_cluster(config.cluster, config.gpus).fingerprint()
     return data
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.plan import make_plan
 from nspsim.simulator import Simulator
-from nspsim.sp_tree import Node, is_power_of_two
+from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
 from nspsim.specs.hf import QK_NORM_ARCHITECTURES, spec_from_hf_config
 from nspsim.specs.memory import memory_model
@@ -108,8 +108,8 @@ def end_to_end(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
     c = row.config
     training = row_training(c)
     gpus, gpn = get_int(c, "gpus", hi=MAX_GPUS), get_int(c, "gpus_per_node")
-    if not is_power_of_two(gpus):
-        raise NotExpressible(f"{gpus} GPUs: nspsim's clusters are powers of two")
+    if gpus > gpn and gpus % gpn:
+        raise NotExpressible(f"{gpus} GPUs are not a whole number of {gpn}-GPU hosts")
     if gpus > MAX_SIMULATED_GPUS:
         raise NotExpressible(f"{gpus:,} GPUs: validation simulates end-to-end rows up to {MAX_SIMULATED_GPUS:,} GPUs")
     cluster = row_cluster_of(c, gpus, gpn)
@@ -144,17 +144,20 @@ def end_to_end(row: ReferenceRow) -> tuple[float, dict[str, Any]]:
         dropped_count=0,
         dropped_tokens=0,
     )
-    plan = make_plan(
-        planner="reference",
-        cluster=cluster,
-        model=model,
-        batch=batch,
-        spmax=max(cp, 1),
-        token_budget=roomy.token_budget,
-        nodes=nodes,
-        micro_batches=micro,
-        backend=training.backend,
-    )
+    try:
+        plan = make_plan(
+            planner="reference",
+            cluster=cluster,
+            model=model,
+            batch=batch,
+            spmax=max(cp, 1),
+            token_budget=roomy.token_budget,
+            nodes=nodes,
+            micro_batches=micro,
+            backend=training.backend,
+        )
+    except ValueError as exc:  # e.g. CP groups that do not tile the hosts
+        raise NotExpressible(str(exc)) from None
     try:
         cost = AnalyticCostModel(model=model, cluster=cluster, training=training)
     except ValueError as exc:

@@ -11,7 +11,7 @@
 Rows are read through :mod:`nspsim.validation.config` (typed settings, the keys each kind may carry).
 
 A row the model cannot express gets a reason instead of a number: tensor or pipeline parallelism,
-fp8, a GPU without a spec, a GPU count that is not a power of two, a kernel nspsim does not offer,
+fp8, a GPU without a spec, a GPU count that is not a whole number of hosts, a kernel nspsim does not offer,
 non-causal attention, per-layer checkpointing frequencies, a collective variant other than NCCL's.
 """
 

@@ -13,21 +13,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from nspsim.specs.cluster import A100, A100_40G, H100, H100_96G_500W, H200, H800, ClusterSpec, GpuSpec, get_cluster
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.clusters import get_cluster
 
-ROW_GPUS: Mapping[str, tuple[str, GpuSpec]] = {
-    "a100-80g": ("a100", A100),
-    "a100-sxm": ("a100", A100),
-    "a100": ("a100", A100),
-    "a100-unspecified": ("a100", A100),
-    "a100-40g": ("a100-40g", A100_40G),
-    "h100": ("h100", H100),
-    "h100-96g-500w": ("h100-96g", H100_96G_500W),
-    "h800": ("h800", H800),
-    "h200": ("h200", H200),
+ROW_GPUS: Mapping[str, str] = {
+    "a100-80g": "a100",
+    "a100-sxm": "a100",
+    "a100": "a100",
+    "a100-unspecified": "a100",
+    "a100-40g": "a100-40g",
+    "h100": "h100",
+    "h100-96g-500w": "h100-96g",
+    "h800": "h800",
+    "h200": "h200",
 }
-"""Row GPU name -> (cluster preset, GPU spec). ``a100``, ``a100-sxm`` and ``a100-unspecified`` are A100
-SXM parts whose memory size the source does not state: compute and NVLink are the same."""
+"""Row GPU name -> the cluster preset of that exact part (its GPU spec and links). ``a100``, ``a100-sxm``
+and ``a100-unspecified`` are A100 SXM parts whose memory size the source does not state: compute and
+NVLink are the same."""
 
 
 ROW_KERNELS: Mapping[str, str] = {"fa2": "fa2", "sdpa-flash": "fa2", "fa3": "fa3", "cudnn": "cudnn", "triton": "triton"}
@@ -36,17 +38,17 @@ ROW_KERNELS: Mapping[str, str] = {"fa2": "fa2", "sdpa-flash": "fa2", "fa3": "fa3
 
 def family_of(gpu: str) -> str | None:
     """The kernel family of a row's GPU name (``a100``, ``h100``), ``None`` when unknown."""
-    entry = ROW_GPUS.get(gpu)
-    return None if entry is None else entry[1].family
+    preset = ROW_GPUS.get(gpu)
+    return None if preset is None else get_cluster(preset, 8).gpu.family
 
 
 def row_cluster(gpu: str, num_gpus: int, gpus_per_node: int, nic_gbps_per_gpu: float | None = None) -> ClusterSpec:
     """The cluster a row ran on; ``ValueError`` (the reason the row cannot be expressed) otherwise."""
     if gpu not in ROW_GPUS:
         raise ValueError(f"no GPU spec for {gpu!r} (known: {', '.join(ROW_GPUS)})")
-    preset, spec = ROW_GPUS[gpu]
+    preset = ROW_GPUS[gpu]
     base = get_cluster(preset, max(num_gpus, 1))
-    cluster = replace(base, gpu=spec, gpus_per_node=min(gpus_per_node, num_gpus))
+    cluster = replace(base, gpus_per_node=min(gpus_per_node, num_gpus))
     if nic_gbps_per_gpu is not None:
         line_rate = PRESET_NIC_LINE_GBPS[preset]
         cluster = replace(cluster, nic_bw=cluster.nic_bw * nic_gbps_per_gpu / line_rate)

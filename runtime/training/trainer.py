@@ -36,7 +36,8 @@ from nspsim.compare.summary import BatchDrops
 from nspsim.execution.recompute import RecomputeMode
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
-from nspsim.specs.cluster import CPU_GLOO, ClusterSpec
+from nspsim.specs.cluster import ClusterSpec
+from nspsim.specs.clusters import get_cluster
 from nspsim.workload import Workload, build_workload
 from runtime.affinity import pin_to_core
 from runtime.data import rank_input, synthetic_stream
@@ -184,7 +185,7 @@ class Trainer:
 def device_mismatch(cluster: ClusterSpec, device_type: str) -> str | None:
     """Why the cluster preset does not describe the device that runs (a GPU preset on the CPU, the
     ``cpu`` preset on CUDA), or ``None``: plans and simulated times would describe other hardware."""
-    cpu_preset = cluster.gpu.name == CPU_GLOO.name
+    cpu_preset = cluster.gpu.name == get_cluster("cpu", 1).gpu.name
     if device_type == "cpu" and not cpu_preset:
         return (
             f"the cluster preset {cluster.name!r} describes {cluster.gpu.name} GPUs, but this run executes on "

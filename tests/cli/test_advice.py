@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nspsim.planners import get_planner
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.memory import memory_model
 from nspsim.specs.model import get_model
 from nspsim.specs.training import training_preset
@@ -25,7 +25,7 @@ def _memory_error(model: str, cluster: str, gpus: int) -> str:
 def test_memory_advice_names_flags_that_help() -> None:
     text = _memory_error("qwen3-235b-a22b", "h100", 8)
     assert "offload" not in text  # the paper's 235B setup offloads already
-    assert "more GPUs (--gpus" in text and "--cluster h100-96g or h200" in text and "--model" in text
+    assert "more GPUs (--gpus" in text and "--cluster h100-96g or h20 or h200" in text and "--model" in text
     on_h200 = _memory_error("qwen3-235b-a22b", "h200", 1)
     assert "--gpus" in on_h200 and "--cluster" not in on_h200  # no preset has more memory per GPU than H200
     buffers_alone = _memory_error("qwen3-30b-a3b", "cpu", 2)  # the per-layer buffers alone overflow a CPU rank

@@ -13,7 +13,7 @@ from helpers import make_batch, toy_model
 from nspsim.cli.main import main
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 
 SHARED_WIKI = Path(__file__).resolve().parents[3] / "shared" / "traces" / "wikipedia.txt"
 
@@ -103,7 +103,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         (["compare", "--iters", "100001"], "iters must be at most 100,000 batches per comparison"),
         (["info", "--model", "gpt5"], "unknown model preset 'gpt5'"),
         (["info", "--cluster", "tpu"], "unknown cluster preset 'tpu'"),
-        (["info", "--gpus", "48"], "power of two"),
+        (["info", "--gpus", "12"], "not a whole number of 8-GPU hosts"),
         (["info", "--max-context", "12q"], "invalid token count"),
         (["info", "--tokens-per-batch", "0"], "must be positive"),
         (["plan", "--tokens-per-batch", "10G"], "over the limit of 1G"),

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from helpers import make_batch, toy_cluster, toy_model
 from nspsim.plan import Plan, make_plan
 from nspsim.sp_tree import Node, SPTree
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 
 
 def _plan(nodes: list[Node], lengths: list[int], budget: int = 10_000, **kw: object) -> Plan:
@@ -141,7 +141,7 @@ def test_a_plan_refuses_lengths_above_max_context_and_another_node_size() -> Non
     from helpers import make_batch, toy_model
     from nspsim.plan import make_plan
     from nspsim.sp_tree import Node
-    from nspsim.specs.cluster import get_cluster
+    from nspsim.specs.clusters import get_cluster
 
     cluster = get_cluster("h100", 8)
     plan = make_plan(

@@ -52,7 +52,7 @@ def test_antichain_examples() -> None:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_gpus": 6, "spmax": 2}, "power of two"),
+        ({"num_gpus": 6, "spmax": 4}, "power of two <= 2"),
         ({"num_gpus": 8, "spmax": 16}, "spmax"),
         ({"num_gpus": 8, "spmax": 3}, "spmax"),
     ],

@@ -25,7 +25,7 @@ from nspsim.execution.schedule import order_conflicts
 from nspsim.plan import Plan, make_plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.hf import load_hf_config, resolve_model
 from nspsim.workload import WorkloadConfig, build_workload
 from runtime.data import synthetic_stream

@@ -14,7 +14,7 @@ from nspsim.execution.shards import NodeShards
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.memory import MemoryModel
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload

@@ -14,7 +14,7 @@ import rt_workers
 from helpers import make_batch
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from runtime.launch import spawn_ranks
 from runtime.records import read_records

@@ -21,7 +21,7 @@ from nspsim.execution.schedule import COMPUTE, EPILOGUE, PROLOGUE, Step, order_c
 from nspsim.plan import Plan, make_plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
 from runtime.executor import ExecOptions

@@ -16,7 +16,7 @@ from nspsim.plan import make_plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
 from runtime.prediction import Prediction, executed_plan, simulated_mode

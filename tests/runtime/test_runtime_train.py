@@ -17,7 +17,7 @@ import rt_workers
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import build_workload
 from runtime.launch import run_ranks

@@ -29,7 +29,7 @@ from nspsim.execution.layout import micro_batch_layout
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.memory import memory_model
 from nspsim.specs.model import get_model
 from nspsim.specs.training import TrainingSpec

@@ -21,7 +21,7 @@ from nspsim.execution.shards import (
 )
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 
 

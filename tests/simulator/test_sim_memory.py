@@ -10,7 +10,7 @@ import pytest
 from nspsim.execution.activation import plan_activations
 from nspsim.sp_tree import Node
 from nspsim.specs.backend import SPBackend
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.memory import MemoryModel, memory_model, saved_attention_bytes
 from nspsim.specs.model import get_model
 from nspsim.specs.training import TrainingSpec

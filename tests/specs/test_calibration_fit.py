@@ -8,7 +8,7 @@ import pytest
 
 from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.profile import parse_profile
-from nspsim.specs.cluster import cpu
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import tiny
 from nspsim.specs.training import TrainingSpec
 from runtime.calibration.fit import LinkMeasurement, Measurements, attention_flops, build_profile, fit_link
@@ -66,7 +66,10 @@ def test_profile_from_measurements_prices_what_was_measured() -> None:
     data = build_profile(_measurements(), name="syn", provenance={"host": "h", "date": "d", "ranks": 2}, cluster="cpu")
     profile = parse_profile(data, "syn")
     cost = AnalyticCostModel(
-        model=tiny(), cluster=cpu(2), training=TrainingSpec(act_bytes=4, param_bytes=4, grad_bytes=4), profile=profile
+        model=tiny(),
+        cluster=get_cluster("cpu", 2),
+        training=TrainingSpec(act_bytes=4, param_bytes=4, grad_bytes=4),
+        profile=profile,
     )
     for n in (256, 1024, 4096):
         assert cost.attention(np.array([n]), 1).fwd.compute == pytest.approx(attention_flops(n, 8, 8, False) / 4e9)
@@ -105,7 +108,10 @@ def test_executor_timings_become_micro_batch_cost_and_per_token_layer_cost() -> 
     assert fit.micro_batch_s == pytest.approx(5e-3, rel=1e-9) and fit.per_token_layer_s == pytest.approx(3e-6, rel=1e-9)
     profile = parse_profile(build_profile(m, name="x", provenance={"ranks": 2}, cluster="cpu"), "x")
     cost = AnalyticCostModel(
-        model=spec, cluster=cpu(2), training=TrainingSpec(act_bytes=4, param_bytes=4, grad_bytes=4), profile=profile
+        model=spec,
+        cluster=get_cluster("cpu", 2),
+        training=TrainingSpec(act_bytes=4, param_bytes=4, grad_bytes=4),
+        profile=profile,
     )
     assert cost.micro_batch_overhead() == pytest.approx(5e-3, rel=1e-9)
     na = cost.non_attention(500.0)

@@ -178,7 +178,7 @@ def test_link_traffic_split() -> None:
 
 def test_qwen3_orders_of_magnitude() -> None:
     from nspsim.cost.analytic import AnalyticCostModel
-    from nspsim.specs.cluster import get_cluster
+    from nspsim.specs.clusters import get_cluster
     from nspsim.specs.model import get_model
     from nspsim.specs.training import TrainingSpec
 

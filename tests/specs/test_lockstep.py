@@ -13,7 +13,7 @@ from nspsim.cost.analytic import AnalyticCostModel
 from nspsim.cost.profile import WaitTable, parse_profile
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.specs.training import TrainingSpec
 from runtime.calibration.fit import build_profile, lockstep_table

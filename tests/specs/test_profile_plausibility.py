@@ -15,7 +15,7 @@ from nspsim.cli.main import main
 from nspsim.cost.profile import Profile, load_profile
 from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 
 TINY = ["--gpus", "8", "--tokens-per-batch", "64k", "--max-context", "16k"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import toy_cluster, toy_model
-from nspsim.specs.cluster import CLUSTER_PRESETS, get_cluster
+from nspsim.specs.clusters import CLUSTER_PRESETS, get_cluster
 from nspsim.specs.memory import memory_model, state_bytes_per_gpu
 from nspsim.specs.model import MODEL_PRESETS, ModelSpec, MoESpec, get_model
 from nspsim.specs.training import TrainingSpec, training_preset
@@ -44,7 +44,7 @@ def test_every_preset_builds() -> None:
     [
         (lambda: get_model("gpt5"), "unknown model preset 'gpt5'"),
         (lambda: get_cluster("tpu"), "unknown cluster preset 'tpu'"),
-        (lambda: get_cluster("h100", 48), "power of two"),
+        (lambda: get_cluster("h100", 12), "not a whole number of 8-GPU hosts"),
         (
             lambda: ModelSpec(
                 name="x", num_layers=1, hidden=8, num_heads=3, num_kv_heads=2, head_dim=2, vocab=4, dense_ffn=4

@@ -70,7 +70,7 @@ def model_workload(
 
     from nspsim.cost.analytic import AnalyticCostModel
     from nspsim.sp_tree import SPTree
-    from nspsim.specs.cluster import get_cluster
+    from nspsim.specs.clusters import get_cluster
     from nspsim.specs.model import get_model
     from nspsim.workload import resolve_spmax
 

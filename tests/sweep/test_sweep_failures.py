@@ -33,7 +33,7 @@ def write_spec(tmp_path: Path, text: str = SPEC) -> Path:
 
 
 def test_a_point_that_cannot_be_built_fails_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = write_spec(tmp_path, SPEC.replace("gpus = [2, 4]", "gpus = [2, 3]"))
+    spec = write_spec(tmp_path, SPEC.replace("gpus = [2, 4]", "gpus = [2, 12]"))  # 12: not whole 8-rank hosts
     assert main(["sweep", str(spec), "-o", str(tmp_path / "o"), "--jobs", "1", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["failed_points"] == 1 and Path(data["results_path"]).is_file()  # the rest still written

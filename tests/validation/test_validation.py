@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nspsim.cli.main import main
-from nspsim.specs import cluster as cluster_specs
+from nspsim.specs.clusters import CLUSTER_PRESETS, get_cluster
 from nspsim.specs.kernels import ATTENTION_CURVES, attention_curves
 from nspsim.validation.dataset import load_reference
 from nspsim.validation.evaluate import evaluate_row
@@ -44,11 +44,14 @@ def test_shipped_coefficients_are_the_fits_of_the_component_rows() -> None:
     rows = load_reference()
     assert fit_attention_curves(rows) == dict(ATTENTION_CURVES)
     fit = fit_link_latencies(rows)
-    assert (fit.intra_s, fit.inter_s, fit.alltoall_peer_s) == (
-        cluster_specs.INTRA_LATENCY_S,
-        cluster_specs.INTER_LATENCY_S,
-        cluster_specs.ALLTOALL_PEER_LATENCY_S,
-    )
+    for name in CLUSTER_PRESETS:  # every GPU preset file writes the fits (cpu: the gloo runtime's own)
+        c = get_cluster(name, 16)
+        if name != "cpu":
+            assert (fit.intra_s, fit.inter_s, fit.alltoall_peer_s) == (
+                c.intra_latency_s,
+                c.inter_latency_s,
+                c.alltoall_peer_latency_s,
+            ), name
     fitted = fitted_row_ids(rows)
     assert not any(r.kind == "end-to-end" for r in rows if r.id in fitted)  # end-to-end rows never fit
 
@@ -67,7 +70,7 @@ def test_a_collective_row_by_hand() -> None:
     rows = {r.id: r for r in load_reference([USER])}
     pred = evaluate_row(rows["my-allgather"])
     moved = 2**30 * 7 / 8  # a ring all-gather moves (n-1)/n of the 1 GiB output through each GPU
-    assert pred.simulated == pytest.approx((cluster_specs.INTRA_LATENCY_S + moved / 370e9) * 1e6)
+    assert pred.simulated == pytest.approx((get_cluster("h100").intra_latency_s + moved / 370e9) * 1e6)
 
 
 def test_an_end_to_end_row_is_one_simulated_step() -> None:

@@ -6,17 +6,19 @@ import argparse
 from typing import Any
 
 from nspsim.cli.flags import add_workload_args, emit, warn_token_budget, workload_config
+from nspsim.specs.clusters import describe_cluster
 from nspsim.units import format_bytes, format_tokens
 from nspsim.workload import build_workload
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    """Print parameter counts, spmax, memory split and the token budget B_tok."""
+    """Print parameter counts, the resolved cluster description, spmax, memory split and B_tok."""
     wl = build_workload(workload_config(args))
     warn_token_budget(wl)
     mem, model = wl.memory, wl.model
     data = {
         "config": wl.config.to_dict(),
+        "cluster": describe_cluster(wl.cluster),
         "total_params": model.total_params,
         "active_params": model.active_params,
         "spmax": wl.tree.spmax,
@@ -40,7 +42,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     text = "\n".join(
         [
             f"model    {model.name}: {model.total_params / 1e9:.2f}B params, {model.active_params / 1e9:.2f}B active",
-            f"cluster  {wl.cluster.label}: {wl.cluster.gpu.name}, {wl.cluster.num_nodes} hosts",
+            f"cluster  {wl.cluster.label}: {wl.cluster.gpu.name}, {wl.cluster.num_nodes} hosts of "
+            f"{wl.cluster.gpus_per_node}",
             f"spmax    {wl.tree.spmax}",
             f"training {wl.config.training}: checkpointing {t.checkpointing}, attention {t.attention_kernel}, "
             f"element-wise {'fused' if t.fused_elementwise else 'eager'}, EP {t.expert_parallel}, "

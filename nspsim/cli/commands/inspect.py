@@ -11,7 +11,7 @@ from typing import Any
 
 from nspsim.cli.flags import emit, non_negative_int, positive_int, shown
 from nspsim.plan.log import load_plans, pick_one
-from nspsim.specs.cluster import get_cluster
+from nspsim.specs.clusters import get_cluster
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

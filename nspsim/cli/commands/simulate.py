@@ -1,7 +1,8 @@
 """``nspsim simulate PLAN``: predict one training step of a plan file and explain where the time goes.
 
-The model, cluster, GPU count, SP backend and cost profile come from the plan itself (it refuses a
-plan whose recorded cluster or model fingerprint differs from the preset, and a recorded profile
+The model, cluster (a preset, or the cluster file the plan records), GPU count, SP backend and cost
+profile come from the plan itself (it refuses a plan whose recorded cluster or model fingerprint
+differs from the preset or file now, and a recorded profile
 that cannot be read or has changed; ``--profile`` overrides the recorded one, with a warning when it
 differs). So do the training settings (checkpointing, attention kernel, expert parallelism, ...: the
 label the planner recorded in the plan's metadata); a setting flag given here overrides that one,
@@ -81,7 +82,7 @@ def plan_workload_config(plan: Plan, profile: str | None, training: dict[str, An
     return WorkloadConfig(
         **(training or {}),
         model=plan.model.name,
-        cluster=plan.cluster.name,
+        cluster=plan.cluster.source,
         gpus=plan.cluster.num_gpus,
         backend=plan.backend,
         profile=profile,
