@@ -30,6 +30,17 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from nspsim.cli.config_file import (
+    COMMAND_KEY,
+    WORKLOAD_FIELDS,
+    ConfigFormat,
+    Settings,
+    add_config_flag,
+    keys,
+    section,
+    stamped,
+    workload_settings,
+)
 from nspsim.cli.flags import (
     add_prepare_flag,
     add_workload_args,
@@ -62,6 +73,17 @@ from nspsim.units import format_seconds
 from nspsim.workload import build_workload
 
 RUN_DEFAULTS = RunSpec()  # the flags' defaults are RunSpec's own fields
+COMMAND = "nspsim compare"
+RUN_FIELDS = tuple(RunSpec.__dataclass_fields__)
+DERIVED = (  # what the run resolved and wrote beside its inputs: read back, not set
+    "timeline_iteration",
+    "baseline",
+    "static_best_degree",
+    "static_paper_degree",
+    "token_budget",
+    "memory_token_budget",
+    "spmax",
+)
 REPORT_RENDERER = "studies.renderers.compare_report"  # the only studies module nspsim loads (module doc)
 EXIT_ALL_OUT_OF_MEMORY = 1
 EXIT_HELP = (
@@ -141,11 +163,43 @@ def cmd_compare(args: argparse.Namespace) -> int:
         warn(f"{result.drops.batches} batch(es): {dropped}")
     if path is not None:
         _write_report(path, result, report)
-    emit(args, result.to_dict(), format_table(result))
+    emit(args, {**result.to_dict(), "config": stamped(COMMAND, result.config)}, format_table(result))
     if result.no_result is not None:
         print(f"nspsim: {result.no_result} (exit status {EXIT_ALL_OUT_OF_MEMORY})", file=sys.stderr)
         return EXIT_ALL_OUT_OF_MEMORY
     return 0
+
+
+def config_settings(data: dict[str, Any]) -> Settings:
+    """The flags of a written compare config (:mod:`nspsim.cli.config_file`): ``workload`` and ``run``
+    are the inputs; the rest was resolved by the run (:data:`DERIVED`). compare's only planner option
+    flag is ``--flexsp-time-limit``; other options belong in the labels (``name:key=value``)."""
+    keys(data, (COMMAND_KEY, "workload", "run", *DERIVED))
+    run = section(data, "run", RUN_FIELDS)
+    out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FIELDS, "workload.")
+    out |= {
+        name: (f"run.{name}", run[name])
+        for name in ("iters", "first_batch", "mode", "baseline", "prepare")
+        if name in run
+    }
+    if "planners" in run:
+        planners = run["planners"]
+        if not isinstance(planners, list) or not all(isinstance(p, str) and "," not in p for p in planners):
+            raise ValueError(f"run.planners: a list of planner labels, got {planners!r}")
+        out["planners"] = ("run.planners", ",".join(planners))
+    options = run.get("planner_options", {})
+    limit = options.get("flexsp", {}) if isinstance(options, dict) else None
+    if not isinstance(limit, dict) or set(options) - {"flexsp"} or set(limit) - {"time_limit"}:
+        raise ValueError(
+            f"run.planner_options: compare sets only flexsp's time_limit (--flexsp-time-limit), got {options!r}; "
+            "give other planner options in the labels (run.planners, name:key=value)"
+        )
+    if "time_limit" in limit:
+        out["flexsp_time_limit"] = ("run.planner_options.flexsp.time_limit", limit["time_limit"])
+    return out
+
+
+CONFIG_FORMAT = ConfigFormat(command=COMMAND, settings=config_settings)
 
 
 def _time_limit(text: str) -> float:
@@ -169,7 +223,7 @@ def _write_report(path: Path, result: CompareResult, report: Any) -> None:
         path,
         report.render(result),
         flag="-o",
-        siblings={".config.json": dumps_json(result.config, what="config", indent=2)},
+        siblings={".config.json": dumps_json(stamped(COMMAND, result.config), what="config", indent=2)},
     )
 
 
@@ -259,4 +313,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_flag(p, CONFIG_FORMAT)
     p.set_defaults(func=cmd_compare)
