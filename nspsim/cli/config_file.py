@@ -14,7 +14,8 @@ the command derived, such as the static-best degree, are read and ignored); ever
 by its flag's own type and choices (so a value the flag would refuse is refused, naming the key);
 the values become the parser's defaults (``set_defaults``); and the command line is parsed again.
 What the flags build then validates itself as always (the dataclasses' ``__post_init__``). Output
-paths are never taken from a config: a re-run writes where its own flags say.
+paths are never taken from a config: a re-run writes where its own flags say; input paths (a trace,
+profile or model file) are as the first run was given them, relative to where it started.
 
 A config written before configs named their command is recognised by its keys (:data:`SIGNATURES`).
 Every problem is one ``ValueError`` line naming the file. Trade-off: a value is checked against its
