@@ -45,6 +45,8 @@ SIGNATURES = (
     ("run", "nspsim compare"),
 )
 """(key, writer): how a config without :data:`COMMAND_KEY` (written before it existed) is recognised."""
+READERS = ("nspsim compare", "nspsim plan", "nspsim simulate", "runtime.train")
+"""The commands that take ``--config`` (a sweep's config is read by ``nspsim plot``, not by them)."""
 
 WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
 
@@ -108,7 +110,8 @@ def read_config(data: Any, command: str) -> dict[str, Any]:
             f"give the X.config.json that {command} wrote"
         )
     if writer != command:
-        raise ValueError(f"written by {writer}, but {command} reads only its own configs; give it to {writer} --config")
+        hint = f"; give it to {writer} --config" if writer in READERS else ""
+        raise ValueError(f"written by {writer}, but {command} reads only its own configs{hint}")
     return data
 
 

@@ -63,6 +63,8 @@ def test_plan_reruns_from_its_config_and_an_option_overrides_its_own(
     other = run_json(["plan", "--config", config, "-O", "degree=4"], capsys)
     assert other["config"]["planner_options"] == {"degree": 4, "packing": "tokens"}
     assert other["plan_hash"] != first["plan_hash"] and other["samples_per_degree"] == {"4": other["num_samples"]}
+    nsp = run_json(["plan", "--config", config, "--planner", "nsp"], capsys)  # without static's options
+    assert nsp["planner"] == "nsp" and nsp["config"]["planner_options"] == {} and nsp["config"]["batch_index"] == 3
 
 
 def test_simulate_reruns_from_its_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,6 +123,11 @@ BAD = [
     ("compare", "{", "line 1: invalid JSON"),
     ("compare", [1, 2], "a config is a JSON object (what nspsim compare wrote beside its result), got a list"),
     ("compare", {"foo": 1}, "not a resolved config of any command"),
+    (
+        "compare",
+        {"name": "s", "points": []},
+        "written by nspsim sweep, but nspsim compare reads only its own configs\n",
+    ),
     ("compare", ("plan", "", None), "written by nspsim plan, but nspsim compare reads only its own configs"),
     ("plan", ("compare", "", None), "written by nspsim compare, but nspsim plan reads only its own configs"),
     ("simulate", ("plan", "", None), "give it to nspsim plan --config"),

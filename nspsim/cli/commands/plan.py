@@ -7,7 +7,7 @@ records the preparation, so ``nspsim simulate`` runs it as written. Planner opti
 ``--option KEY=VALUE`` (repeatable; values are typed by :mod:`nspsim.options`: true/false, int,
 finite float, else text), e.g. ``--option beam_width=8 --option monotone=false``. ``--config
 P.config.json`` re-runs a plan from its side file (:mod:`nspsim.cli.config_file`; an ``--option``
-replaces the file's option of the same key).
+replaces the file's option of the same key, and another ``--planner`` plans without the file's options).
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.output is None
         else output_file(args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",))
     )
-    options = {**args.planner_options, **parse_options(args.option)}  # --option over the --config file's
+    # the --config file's options are its planner's; --option replaces one of the same key
+    options = {**args.planner_options.get(args.planner, {}), **parse_options(args.option)}
     planner = get_planner(args.planner, **options)
     workload = build_workload(workload_config(args))
     warn_token_budget(workload)
@@ -151,14 +152,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def config_settings(data: dict[str, Any]) -> Settings:
     """The flags of a written plan config (:mod:`nspsim.cli.config_file`): the workload, planner, its
-    options (under ``--option`` of the same key), batch index and ``--prepare``; ``preparation`` is
-    what ``--prepare`` resolved to."""
+    options (kept by planner: they apply when the file's planner plans, under ``--option`` of the same
+    key), batch index and ``--prepare``; ``preparation`` is what ``--prepare`` resolved to."""
     inputs = ("planner", "batch_index", "prepare")
     keys(data, (COMMAND_KEY, *WORKLOAD_FIELDS, *inputs, "planner_options", "preparation"))
     out = workload_settings(data, WORKLOAD_FIELDS) | {name: (name, data[name]) for name in inputs if name in data}
     if "planner_options" in data:
         option_strings(data["planner_options"], "planner_options")  # plain values only
-        out["planner_options"] = ("planner_options", data["planner_options"])
+        if not isinstance(data.get("planner"), str):
+            raise ValueError("planner_options: given without the planner they belong to (planner)")
+        out["planner_options"] = ("planner_options", {data["planner"]: data["planner_options"]})
     return out
 
 
