@@ -17,7 +17,7 @@ Exit status (:data:`EXIT_OOM_HELP`): 0 when every simulated step fits in memory,
 not (the result, printed as usual, is a real answer: "out of memory"; ``--timeline`` then writes
 nothing), 2 for a usage error.
 
-``--config T.config.json`` (what ``--timeline T.json`` or ``--json`` wrote) simulates the same plan
+``--config T.config.json`` (what ``--timeline T.json`` wrote, or ``--json``'s ``config``) simulates the same plan
 with the same options again (:mod:`nspsim.cli.config_file`); flags override its values.
 """
 
