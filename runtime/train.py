@@ -11,7 +11,8 @@ broadcasts each plan; the executor checks that all ranks hold the same plan befo
 collective. Rank 0 gathers every rank's phase times and writes one JSONL record per step
 (:mod:`runtime.records`: the critical rank's breakdown, every rank's, the planner spec as given) and,
 next to it, the resolved configuration (``<records>.config.json``) and the executed plans
-(``<records>.plans.jsonl``). The pieces live in :mod:`runtime.training` (arguments, distributed
+(``<records>.plans.jsonl``); ``--config <records>.config.json`` reads a run's config back as the
+defaults (flags given override them). The pieces live in :mod:`runtime.training` (arguments, distributed
 set-up, planning ahead, outputs, the trainer); this module is the entry point only.
 
 With the same seed, batches and initial weights the loss curve does not depend on the planner: every

@@ -14,7 +14,7 @@ import errno
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
@@ -211,11 +211,17 @@ def _probe_writable(path: Path, flag: str, text: str) -> None:
         raise ValueError(f"{flag} {text}: cannot write {path} ({exc.strerror})") from None
 
 
-def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str] | None = None) -> None:
+Sibling = str | Callable[[Path], object]
+"""What :func:`write_output` writes beside its output: a text, or a writer of a binary file given the
+path to write (``lambda p: pq.write_table(table, p)``)."""
+
+
+def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, Sibling] | None = None) -> None:
     """Write ``text`` to ``path`` (checked by :func:`output_file`) and each of ``siblings`` (suffix ->
-    text) beside it as ``path.with_suffix(suffix)``, as one set (:func:`nspsim.output_files.commit_files`:
-    a failure this late, e.g. a full disk, leaves the earlier files as they were and is one line that
-    names ``flag``); a character device such as /dev/null gets ``text`` in place and nothing beside it."""
+    text or writer, :data:`Sibling`) beside it as ``path.with_suffix(suffix)``, as one set
+    (:func:`nspsim.output_files.commit_files`: a failure this late, e.g. a full disk, leaves the
+    earlier files as they were and is one line that names ``flag``); a character device such as
+    /dev/null gets ``text`` in place and nothing beside it."""
     if not _regular_target(path):
         try:
             path.write_text(text)
@@ -224,7 +230,12 @@ def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str
         return
     bodies = {path: text, **{path.with_suffix(suffix): body for suffix, body in (siblings or {}).items()}}
     try:
-        commit_files({target: partial(Path.write_text, data=body) for target, body in bodies.items()})
+        commit_files(
+            {
+                target: partial(Path.write_text, data=body) if isinstance(body, str) else body
+                for target, body in bodies.items()
+            }
+        )
     except WriteFailed as exc:
         raise ValueError(
             f"{flag} {path}: cannot write {exc.target} ({exc.reason}); the earlier files are unchanged"

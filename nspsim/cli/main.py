@@ -6,7 +6,8 @@ applies the error policy. Commands import only the leaf :mod:`nspsim.cli.flags`,
 there is no import circle. Every result command takes ``--json``. User errors (bad flags, unknown
 presets, malformed files, impossible budgets) end with one line ``nspsim: error: ...`` on stderr and
 exit status 2; a traceback means a bug in nspsim. ``nspsim --version`` prints the installed package's
-version; every ``--help`` shows the options' defaults.
+version; every ``--help`` shows the options' defaults. ``compare``, ``plan`` and ``simulate`` take
+``--config FILE``, the resolved config they wrote, as defaults (:mod:`nspsim.cli.config_file`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from nspsim.cli.commands import COMMANDS
+from nspsim.cli.config_file import parse_with_config
 from nspsim.cli.flags import EXIT_USAGE, Parser, shown, silence_closed_stdout
 
 Handler = Callable[[argparse.Namespace], int]
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nspsim`` console script."""
     try:
-        args = build_parser().parse_args(argv)  # inside: a Ctrl-C while the commands import is one line too
+        args = parse_with_config(build_parser(), argv)  # inside: a Ctrl-C while the commands import is one line too
         handler: Handler = args.func
         return handler(args)
     except BrokenPipeError:  # e.g. `nspsim trace stats T | head`: the reader left, nothing to report

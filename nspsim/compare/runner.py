@@ -85,6 +85,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         drops=BatchDrops.of_batches(batches),
         static_best_ineligible=dict(runner.ineligible_by.get("static-best", {})),
         static_paper_ineligible=dict(runner.ineligible_by.get("static-paper", {})),
+        batches=tuple(batches),
     )
 
 

@@ -205,6 +205,7 @@ class CompareResult:
     drops: BatchDrops | None = None
     static_best_ineligible: dict[int, str] = field(default_factory=dict)  # degree -> why it could not be chosen
     static_paper_ineligible: dict[int, str] = field(default_factory=dict)  # the same for static-paper
+    batches: tuple[Batch, ...] = ()  # the compared batches, in iteration order (not in to_dict: the records name them)
 
     @property
     def all_out_of_memory(self) -> bool:

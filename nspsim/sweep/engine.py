@@ -179,13 +179,14 @@ def _cost(task: UnitTask) -> float:
 def _point(index: int, config: WorkloadConfig, key: str, first: int, iters: int) -> PointInfo:
     try:
         workload = workload_of(config)
-        batches = tuple(_stats(workload.sampler.batch(first + i)) for i in range(iters))
+        batches = tuple(batch_stats(workload.sampler.batch(first + i)) for i in range(iters))
     except (ValueError, OSError) as exc:
         return PointInfo(index=index, config=config, key=key, error=" ".join(str(exc).split()))
     return PointInfo(index=index, config=config, key=key, degrees=workload.tree.degrees, batches=batches)
 
 
-def _stats(batch: Batch) -> BatchStats:
+def batch_stats(batch: Batch) -> BatchStats:
+    """What a row reports about ``batch`` (:class:`BatchStats`)."""
     lengths = batch.lengths
     return BatchStats(
         batch_index=batch.index,

@@ -15,11 +15,15 @@ ratio of sums over the batches where both the planner and the baseline ran, ``no
 ``_median`` / ``_max`` the spread of the per-batch ratios, ``speedup`` = 1 / normalized. Trade-off:
 the tables are built in memory (a 12 x 6 x 20 sweep is 1,440 rows), typed with an explicit Arrow
 schema so an all-null column (``profile``) still has its type in every reader (pandas, polars, DuckDB).
+
+``nspsim compare -o X.html`` writes its records in the same row schema (:func:`compare_rows`), so a
+comparison reads like a one-point sweep.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +33,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nspsim.compare.specs import SWEPT_STATIC
+from nspsim.compare.summary import CompareResult
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import commit_files
 from nspsim.records import BREAKDOWN_CATEGORIES
-from nspsim.sweep.engine import PointInfo, SweepPlan, degree_label
+from nspsim.sweep.engine import BatchStats, PointInfo, SweepPlan, batch_stats, degree_label
+from nspsim.sweep.keys import point_key, workload_identity
+from nspsim.sweep.work import plain_record
 from nspsim.workload import WorkloadConfig
 
 NAN = float("nan")
@@ -172,11 +179,42 @@ def build_rows(plan: SweepPlan) -> list[dict[str, Any]]:
             best, note = chosen.get(label, (None, ""))
             for i in range(plan.spec.run.iters):
                 point_rows.append(_row(plan, point, label, i, best, note))
-        base = {r["iteration"]: r["step_time_s"] for r in point_rows if r["planner"] == plan.baseline}
-        for r in point_rows:
-            r["normalized"] = _ratio(r["step_time_s"], base.get(r["iteration"], NAN))
-        rows.extend(point_rows)
+        rows.extend(normalise(point_rows, plan.baseline))
     return rows
+
+
+def normalise(point_rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """``point_rows`` (one point's) with ``normalized``: the step time over ``baseline``'s on the same iteration."""
+    base = {r["iteration"]: r["step_time_s"] for r in point_rows if r["planner"] == baseline}
+    for r in point_rows:
+        r["normalized"] = _ratio(r["step_time_s"], base.get(r["iteration"], NAN))
+    return point_rows
+
+
+def compare_rows(result: CompareResult, workload: WorkloadConfig) -> list[dict[str, Any]]:
+    """A comparison's records as sweep rows (:data:`ROW_SCHEMA`, what ``nspsim compare -o X.html`` writes
+    as ``X.results.parquet``): one point (0, keyed as a sweep keys it), every (planner, batch) in the
+    result's order, normalised to its baseline; no row failed or came from a cache. ``workload`` is
+    the comparison's (``CompareConfig.workload``)."""
+    stats = {b.index: batch_stats(b) for b in result.batches}
+    key = point_key(workload_identity(workload))
+    rows = [
+        {
+            "point": 0,
+            "point_key": key,
+            **workload_columns(workload),
+            "planner": r.planner,
+            "baseline": result.baseline,
+            "iteration": r.iteration,
+            "batch_index": r.batch_index,
+            **_measures(plain_record(asdict(r))),
+            "error": "",
+            "cached": False,
+            **_batch_columns(stats.get(r.batch_index)),
+        }
+        for r in result.records
+    ]
+    return normalise(rows, result.baseline)
 
 
 def _ratio(ours: float, theirs: float) -> float:
@@ -209,14 +247,19 @@ def _row(plan: SweepPlan, point: PointInfo, label: str, i: int, best: int | None
     row.update(_measures(record))
     row["error"] = error
     row["cached"] = key in plan.cached
-    row.update(
-        batch_samples=batch.samples if batch else 0,
-        batch_tokens=batch.tokens if batch else 0,
-        share_over_128k=batch.share_over_128k if batch else NAN,
-        dropped_samples=batch.dropped_samples if batch else 0,
-        dropped_tokens=batch.dropped_tokens if batch else 0,
-    )
+    row.update(_batch_columns(batch))
     return row
+
+
+def _batch_columns(batch: BatchStats | None) -> dict[str, Any]:
+    """The batch-statistics columns of a row (zeros and NaN without the batch)."""
+    return {
+        "batch_samples": batch.samples if batch else 0,
+        "batch_tokens": batch.tokens if batch else 0,
+        "share_over_128k": batch.share_over_128k if batch else NAN,
+        "dropped_samples": batch.dropped_samples if batch else 0,
+        "dropped_tokens": batch.dropped_tokens if batch else 0,
+    }
 
 
 def _estimates(record: dict[str, Any] | None) -> dict[str, Any]:

@@ -112,14 +112,14 @@ def _run(task: UnitTask) -> UnitOutcome:
     prepared = prepare_for(spec, workload, plan, evaluate=lambda p: simulate(p).step_time_or_inf)
     result = simulate(prepared)
     full = iteration_record(spec.label, 0, batch, plan, prepared, result)
-    record = _plain(asdict(full))
+    record = plain_record(asdict(full))
     for key in ("planner", "iteration"):  # a unit is shared by every label and iteration that names it
         del record[key]
     record["routing"] = {bucket: {str(d): n for d, n in counts.items()} for bucket, counts in full.routing.items()}
     return UnitOutcome(sim_key=task.sim_key, plan_key=task.plan_key, record=record, plan_json=new_plan)
 
 
-def _plain(data: dict[str, Any]) -> dict[str, Any]:
+def plain_record(data: dict[str, Any]) -> dict[str, Any]:
     """JSON-ready: enums as their values, non-finite floats (an infinite Load ratio) as ``None``."""
     out: dict[str, Any] = {}
     for key, value in data.items():

@@ -9,6 +9,10 @@ is no ``--gpus``), and the cluster preset is ``--cluster`` or, without it, ``cpu
 ``h100`` on CUDA. Trade-off: the runtime inherits nspsim's argument checks (a negative ``--seed`` or
 ``--spmax 0`` is refused while parsing, with nspsim's message).
 
+``--config R.config.json`` reads a run's resolved config back as the defaults (the flags given
+override them; :mod:`nspsim.cli.config_file`, :func:`config_settings`): the same arguments but for
+``--records``.
+
 Errors are one-line ``ValueError``\\ s (:class:`nspsim.cli.flags.Parser` turns argparse's into one);
 every rank parses, so a bad argument ends them all before any set-up.
 """
@@ -20,6 +24,18 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from nspsim.cli.config_file import (
+    COMMAND_KEY,
+    WORKLOAD_FIELDS,
+    ConfigFormat,
+    Settings,
+    add_config_flag,
+    keys,
+    option_strings,
+    parse_with_config,
+    section,
+    workload_settings,
+)
 from nspsim.cli.flags import Parser, add_prepare_flag, add_workload_args, output_file
 from nspsim.execution.prepare import Preparation, resolve_preparation
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
@@ -170,8 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Execute planned batches with NSP and record every step.")
     p.add_argument(
         "--planner",
-        required=True,
-        help="planner spec: a registered name, optionally with options as name:key=value+key=value",
+        default=None,
+        help="planner spec: a registered name, optionally with options as name:key=value+key=value "
+        "(required, unless --config gives it)",
     )
     p.add_argument(
         "--planner-option",
@@ -255,12 +272,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--comm-timeout", dest="comm_timeout_s", type=_timeout, default=120.0, help="collective timeout, s")
     p.add_argument("--step-timeout", dest="step_timeout_s", type=_timeout, default=600.0, help="watchdog per step, s")
     p.add_argument("--records", default=None, help="JSONL output (rank 0); config and plans are written beside it")
+    add_config_flag(p, ConfigFormat(command=PROG, settings=config_settings))
     return p
+
+
+WORKLOAD_FLAGS = (
+    "trace",
+    "model",
+    "tokens_per_batch",
+    "max_context",
+    "seed",
+    "backend",
+    "profile",
+    "token_budget",
+    "spmax",
+)
+"""The workload fields ``runtime.train`` has flags for (the world size and the machine decide the rest)."""
+RUNTIME_FLAGS = (
+    "cluster",
+    "steps",
+    "start_batch",
+    "lr",
+    "device",
+    "dtype",
+    "plan_on",
+    "plan_ahead",
+    "prepare",
+    "simulate",
+    "comm_timeout_s",
+    "step_timeout_s",
+)
+"""The :class:`TrainArgs` fields whose flags' dests are their names."""
+
+
+def config_settings(data: dict[str, Any]) -> Settings:
+    """The flags of a written ``R.config.json`` (:mod:`nspsim.cli.config_file`): the workload flags and
+    ``runtime`` (the resolved :class:`TrainArgs`); the planner and its options as one ``--planner``
+    spec. Not set: the world, device and torch version this machine has, the workload's cluster and
+    GPUs (``runtime.cluster`` and the world decide them), what the trainer derives (autocast, sync
+    timing) and ``--records`` (a re-run writes where its own flags say)."""
+    keys(data, (COMMAND_KEY, "workload", "runtime", "world", "device", "torch", "token_budget"))
+    runtime = section(data, "runtime", tuple(f.name for f in fields(TrainArgs) if f.name != "workload"))
+    execution = section(runtime, "execution", tuple(f.name for f in fields(ExecOptions)))
+    out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FLAGS, "workload.")
+    out |= {name: (f"runtime.{name}", runtime[name]) for name in RUNTIME_FLAGS if name in runtime}
+    out |= {name: (f"runtime.execution.{name}", execution[name]) for name in EXEC_FLAGS if name in execution}
+    if "planner" in runtime:
+        if not isinstance(runtime["planner"], str):
+            raise ValueError(f"runtime.planner: a planner name, got {runtime['planner']!r}")
+        options = option_strings(runtime.get("planner_options", {}), "runtime.planner_options")
+        spec = runtime["planner"] + "".join(
+            (":" if i == 0 else "+") + f"{k}={v}" for i, (k, v) in enumerate(options.items())
+        )
+        out["planner"] = ("runtime.planner", spec)
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> TrainArgs:
     """Parse and validate; ``ValueError`` with a one-line message for bad values."""
-    values = vars(build_parser().parse_args(argv))
+    values = vars(parse_with_config(build_parser(), argv))
+    values.pop("config")
+    if values["planner"] is None:
+        raise ValueError("the following arguments are required: --planner")
     values["model"] = _model(values.pop("model"), values.pop("hf_config"))
     name, options = planner_options(values.pop("planner"), values.pop("planner_option"))
     cluster = values.pop("cluster")

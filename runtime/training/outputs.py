@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 import torch
 
+from nspsim.cli.config_file import COMMAND_KEY
 from nspsim.output_files import OutputLock
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
@@ -33,7 +34,7 @@ from nspsim.specs.memory import MemoryModel
 from nspsim.workload import Workload
 from runtime.prediction import recompute_policy
 from runtime.records import MeasuredStep
-from runtime.training.args import TrainArgs
+from runtime.training.args import PROG, TrainArgs
 from runtime.training.distributed import Dist
 from runtime.training.plan_ahead import Planned
 
@@ -141,6 +142,7 @@ def resolved_config(args: TrainArgs, d: Dist, workload: Workload) -> dict[str, A
     (``args.workload`` with this machine's cluster and GPUs), ``runtime`` every other option."""
     runtime = {k: v for k, v in asdict(args).items() if k != "workload"}
     return {
+        COMMAND_KEY: PROG,
         "workload": workload.config.to_dict(),
         "runtime": runtime,
         "world": d.world,

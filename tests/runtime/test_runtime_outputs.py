@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,25 @@ def test_records_named_with_and_without_jsonl_share_one_lock(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="another runtime.train run with these --records is writing"):
         opened(tmp_path / "R")
     first.close(complete=False)
+
+
+def test_a_runs_config_reads_back_as_the_same_arguments(tmp_path: Path) -> None:
+    """``runtime.train --config R.config.json`` parses to the run's own arguments (issue 24, item 3),
+    but for ``--records``: a re-run writes where its own flags say, never over the first run."""
+    records = tmp_path / "r.jsonl"
+    argv = ["--planner", "static:degree=1", "--planner-option", "packing=tokens", "--model", "tiny", "--seed", "7"]
+    argv += ["--steps", "3", "--start-batch", "2", "--lookahead", "1", "--recompute", "all", "--lr", "0.01"]
+    argv += ["--tokens-per-batch", "16k", "--no-simulate", "--plan-ahead", "all", "--records", str(records)]
+    args = parse_args(argv)
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), control_group=None)
+    Outputs.open(args, d, build_workload(args.workload_on(world=1, device_type="cpu"))).close(complete=True)
+    config = str(tmp_path / "r.config.json")
+    assert parse_args(["--config", config]) == replace(args, records=None)
+    assert parse_args(["--config", config, "--steps", "5"]) == replace(args, steps=5, records=None)
+    (tmp_path / "p.config.json").write_text('{"command": "nspsim plan", "planner": "nsp"}')
+    with pytest.raises(ValueError, match="written by nspsim plan, but runtime.train reads only its own configs"):
+        parse_args(["--config", str(tmp_path / "p.config.json")])
+    bad = {"command": "runtime.train", "runtime": {"planner": "nsp", "execution": {"lookahead": "all"}}}
+    (tmp_path / "bad.config.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"runtime.execution.lookahead: 'all' is not a value --lookahead writes"):
+        parse_args(["--config", str(tmp_path / "bad.config.json")])

@@ -2,7 +2,11 @@
 
 Prints a table (mean step time, normalised to the Static SP baseline, speedup, breakdown shares,
 planning time, out-of-memory count) with a progress bar on stderr, ``--json`` prints the records,
-and ``-o report.html`` writes a self-contained plotly report plus ``report.config.json`` beside it.
+and ``-o report.html`` writes a self-contained plotly report plus, beside it, ``report.config.json``
+(the resolved config, which ``--config`` reads back: :mod:`nspsim.cli.config_file`) and
+``report.results.parquet`` (one row per planner and batch in a sweep's row schema,
+:func:`nspsim.sweep.results.compare_rows`: pandas reads it as it reads a sweep's ``results.parquet``),
+the three written as one set.
 With no arguments it runs the built-in default: Qwen3-30B-A3B on 64 H100s, 2M tokens per batch, 192K
 max context, the ``wikipedia`` trace, ``DEFAULT_ITERS`` batches.
 
@@ -28,8 +32,20 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from nspsim.cli.config_file import (
+    COMMAND_KEY,
+    WORKLOAD_FIELDS,
+    ConfigFormat,
+    Settings,
+    add_config_flag,
+    keys,
+    section,
+    stamped,
+    workload_settings,
+)
 from nspsim.cli.flags import (
     add_prepare_flag,
     add_workload_args,
@@ -58,10 +74,23 @@ from nspsim.options import positive_float
 from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator.modes import MODES
+from nspsim.sweep.results import ROW_SCHEMA, compare_rows, table
 from nspsim.units import format_seconds
-from nspsim.workload import build_workload
+from nspsim.workload import WorkloadConfig, build_workload
 
 RUN_DEFAULTS = RunSpec()  # the flags' defaults are RunSpec's own fields
+SIDE_FILES = (".config.json", ".results.parquet")  # written beside -o X.html: X.config.json, X.results.parquet
+COMMAND = "nspsim compare"
+RUN_FIELDS = tuple(RunSpec.__dataclass_fields__)
+DERIVED = (  # what the run resolved and wrote beside its inputs: read back, not set
+    "timeline_iteration",
+    "baseline",
+    "static_best_degree",
+    "static_paper_degree",
+    "token_budget",
+    "memory_token_budget",
+    "spmax",
+)
 REPORT_RENDERER = "studies.renderers.compare_report"  # the only studies module nspsim loads (module doc)
 EXIT_ALL_OUT_OF_MEMORY = 1
 EXIT_HELP = (
@@ -127,7 +156,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if Path(args.output).suffix.lower() not in (".html", ".htm"):
             raise ValueError(f"report path {args.output!r} must end with .html after a file name, e.g. report.html")
         path = output_file(
-            args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",), make_parent=True
+            args.output, flag="-o", inputs=(args.trace, args.profile), siblings=SIDE_FILES, make_parent=True
         )
     report = _report_module() if path is not None else None
     warn_token_budget(build_workload(config.workload))
@@ -140,12 +169,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if result.drops is not None and (dropped := result.drops.warning()) is not None:
         warn(f"{result.drops.batches} batch(es): {dropped}")
     if path is not None:
-        _write_report(path, result, report)
-    emit(args, result.to_dict(), format_table(result))
+        _write_report(path, result, report, config.workload)
+    emit(args, {**result.to_dict(), "config": stamped(COMMAND, result.config)}, format_table(result))
     if result.no_result is not None:
         print(f"nspsim: {result.no_result} (exit status {EXIT_ALL_OUT_OF_MEMORY})", file=sys.stderr)
         return EXIT_ALL_OUT_OF_MEMORY
     return 0
+
+
+def config_settings(data: dict[str, Any]) -> Settings:
+    """The flags of a written compare config (:mod:`nspsim.cli.config_file`): ``workload`` and ``run``
+    are the inputs; the rest was resolved by the run (:data:`DERIVED`). compare's only planner option
+    flag is ``--flexsp-time-limit``; other options belong in the labels (``name:key=value``)."""
+    keys(data, (COMMAND_KEY, "workload", "run", *DERIVED))
+    run = section(data, "run", RUN_FIELDS)
+    out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FIELDS, "workload.")
+    out |= {
+        name: (f"run.{name}", run[name])
+        for name in ("iters", "first_batch", "mode", "baseline", "prepare")
+        if name in run
+    }
+    if "planners" in run:
+        planners = run["planners"]
+        if not isinstance(planners, list) or not all(isinstance(p, str) and "," not in p for p in planners):
+            raise ValueError(f"run.planners: a list of planner labels, got {planners!r}")
+        out["planners"] = ("run.planners", ",".join(planners))
+    options = run.get("planner_options", {})
+    limit = options.get("flexsp", {}) if isinstance(options, dict) else None
+    if not isinstance(limit, dict) or set(options) - {"flexsp"} or set(limit) - {"time_limit"}:
+        raise ValueError(
+            f"run.planner_options: compare sets only flexsp's time_limit (--flexsp-time-limit), got {options!r}; "
+            "give other planner options in the labels (run.planners, name:key=value)"
+        )
+    if "time_limit" in limit:
+        out["flexsp_time_limit"] = ("run.planner_options.flexsp.time_limit", limit["time_limit"])
+    return out
+
+
+CONFIG_FORMAT = ConfigFormat(command=COMMAND, settings=config_settings)
 
 
 def _time_limit(text: str) -> float:
@@ -164,12 +225,15 @@ def _report_module() -> Any:
         raise ValueError(f"cannot build the HTML report ({exc}); install plotly or drop -o") from None
 
 
-def _write_report(path: Path, result: CompareResult, report: Any) -> None:
+def _write_report(path: Path, result: CompareResult, report: Any, workload: WorkloadConfig) -> None:
+    """The report and, as one set with it (:func:`write_output`), the config and the rows beside it."""
+    rows = table(compare_rows(result, workload), ROW_SCHEMA)
+    config = dumps_json(stamped(COMMAND, result.config), what="config", indent=2)
     write_output(
         path,
         report.render(result),
         flag="-o",
-        siblings={".config.json": dumps_json(result.config, what="config", indent=2)},
+        siblings={".config.json": config, ".results.parquet": lambda target: pq.write_table(rows, target)},
     )
 
 
@@ -256,7 +320,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--mode", choices=MODES, default=RUN_DEFAULTS.mode, help="executor overlap mode for every planner")
     add_prepare_flag(p)
-    p.add_argument("-o", "--output", default=None, metavar="REPORT.html", help="write a plotly HTML report")
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="REPORT.html",
+        help="write a plotly HTML report, and beside it REPORT.config.json (the resolved config, for --config) and "
+        "REPORT.results.parquet (one row per planner and batch, in a sweep's row schema)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_flag(p, CONFIG_FORMAT)
     p.set_defaults(func=cmd_compare)

@@ -5,7 +5,9 @@ and batch index) beside it. The plan is prepared as ``--prepare`` says (by defau
 declares, its issue-order candidates ranked by the default simulator, as ``nspsim compare`` does) and
 records the preparation, so ``nspsim simulate`` runs it as written. Planner options are
 ``--option KEY=VALUE`` (repeatable; values are typed by :mod:`nspsim.options`: true/false, int,
-finite float, else text), e.g. ``--option beam_width=8 --option monotone=false``.
+finite float, else text), e.g. ``--option beam_width=8 --option monotone=false``. ``--config
+P.config.json`` re-runs a plan from its side file (:mod:`nspsim.cli.config_file`; an ``--option``
+replaces the file's option of the same key, and another ``--planner`` plans without the file's options).
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ import argparse
 from typing import Any
 
 from nspsim.api import prepared
+from nspsim.cli.config_file import (
+    COMMAND_KEY,
+    WORKLOAD_FIELDS,
+    ConfigFormat,
+    Settings,
+    add_config_flag,
+    keys,
+    option_strings,
+    workload_settings,
+)
 from nspsim.cli.flags import (
     add_prepare_flag,
     add_workload_args,
@@ -34,6 +46,8 @@ from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.units import format_tokens
 from nspsim.workload import build_workload
+
+COMMAND = "nspsim plan"
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -105,7 +119,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.output is None
         else output_file(args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",))
     )
-    options = parse_options(args.option)
+    # the --config file's options are its planner's; --option replaces one of the same key
+    options = {**args.planner_options.get(args.planner, {}), **parse_options(args.option)}
     planner = get_planner(args.planner, **options)
     workload = build_workload(workload_config(args))
     warn_token_budget(workload)
@@ -115,6 +130,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         warn(f"batch {batch.index}: {drops}")
     plan = prepared(workload, planner.plan(batch, workload), args.prepare)
     config = {
+        COMMAND_KEY: COMMAND,
         **workload.config.to_dict(),
         "planner": args.planner,
         "planner_options": options,
@@ -134,6 +150,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def config_settings(data: dict[str, Any]) -> Settings:
+    """The flags of a written plan config (:mod:`nspsim.cli.config_file`): the workload, planner, its
+    options (kept by planner: they apply when the file's planner plans, under ``--option`` of the same
+    key), batch index and ``--prepare``; ``preparation`` is what ``--prepare`` resolved to."""
+    inputs = ("planner", "batch_index", "prepare")
+    keys(data, (COMMAND_KEY, *WORKLOAD_FIELDS, *inputs, "planner_options", "preparation"))
+    out = workload_settings(data, WORKLOAD_FIELDS) | {name: (name, data[name]) for name in inputs if name in data}
+    if "planner_options" in data:
+        option_strings(data["planner_options"], "planner_options")  # plain values only
+        if not isinstance(data.get("planner"), str):
+            raise ValueError("planner_options: given without the planner they belong to (planner)")
+        out["planner_options"] = ("planner_options", {data["planner"]: data["planner_options"]})
+    return out
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``plan``."""
     cmd = sub.add_parser("plan", help="route one batch with a planner and summarise the plan")
@@ -151,7 +182,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     add_prepare_flag(cmd)
     cmd.add_argument("-o", "--output", default=None, help="write the plan JSON here (and .config.json beside it)")
     cmd.add_argument("--json", action="store_true", help="print JSON")
-    cmd.set_defaults(func=cmd_plan)
+    add_config_flag(cmd, ConfigFormat(command=COMMAND, settings=config_settings))
+    cmd.set_defaults(func=cmd_plan, planner_options={})
 
 
 def _detail(value: object) -> str:

@@ -17,16 +17,20 @@ a runtime plan log's, runs as it is).
 Exit status (:data:`EXIT_OOM_HELP`): 0 when every simulated step fits in memory, 1 when one does
 not (the result, printed as usual, is a real answer: "out of memory"; ``--timeline`` then writes
 nothing), 2 for a usage error.
+
+``--config T.config.json`` (what ``--timeline T.json`` wrote, or ``--json``'s ``config``) simulates the same plan
+with the same options again (:mod:`nspsim.cli.config_file`); flags override its values.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
+from nspsim.cli.config_file import COMMAND_KEY, ConfigFormat, Settings, add_config_flag, keys, section
 from nspsim.cli.flags import (
     add_prepare_flag,
     add_training_flags,
@@ -52,8 +56,10 @@ from nspsim.planners import plan_preparation
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.specs.memory import GIB
-from nspsim.specs.training import DEFAULT_TRAINING, parse_training_label, training_label
+from nspsim.specs.training import DEFAULT_TRAINING, TRAINING_FIELDS, parse_training_label, training_label
 from nspsim.workload import Workload, WorkloadConfig, build_workload
+
+COMMAND = "nspsim simulate"
 
 EXIT_OOM = 1
 EXIT_OOM_HELP = (
@@ -129,6 +135,8 @@ def _profile_label(ref: ProfileRef) -> str:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Load, prepare (``--prepare``: as the planner declares by default), simulate and report a plan,
     or every plan of a plan log."""
+    if args.plan is None:
+        raise ValueError("give a plan file (PLAN), or --config with the config a simulation wrote")
     timeline = (
         None
         if args.timeline is None
@@ -235,6 +243,7 @@ class _Runner:
         result = result or simulator.simulate(plan)
         batch = plan.batch  # the batch the plan routes, not the flags' defaults (which it does not use)
         config = {
+            COMMAND_KEY: COMMAND,
             **workload.config.to_dict(),
             "trace": batch.trace,
             "seed": batch.seed,
@@ -316,12 +325,50 @@ def format_result(plan: Plan, result: StepResult) -> str:
     )
 
 
+SIMULATION_FLAGS = {"mode": "mode", "jitter": "jitter", "sim_layers": "sim_layers", "seed": "seed"}
+"""``simulation`` keys of a written config -> their flags' dests (``extrapolate`` is ``--no-extrapolate``'s
+opposite; ``timeline`` follows ``--timeline``; the other :class:`SimOptions` fields have no flag and
+are read back, not set)."""
+RESOLVED = (  # what the plan and the run resolved: read back, not set (the workload comes from the plan)
+    *(f.name for f in fields(WorkloadConfig) if f.name not in ("profile", *TRAINING_FIELDS, "training")),
+    "plan_hash",
+    "preparation",
+    "tree_recompute",
+    "optimize_order",
+)
+
+
+def config_settings(data: dict[str, Any]) -> Settings:
+    """The flags of a written simulate config (:mod:`nspsim.cli.config_file`): the plan file (and
+    ``--index``), the cost profile, the training settings it was simulated with, ``--prepare`` and the
+    simulation options; the rest came from the plan (:data:`RESOLVED`)."""
+    inputs = ("profile", "training", *TRAINING_FIELDS, "prepare")
+    keys(data, (COMMAND_KEY, "plan", "plan_index", *inputs, "simulation", *RESOLVED))
+    simulation = section(data, "simulation", (*(f.name for f in fields(SimOptions)), "seed"))
+    out = {name: (name, data[name]) for name in ("plan", *inputs) if name in data}
+    if "plan_index" in data:
+        out["index"] = ("plan_index", data["plan_index"])
+    out |= {dest: (f"simulation.{key}", simulation[key]) for key, dest in SIMULATION_FLAGS.items() if key in simulation}
+    if "extrapolate" in simulation:
+        extrapolate = simulation["extrapolate"]
+        if not isinstance(extrapolate, bool):
+            raise ValueError(f"simulation.extrapolate: true or false, got {extrapolate!r}")
+        out["no_extrapolate"] = ("simulation.extrapolate", not extrapolate)
+    return out
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``simulate``."""
     p = sub.add_parser(
         "simulate", help="predict one training step of a plan file (or every step of a plan log)", epilog=EXIT_OOM_HELP
     )
-    p.add_argument("plan", help="plan JSON file, or a plan log (*.jsonl, one plan per line: runtime.train's plans)")
+    p.add_argument(
+        "plan",
+        nargs="?",
+        default=None,
+        help="plan JSON file, or a plan log (*.jsonl, one plan per line: runtime.train's plans); with --config, "
+        "the one it names unless given",
+    )
     p.add_argument(
         "--index",
         type=non_negative_int,
@@ -359,4 +406,5 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the kernel-time noise")
     add_training_flags(p)
+    add_config_flag(p, ConfigFormat(command=COMMAND, settings=config_settings))
     p.set_defaults(func=cmd_simulate)
