@@ -211,16 +211,21 @@ def _probe_writable(path: Path, flag: str, text: str) -> None:
         raise ValueError(f"{flag} {text}: cannot write {path} ({exc.strerror})") from None
 
 
-def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str] | None = None) -> None:
+def write_output(
+    path: Path, text: str, *, flag: str, siblings: Mapping[str, str] | None = None, quiet: bool = False
+) -> None:
     """Write ``text`` to ``path`` (checked by :func:`output_file`) and each of ``siblings`` (suffix ->
     text) beside it as ``path.with_suffix(suffix)``, as one set (:func:`nspsim.output_files.commit_files`:
     a failure this late, e.g. a full disk, leaves the earlier files as they were and is one line that
-    names ``flag``); a character device such as /dev/null gets ``text`` in place and nothing beside it."""
+    names ``flag``); a character device such as /dev/null gets ``text`` in place and nothing beside it.
+    Then :func:`wrote` names what was written, unless ``quiet``."""
     if not _regular_target(path):
         try:
             path.write_text(text)
         except OSError as exc:
             raise ValueError(f"{flag} {path}: cannot write ({exc.strerror})") from None
+        if not quiet:
+            wrote([path])
         return
     bodies = {path: text, **{path.with_suffix(suffix): body for suffix, body in (siblings or {}).items()}}
     try:
@@ -231,6 +236,14 @@ def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, str
         ) from None
     except ValueError as exc:
         raise ValueError(f"{flag} {path}: {exc}") from None
+    if not quiet:
+        wrote(list(bodies))
+
+
+def wrote(paths: Iterable[Path]) -> None:
+    """One line ``nspsim: wrote A, B`` on stderr naming the files a command wrote (every command that
+    writes files says so; ``--quiet``, where a command has it, leaves it out)."""
+    print(f"nspsim: wrote {', '.join(shown(str(p)) for p in paths)}", file=sys.stderr)
 
 
 def shown(text: str) -> str:
