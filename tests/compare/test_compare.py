@@ -188,7 +188,9 @@ def test_compare_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = tmp_path / "r" / "report.html"
     argv = ["compare", *SMALL_ARGS, "--iters", "1", "--json", "-o", str(out), "--quiet", "--flexsp-time-limit", "0.05"]
     assert main(argv) == 0
-    data = json.loads(capsys.readouterr().out)
+    printed, err = capsys.readouterr()
+    data = json.loads(printed)
+    assert "wrote" not in err  # --quiet: no progress, no line naming the files
     assert data["config"]["workload"]["gpus"] == 16 and data["config"]["run"]["iters"] == 1
     assert [r["planner"] for r in data["results"]] == list(default_planners())
     for r in data["results"]:
