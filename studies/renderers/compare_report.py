@@ -47,6 +47,9 @@ STYLE = (
 )
 
 
+LEGEND_ROW_PX = 24  # one legend entry's height: the breakdown figure holds every category's
+
+
 def render(result: CompareResult) -> str:
     """The whole report as one HTML document."""
     figures = [normalized_figure(result), savings_figure(result), breakdown_figure(result), routing_figure(result)]
@@ -306,7 +309,7 @@ def breakdown_figure(result: CompareResult) -> go.Figure:
         title=f"Step-time breakdown (critical GPU; mean of up to {_batches(result)} batches, those that fit in memory; "
         f"{unit})",
         xaxis_title="relative step time" if base else "seconds",
-        height=120 + 45 * len(ok),
+        height=max(120 + 45 * len(ok), LEGEND_ROW_PX * len(BREAKDOWN_CATEGORIES) + 200),  # margins + every legend entry
         yaxis_autorange="reversed",
     )
     return fig

@@ -126,7 +126,13 @@ def test_compare_draws_the_timelines_of_the_widest_batch(widest_run: CompareResu
 
 
 def test_report_figures_share_the_time_axis_and_draw_ratios_from_zero(widest_run: CompareResult) -> None:
-    from studies.renderers.compare_report import normalized_figure, render, savings_figure
+    from studies.renderers.compare_report import (
+        LEGEND_ROW_PX,
+        breakdown_figure,
+        normalized_figure,
+        render,
+        savings_figure,
+    )
     from studies.renderers.compare_timelines import timelines_figure
 
     fig = timelines_figure(widest_run)
@@ -135,6 +141,7 @@ def test_report_figures_share_the_time_axis_and_draw_ratios_from_zero(widest_run
     assert len(ranges) == 3 and all(r == (0.0, pytest.approx(1.01 * longest)) for r in ranges)  # one shared axis
     assert f"batch {widest_run.timeline_iteration}" in fig.layout.title.text
     assert normalized_figure(widest_run).layout.yaxis.range[0] == 0.0
+    assert breakdown_figure(widest_run).layout.height >= LEGEND_ROW_PX * len(BREAKDOWN_CATEGORIES) + 200  # legend whole
     saved = savings_figure(widest_run)
     others = [s for s in widest_run.summaries if s.planner != widest_run.baseline]
     assert len(saved.data) == len(others)
