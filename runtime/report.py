@@ -19,7 +19,7 @@ import numpy as np
 
 from nspsim.cli.flags import Parser, non_negative_int, shown, silence_closed_stdout
 from nspsim.jsonfile import read_bytes
-from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.records import BREAKDOWN_CATEGORIES, with_all_categories
 from runtime.cli import fail
 from runtime.records import read_records
 
@@ -32,6 +32,7 @@ SHORT = {
     "non_attn": "nonattn",
     "sp_exposed_comm": "spcomm",
     "fsdp_exposed_comm": "fsdp",
+    "ep_exposed_comm": "ep",
     "comm_wait": "wait",
     "other": "other",
 }
@@ -62,6 +63,8 @@ def load_step_records(path: str) -> list[dict[str, Any]]:
                 f"{path} record {n} is not a runtime.train step record (no {missing[0]!r}); "
                 "pass the --records files (plans files are replayed with nspsim simulate)"
             )
+        if isinstance(rec["breakdown_s"], dict):  # a record older than ep_exposed_comm: its EP time is in other
+            rec["breakdown_s"] = with_all_categories(rec["breakdown_s"])
         bad = _bad_figure(rec)
         if bad:
             raise ValueError(f"{path} record {n}: {bad}; the file was edited or is not runtime.train's")

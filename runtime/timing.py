@@ -53,7 +53,9 @@ class PhaseClock:
 
 def breakdown(seconds: dict[str, float], fwd_bwd_s: float, step_s: float) -> dict[str, float]:
     """Record breakdown from measured categories: ``non_attn`` is the rest of forward/backward and
-    ``other`` the rest of the step, so the categories add up to ``step_s``."""
+    ``other`` the rest of the step, so the categories add up to ``step_s``. ``ep_exposed_comm`` is 0:
+    the runtime holds every expert on every rank (no expert parallelism), so it runs no expert
+    all-to-all to measure; the key is there so measured and simulated records join."""
     attn = seconds["attn_fwd"] + seconds["attn_bwd"] + seconds["attn_remat"] + seconds["sp_exposed_comm"]
     out = {name: 0.0 for name in BREAKDOWN_CATEGORIES}
     for name in ("attn_fwd", "attn_bwd", "attn_remat", "sp_exposed_comm", "fsdp_exposed_comm", "comm_wait"):

@@ -81,10 +81,17 @@ def summary_table(results: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _normalized(row: dict[str, object]) -> object:
+    """A result row's normalised step time; records written before the key named its baseline
+    (compare's JSON up to issue 24) called it ``normalized_to_static``."""
+    return row["normalized_to_baseline"] if "normalized_to_baseline" in row else row.get("normalized_to_static")
+
+
 def _cell(row: dict[str, object] | None) -> str:
-    if row is None or row["normalized_to_static"] is None:
+    if row is None or _normalized(row) is None:
         return "OOM" if row else "-"
-    text = f"{row['normalized_to_static']:.3f} ({row['speedup_vs_static']:.2f}x)"
+    norm = _normalized(row)
+    text = f"{norm:.3f} ({1 / norm:.2f}x)"  # type: ignore[operator]
     return text + (f", {row['oom_count']} OOM" if row["oom_count"] else "")
 
 
@@ -96,7 +103,8 @@ def figure(results: dict[str, dict[str, object]]) -> go.Figure:
         ys = []
         for name in names:
             rows = {r["planner"]: r for r in results[name]["results"]}  # type: ignore[attr-defined, index]
-            ys.append(rows.get(planner, {}).get("normalized_to_static"))
+            row = rows.get(planner)
+            ys.append(None if row is None else _normalized(row))
         fig.add_trace(go.Bar(name=planner, x=names, y=ys, marker_color=planner_color(planner)))
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
     fig.update_layout(

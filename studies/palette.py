@@ -33,6 +33,7 @@ BREAKDOWN_COLORS = {
     "non_attn": "#54a24b",
     "sp_exposed_comm": "#e45756",
     "fsdp_exposed_comm": "#b279a2",
+    "ep_exposed_comm": "#ff9da6",
     "comm_wait": "#bab0ac",
     "other": "#9d755d",
 }

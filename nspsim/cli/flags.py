@@ -216,17 +216,22 @@ Sibling = str | Callable[[Path], object]
 path to write (``lambda p: pq.write_table(table, p)``)."""
 
 
-def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, Sibling] | None = None) -> None:
+def write_output(
+    path: Path, text: str, *, flag: str, siblings: Mapping[str, Sibling] | None = None, quiet: bool = False
+) -> None:
     """Write ``text`` to ``path`` (checked by :func:`output_file`) and each of ``siblings`` (suffix ->
     text or writer, :data:`Sibling`) beside it as ``path.with_suffix(suffix)``, as one set
     (:func:`nspsim.output_files.commit_files`: a failure this late, e.g. a full disk, leaves the
     earlier files as they were and is one line that names ``flag``); a character device such as
-    /dev/null gets ``text`` in place and nothing beside it."""
+    /dev/null gets ``text`` in place and nothing beside it. Then :func:`wrote` names what was
+    written, unless ``quiet``."""
     if not _regular_target(path):
         try:
             path.write_text(text)
         except OSError as exc:
             raise ValueError(f"{flag} {path}: cannot write ({exc.strerror})") from None
+        if not quiet:
+            wrote([path])
         return
     bodies = {path: text, **{path.with_suffix(suffix): body for suffix, body in (siblings or {}).items()}}
     try:
@@ -242,6 +247,14 @@ def write_output(path: Path, text: str, *, flag: str, siblings: Mapping[str, Sib
         ) from None
     except ValueError as exc:
         raise ValueError(f"{flag} {path}: {exc}") from None
+    if not quiet:
+        wrote(list(bodies))
+
+
+def wrote(paths: Iterable[Path]) -> None:
+    """One line ``nspsim: wrote A, B`` on stderr naming the files a command wrote (every command that
+    writes files says so; ``--quiet``, where a command has it, leaves it out)."""
+    print(f"nspsim: wrote {', '.join(shown(str(p)) for p in paths)}", file=sys.stderr)
 
 
 def shown(text: str) -> str:

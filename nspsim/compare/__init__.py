@@ -23,14 +23,17 @@ from nspsim.compare.specs import (
     MAIN_PLANNERS,
     MAX_ITERS,
     VARIANTS,
+    WIDEST,
     CompareConfig,
     PlannerSpec,
     RunSpec,
     default_planners,
+    describe_label,
     parse_planner_spec,
 )
 from nspsim.compare.summary import (
     DROPPED_WARN_SHARE,
+    INTERVAL,
     LENGTH_BUCKETS,
     BatchDrops,
     CompareResult,
@@ -39,8 +42,10 @@ from nspsim.compare.summary import (
     baseline_of,
     mean_step_time,
     plan_drop_fields,
+    ratio_interval,
     routing_counts,
     summarise,
+    widest_iteration,
 )
 
 __all__ = [
@@ -49,6 +54,8 @@ __all__ = [
     "DEFAULT_FLEXSP_TIME_LIMIT_S",
     "DEFAULT_ITERS",
     "DROPPED_WARN_SHARE",
+    "INTERVAL",
+    "WIDEST",
     "LENGTH_BUCKETS",
     "MAIN_PLANNERS",
     "MAX_ITERS",
@@ -62,10 +69,13 @@ __all__ = [
     "Progress",
     "baseline_of",
     "default_planners",
+    "describe_label",
     "mean_step_time",
     "parse_planner_spec",
     "plan_drop_fields",
+    "ratio_interval",
     "routing_counts",
     "run_compare",
     "summarise",
+    "widest_iteration",
 ]

@@ -5,8 +5,10 @@ the batch is planned, prepared as the spec says (:func:`nspsim.execution.prepare
 tree-level recomputation marks, then an optimised issue order re-ranked with the simulator; a spec
 without either runs as planned) and simulated. Each distinct (plan, mode) is simulated once (results
 are memoised by content hash), so ranking issue-order candidates, recording the chosen plan and
-identical plans of different specs share one simulation; only the reported iteration keeps its
-timeline, since a timeline holds tens of thousands of events.
+identical plans of different specs share one simulation. Timelines (tens of thousands of events
+each) are recorded only at the end, for one iteration: the config's, or with ``"widest"`` the batch
+on which the planners' step times differ most (:func:`~nspsim.compare.summary.widest_iteration`),
+each planner's prepared plan of that batch simulated again with its timeline.
 
 ``static-best`` is the fastest *fixed* degree over the whole run: every admissible degree is planned
 on the same K batches and the one with the least mean simulated step time is kept. A degree that
@@ -27,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from nspsim.compare.specs import SWEPT_STATIC, CompareConfig, PlannerSpec
+from nspsim.compare.specs import SWEPT_STATIC, WIDEST, CompareConfig, PlannerSpec
 from nspsim.compare.summary import (
     BatchDrops,
     CompareResult,
@@ -36,6 +38,7 @@ from nspsim.compare.summary import (
     mean_step_time,
     routing_counts,
     summarise,
+    widest_iteration,
 )
 from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
@@ -65,6 +68,11 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         runs[label] = runner.run(specs[label])
     records = [r for label in run.planners for r in runs[label][0]]
     baseline = baseline_of(run.planners, run.baseline)
+    chosen = config.timeline_iteration
+    shown = widest_iteration(records) if chosen == WIDEST else chosen
+    if chosen == WIDEST and shown is None and records:  # fewer than two planners ran anywhere
+        shown = 0
+    timelines = runner.timelines([specs[p] for p in run.planners], None if shown is None else int(shown))
     summaries = summarise(run.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
     resolved = {
         **config.to_dict(),
@@ -81,11 +89,12 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         baseline=baseline,
         summaries=summaries,
         records=tuple(records),
-        timelines={p: runner.timelines[p] for p in run.planners if p in runner.timelines},
+        timelines=timelines,
         drops=BatchDrops.of_batches(batches),
         static_best_ineligible=dict(runner.ineligible_by.get("static-best", {})),
         static_paper_ineligible=dict(runner.ineligible_by.get("static-paper", {})),
         batches=tuple(batches),
+        timeline_iteration=None if shown is None else int(shown),
     )
 
 
@@ -103,7 +112,7 @@ class _Runner:
         self.progress = progress
         self.total = self._total_steps()
         self.done = 0
-        self.timelines: dict[str, StepResult] = {}
+        self.prepared: dict[str, list[Plan]] = {}  # label -> the prepared plan of every batch
         self.best_degrees: dict[str, int] = {}  # static-best, static-paper: the chosen degree
         self.ineligible_by: dict[str, dict[int, str]] = {}  # the same: degree -> why it was passed over
         self.simulators: dict[tuple[str, bool], Simulator] = {}
@@ -147,38 +156,37 @@ class _Runner:
         self.results[key] = (result, timeline)
         return result
 
-    def _drop_timelines(self, keep: tuple[str, str]) -> None:
-        """Forget cached results that carry a timeline (tens of thousands of events each), except ``keep``:
-        only the chosen plan's timeline is reported."""
-        for key in [k for k, (_, has) in self.results.items() if has and k != keep]:
-            del self.results[key]
+    def timelines(self, specs: list[PlannerSpec], iteration: int | None) -> dict[str, StepResult]:
+        """Each spec's step on ``iteration`` simulated again with its timeline (none for ``None``)."""
+        if iteration is None:
+            return {}
+        return {s.label: self.simulate(self.prepared[s.label][iteration], s.mode, timeline=True) for s in specs}
 
     def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
         """Records of ``spec`` on every batch, and a note (how static-best or static-paper chose its degree)."""
         if spec.label in SWEPT_STATIC:
-            records, kept, note = self._static_best(spec)
+            records, plans, note = self._static_best(spec)
         else:
-            (records, kept), note = self._run_fixed(spec), ""
-        if kept is not None:
-            self.timelines[spec.label] = kept
+            (records, plans), note = self._run_fixed(spec), ""
+        self.prepared[spec.label] = plans
         return records, note
 
-    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None]:
-        """Every batch planned and simulated, and the kept timeline iteration's result."""
+    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], list[Plan]]:
+        """Every batch planned and simulated, with the prepared plans."""
         planner = get_planner(spec.planner, **spec.options)
-        out, kept = [], None
+        out, plans = [], []
         for i, batch in enumerate(self.batches):
-            record, result = self._simulate(spec, i, batch, planner.plan(batch, self.workload))
+            record, prepared = self._simulate(spec, i, batch, planner.plan(batch, self.workload))
             out.append(record)
-            kept = result if self.config.timeline_iteration == i else kept
+            plans.append(prepared)
             self._tick(spec.label)
-        return out, kept
+        return out, plans
 
-    def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], StepResult | None, str]:
+    def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], list[Plan], str]:
         """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
         degree cannot be the fixed degree of the run); ``ValueError`` when no degree does. Every degree
         passed over is in ``self.ineligible_by[spec.label]`` with the reason, and in the note."""
-        runs: dict[int, tuple[list[IterationRecord], StepResult | None]] = {}
+        runs: dict[int, tuple[list[IterationRecord], list[Plan]]] = {}
         ineligible = self.ineligible_by.setdefault(spec.label, {})
         for degree in self.workload.tree.degrees:
             ticks = self.done
@@ -212,15 +220,12 @@ class _Runner:
     def _cannot_hold(self, degree: int) -> str | None:
         return cannot_hold(self.workload, self.batches, degree)
 
-    def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, StepResult]:
-        timeline = self.config.timeline_iteration == i
+    def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, Plan]:
         prepared = prepare_for(
-            spec, self.workload, plan, evaluate=lambda p: self.simulate(p, spec.mode, timeline).step_time_or_inf
+            spec, self.workload, plan, evaluate=lambda p: self.simulate(p, spec.mode, False).step_time_or_inf
         )
-        result = self.simulate(prepared, spec.mode, timeline)
-        if timeline:
-            self._drop_timelines(keep=(prepared.content_hash, spec.mode))
-        return iteration_record(spec.label, i, batch, plan, prepared, result), result
+        result = self.simulate(prepared, spec.mode, False)
+        return iteration_record(spec.label, i, batch, plan, prepared, result), prepared
 
 
 def cannot_hold(workload: Workload, batches: Sequence[Batch], degree: int) -> str | None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, resolve_preparation
 from nspsim.options import parse_options
-from nspsim.planners import HEADLINE_PLANNERS, PLANNER_NAMES, declared_preparation, get_planner
+from nspsim.planners import HEADLINE_PLANNERS, PLANNER_NAMES, declared_preparation, get_planner, planner_summary
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.workload import WorkloadConfig
 
@@ -153,6 +153,56 @@ def _declared_spec(label: str, planner: str, options: dict[str, Any], mode: str,
     return PlannerSpec(label=label, planner=planner, options=options, preparation=preparation, mode=mode)
 
 
+SWEPT_MEANING = {
+    "static-best": "Static SP at the one fixed degree with the least mean step time over all compared batches "
+    "(every fixed degree tried), samples packed by cost-model load: the strongest fixed-degree Static SP",
+    "static-paper": "the paper's Static SP: the same sweep of fixed degrees, samples packed by token count as "
+    "the FlexSP artifact's baseline does (the paper's Figure 7 normalises to it)",
+}
+ABLATION_MEANING = {
+    "nsp-no-recompute": "NSP without tree-level recompute marks (full recomputation where memory forces it)",
+    "nsp-no-overlap": "NSP with phase streaming off (no communication hidden under compute)",
+    "nsp-greedy": "NSP's greedy routing, the paper's 'w/o router' ablation",
+    "nsp-attn-fwd": "NSP routing by attention-forward cost only, the paper's 'w/o cost model' ablation",
+}
+
+
+def describe_label(label: str) -> str:
+    """What a compare label means, one line (the reports' legend): the swept Static SP labels, a fixed
+    degree (``static-<d>`` or ``static:degree=K``), ``static`` (its degree chosen per batch), an
+    ablation, a variant or a registered planner's card title, then any options it sets."""
+    name, _, text = label.partition(":")
+    options = _parse_options(label, text) if text else {}
+    if name in SWEPT_MEANING:
+        return SWEPT_MEANING[name]
+    if name in ABLATION_MEANING:
+        meaning = ABLATION_MEANING[name]
+    elif name in VARIANTS:
+        planner, fixed = VARIANTS[name]
+        meaning = f"{planner_summary(planner)}, with {_options_text(fixed)}"
+    elif name.startswith("static-") and name.removeprefix("static-").isdigit():
+        options = {"degree": int(name.removeprefix("static-")), **options}
+        meaning = "Static SP"
+    elif name == "static":
+        meaning = "Static SP"
+    else:
+        return planner_summary(name) + (f"; options {_options_text(options)}" if options else "")
+    if name == "static" or name.startswith("static-"):
+        degree = options.pop("degree", "auto")
+        packing = options.pop("packing", "load")
+        meaning += (
+            ", its degree chosen per batch (the least step estimate), so it may change from batch to batch"
+            if degree == "auto"
+            else f" at the fixed degree {degree} on every batch"
+        )
+        meaning += ", samples packed by cost-model load" if packing == "load" else f", samples packed by {packing}"
+    return meaning + (f"; options {_options_text(options)}" if options else "")
+
+
+def _options_text(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
+
+
 def _check_registered(planner: str, label: str) -> None:
     if planner not in PLANNER_NAMES:
         known = ", ".join([*PLANNER_NAMES, *SWEPT_STATIC, "static-<d>", *ABLATIONS, *VARIANTS])
@@ -213,22 +263,26 @@ class RunSpec:
         }
 
 
+WIDEST = "widest"
+"""``CompareConfig.timeline_iteration`` asking for the batch on which the planners differ most
+(:func:`nspsim.compare.summary.widest_iteration`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CompareConfig:
     """Everything that identifies a comparison (plain values; what the CLI writes beside results): the
-    workload, what runs on it, and which iteration records a timeline."""
+    workload, what runs on it, and which iteration records a timeline (an iteration, :data:`WIDEST`
+    or ``None`` for none)."""
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     run: RunSpec = field(default_factory=RunSpec)
-    timeline_iteration: int | None = 0
+    timeline_iteration: int | str | None = WIDEST
 
     def __post_init__(self) -> None:
-        if self.timeline_iteration is not None and not (
-            _is_int(self.timeline_iteration) and 0 <= self.timeline_iteration < self.run.iters
-        ):
+        value = self.timeline_iteration
+        if value is not None and value != WIDEST and not (_is_int(value) and 0 <= int(value) < self.run.iters):
             raise ValueError(
-                f"timeline_iteration must be None or an iteration in 0..{self.run.iters - 1}, "
-                f"got {self.timeline_iteration!r}"
+                f"timeline_iteration must be None, {WIDEST!r} or an iteration in 0..{self.run.iters - 1}, got {value!r}"
             )
 
     def to_dict(self) -> dict[str, Any]:

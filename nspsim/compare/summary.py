@@ -3,15 +3,24 @@ result, plus the routing histogram and the normalisation rule they use.
 
 Normalisation is to the configured baseline when one is named (``CompareConfig.baseline``, e.g.
 ``static-paper``, the paper's Static SP), else to ``static-best`` when it is compared, else to
-``static-paper``, else to ``static`` (per-batch automatic degree), else to the first planner.
-``normalized_to_static`` is the planner's summed step time over the baseline's on the iterations
-where *both* ran in memory (the paper's Figure 7 form on the same
-batches; ``normalized_iterations`` says how many), ``speedup_vs_static`` its inverse. Sums rather
+``static-paper``, else to ``static`` (per-batch automatic degree), else to the first planner; every
+summary names it (``baseline``; records before it was named called the ratio ``normalized_to_static``
+whatever the baseline). ``normalized_to_baseline`` is the planner's summed step time over the
+baseline's on the iterations where *both* ran in memory (the paper's Figure 7 form on the same
+batches; ``normalized_iterations`` says how many), ``speedup_vs_baseline`` its inverse. Sums rather
 than a mean of per-batch ratios: the batches are the same, so this is the ratio of mean step times,
 and a long batch weighs what it costs. ``mean_step_time_s`` averages the iterations that fit;
 out-of-memory iterations are counted (``oom_count``), never averaged. ``normalized_min``,
 ``normalized_median`` and ``normalized_max`` are the spread of the per-batch ratios (step time over
-the baseline's on the same batch) over those same batches: how far one batch's result can stray.
+the baseline's on the same batch) over those same batches: how far one batch's result can stray;
+``speedup_min`` / ``_median`` / ``_max`` the same spread of the per-batch speedups (baseline's step
+over this planner's). ``normalized_ci_low`` / ``_high`` is the :data:`INTERVAL` (a paired bootstrap
+over the batches, fixed seed) of the ratio of sums, ``speedup_ci_low`` / ``_high`` its inverse: how
+far the headline could move with other batches from the same trace. ``saved_share`` says, per
+breakdown category, what the planner saved (positive) or paid (negative) against the baseline, as a
+share of the baseline's summed step time over the same batches: the shares add up to
+``1 - normalized_to_baseline``. :func:`widest_iteration` is the batch on which the planners' step
+times differ most, the one whose timelines the report draws.
 
 :class:`BatchDrops` says what ``max_context`` dropped from the compared batches (the same batches for
 every planner); a share of the drawn tokens above :data:`DROPPED_WARN_SHARE` deserves a warning, since
@@ -25,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from nspsim.plan import Plan
 from nspsim.plan.estimates import Estimates
@@ -35,6 +45,15 @@ from nspsim.units import format_tokens
 
 DROPPED_WARN_SHARE = 0.10
 """Share of the drawn tokens that ``max_context`` may drop before the CLI warns (README, "Concepts")."""
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 9_999
+BOOTSTRAP_SEED = 0
+INTERVAL = (
+    f"{CONFIDENCE:.0%} paired bootstrap interval (percentile method, {BOOTSTRAP_RESAMPLES:,} resamples of the "
+    f"batches, seed {BOOTSTRAP_SEED}) of the ratio of summed step times"
+)
+"""How ``normalized_ci_low`` / ``_high`` are computed (scipy.stats.bootstrap); reports print it."""
 
 LENGTH_BUCKETS = (("0-8K", 8 * 1024), ("8-32K", 32 * 1024), ("32-128K", 128 * 1024), ("128K+", None))
 
@@ -169,13 +188,15 @@ class PlannerSummary:
     """Means over the iterations of one planner (``None`` when every iteration ran out of memory).
 
     ``mean_step_time_s`` and the breakdown average the iterations that fit in memory;
-    ``normalized_to_static`` compares sums over the ``normalized_iterations`` batches on which both this
-    planner and the baseline ran (``None`` when there are none)."""
+    ``normalized_to_baseline`` compares sums over the ``normalized_iterations`` batches on which both
+    this planner and ``baseline`` ran (``None`` when there are none); the spread, interval and
+    ``saved_share`` use the same batches (module docstring)."""
 
     planner: str
+    baseline: str
     mean_step_time_s: float | None
-    normalized_to_static: float | None
-    speedup_vs_static: float | None
+    normalized_to_baseline: float | None
+    speedup_vs_baseline: float | None
     normalized_iterations: int
     breakdown_share: dict[str, float]
     mean_breakdown_s: dict[str, float]
@@ -190,12 +211,32 @@ class PlannerSummary:
     normalized_min: float | None = None  # spread of the per-batch step time / baseline's on those batches
     normalized_median: float | None = None
     normalized_max: float | None = None
+    normalized_ci_low: float | None = None  # INTERVAL of normalized_to_baseline (None below 2 batches)
+    normalized_ci_high: float | None = None
+    speedup_min: float | None = None  # spread of the per-batch speedup (baseline's step / this planner's)
+    speedup_median: float | None = None
+    speedup_max: float | None = None
+    speedup_ci_low: float | None = None  # 1 / normalized_ci_high
+    speedup_ci_high: float | None = None
+    saved_share: dict[str, float] = field(default_factory=dict)  # per category, share of the baseline's step
+
+    def speedup_spread(self) -> tuple[str, str, str]:
+        """(per-batch median, per-batch min-max, interval) of the speedup as text (``-`` each without
+        a common batch with the baseline, ``-`` for the interval below two batches): what the text
+        table and the report print beside the headline."""
+        median, low, high = self.speedup_median, self.speedup_min, self.speedup_max
+        if median is None or low is None or high is None:
+            return "-", "-", "-"
+        ci_low, ci_high = self.speedup_ci_low, self.speedup_ci_high
+        interval = "-" if ci_low is None or ci_high is None else f"{ci_low:.2f}-{ci_high:.2f}x"
+        return f"{median:.2f}x", f"{low:.2f}-{high:.2f}x", interval
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareResult:
     """A whole comparison: the resolved config, one summary per planner, every iteration record and,
-    per planner, the simulated step (with timeline) of ``config.timeline_iteration``."""
+    per planner, the simulated step (with timeline) of iteration ``timeline_iteration`` (the config's,
+    or the :func:`widest_iteration` when it asks for ``"widest"``)."""
 
     config: dict[str, Any]
     baseline: str
@@ -206,6 +247,14 @@ class CompareResult:
     static_best_ineligible: dict[int, str] = field(default_factory=dict)  # degree -> why it could not be chosen
     static_paper_ineligible: dict[int, str] = field(default_factory=dict)  # the same for static-paper
     batches: tuple[Batch, ...] = ()  # the compared batches, in iteration order (not in to_dict: the records name them)
+    timeline_iteration: int | None = None  # the iteration whose timelines ``timelines`` holds
+
+    @property
+    def winner(self) -> PlannerSummary | None:
+        """The planner other than the baseline with the least normalised step time (``None`` when no
+        other planner shares a batch with the baseline)."""
+        others = [s for s in self.summaries if s.planner != self.baseline and s.normalized_to_baseline is not None]
+        return min(others, key=lambda s: s.normalized_to_baseline or 0.0) if others else None
 
     @property
     def all_out_of_memory(self) -> bool:
@@ -233,6 +282,8 @@ class CompareResult:
         return {
             "config": self.config,
             "baseline": self.baseline,
+            "interval": INTERVAL,
+            "timeline_iteration": self.timeline_iteration,
             "results": [asdict(s) for s in self.summaries],
             "iterations": [asdict(r) for r in self.records],
             "batches": None if self.drops is None else self.drops.to_dict(),
@@ -288,32 +339,39 @@ def summarise(
 ) -> tuple[PlannerSummary, ...]:
     """One summary per planner label, in ``planners`` order, normalised to ``baseline``."""
     by_planner = {p: [r for r in records if r.planner == p] for p in planners}
-    base = {r.iteration: r.step_time_s for r in by_planner[baseline] if r.step_time_s is not None}
-    return tuple(_summary(p, by_planner[p], base, notes.get(p, "")) for p in planners)
+    base = {r.iteration: r for r in by_planner[baseline] if r.step_time_s is not None}
+    return tuple(_summary(p, by_planner[p], base, notes.get(p, ""), baseline) for p in planners)
 
 
-def _normalised(records: list[IterationRecord], base: dict[int, float]) -> tuple[float | None, int]:
-    """(sum of step times / the baseline's sum over the same iterations, how many), over the
-    iterations where both ran (same batches, so the ratio of means is the ratio of sums)."""
-    both = [(r.step_time_s, base[r.iteration]) for r in records if r.step_time_s is not None and r.iteration in base]
-    if not both:
-        return None, 0
-    ours, theirs = (float(sum(col)) for col in zip(*both))
-    return (ours / theirs if theirs > 0 else None), len(both)
+def _paired(records: list[IterationRecord], base: dict[int, IterationRecord]) -> list[tuple[IterationRecord, float]]:
+    """(record, the baseline's step time) on the iterations where both ran (a positive baseline step)."""
+    out = []
+    for r in records:
+        theirs = base[r.iteration].step_time_s if r.iteration in base else None
+        if r.step_time_s is not None and theirs is not None and theirs > 0:
+            out.append((r, theirs))
+    return out
 
 
-def _summary(label: str, records: list[IterationRecord], base: dict[int, float], note: str) -> PlannerSummary:
+def _summary(
+    label: str, records: list[IterationRecord], base: dict[int, IterationRecord], note: str, baseline: str
+) -> PlannerSummary:
     ok = [r for r in records if r.step_time_s is not None]
     mean = mean_step_time(records)
-    norm, compared = _normalised(records, base)
-    low, median, high = normalised_spread(records, base)
+    both = _paired(records, base)
+    ours = np.array([r.step_time_s for r, _ in both], dtype=float)
+    theirs = np.array([t for _, t in both], dtype=float)
+    norm = float(ours.sum() / theirs.sum()) if both else None
+    ratios = ours / theirs
+    ci = ratio_interval(ours, theirs)
     breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
     return PlannerSummary(
         planner=label,
+        baseline=baseline,
         mean_step_time_s=mean,
-        normalized_to_static=norm,
-        speedup_vs_static=1.0 / norm if norm else None,
-        normalized_iterations=compared,
+        normalized_to_baseline=norm,
+        speedup_vs_baseline=1.0 / norm if norm else None,
+        normalized_iterations=len(both),
         breakdown_share={k: v / mean for k, v in breakdown.items()} if mean else {},
         mean_breakdown_s=breakdown,
         mean_planning_time_s=float(np.mean([r.planning_time_s for r in records])),
@@ -324,26 +382,72 @@ def _summary(label: str, records: list[IterationRecord], base: dict[int, float],
         mean_load_over_lower_bound=_mean_ratio(records),
         mean_estimate_error=_mean_estimate_error(records),
         note=note,
-        normalized_min=low,
-        normalized_median=median,
-        normalized_max=high,
+        **_spread("normalized", ratios),
+        normalized_ci_low=None if ci is None else ci[0],
+        normalized_ci_high=None if ci is None else ci[1],
+        **_spread("speedup", 1.0 / ratios if both and ratios.min() > 0 else np.array([])),
+        speedup_ci_low=None if ci is None or ci[1] <= 0 else 1.0 / ci[1],
+        speedup_ci_high=None if ci is None or ci[0] <= 0 else 1.0 / ci[0],
+        saved_share=_saved_share(both, base),
     )
 
 
-def normalised_spread(
-    records: list[IterationRecord], base: dict[int, float]
-) -> tuple[float | None, float | None, float | None]:
-    """(min, median, max) of the per-batch step time over the baseline's on the same batch, over the
-    batches where both ran (``None`` each when there is none): how much the headline moves from batch
-    to batch."""
-    ratios = [
-        r.step_time_s / base[r.iteration]
-        for r in records
-        if r.step_time_s is not None and base.get(r.iteration, 0.0) > 0
-    ]
-    if not ratios:
-        return None, None, None
-    return float(np.min(ratios)), float(np.median(ratios)), float(np.max(ratios))
+def _spread(prefix: str, values: np.ndarray) -> dict[str, float | None]:
+    """``{prefix}_min``, ``_median`` and ``_max`` of ``values`` (``None`` each when empty)."""
+    keys = (f"{prefix}_min", f"{prefix}_median", f"{prefix}_max")
+    if not values.size:
+        return dict.fromkeys(keys)
+    return dict(zip(keys, (float(np.min(values)), float(np.median(values)), float(np.max(values)))))
+
+
+def _ratio_of_sums(ours: np.ndarray, theirs: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.asarray(np.sum(ours, axis=axis) / np.sum(theirs, axis=axis))
+
+
+def ratio_interval(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float] | None:
+    """The :data:`INTERVAL` of ``sum(ours) / sum(theirs)``, resampling the batches as pairs (scipy's
+    bootstrap); ``None`` below two batches, where there is nothing to resample."""
+    if len(ours) < 2:
+        return None
+    if np.allclose(ours / theirs, ours[0] / theirs[0], rtol=1e-12, atol=0.0):  # every resample gives the same ratio
+        value = float(ours.sum() / theirs.sum())
+        return value, value
+    result = stats.bootstrap(
+        (ours, theirs),
+        _ratio_of_sums,
+        paired=True,
+        vectorized=True,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
+    low, high = result.confidence_interval
+    return float(low), float(high)
+
+
+def _saved_share(both: list[tuple[IterationRecord, float]], base: dict[int, IterationRecord]) -> dict[str, float]:
+    """Per category, the baseline's summed seconds minus this planner's over the batches both ran, over
+    the baseline's summed step time (module docstring)."""
+    total = sum(t for _, t in both)
+    if not both or total <= 0:
+        return {}
+    return {
+        k: sum(base[r.iteration].breakdown_s[k] - r.breakdown_s[k] for r, _ in both) / total
+        for k in BREAKDOWN_CATEGORIES
+    }
+
+
+def widest_iteration(records: Iterable[IterationRecord]) -> int | None:
+    """The iteration on which the planners' step times differ most (the largest ratio of the slowest
+    to the fastest, over the planners that fit in memory there; the earliest on a tie), or ``None``
+    when no iteration has two planners' step times."""
+    steps: dict[int, list[float]] = {}
+    for r in records:
+        if r.step_time_s is not None and r.step_time_s > 0:
+            steps.setdefault(r.iteration, []).append(r.step_time_s)
+    spreads = {i: max(v) / min(v) for i, v in steps.items() if len(v) > 1}
+    return min(spreads, key=lambda i: (-spreads[i], i)) if spreads else None
 
 
 def _mean_estimate_error(records: list[IterationRecord]) -> float | None:

@@ -17,6 +17,7 @@ planner-specific entries.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import fields
 from typing import Any
 
@@ -50,6 +51,16 @@ def planner_cost(name: str) -> float:
     """The planner ``name``'s rough planning cost relative to Static SP's (its ``relative_cost``)."""
     cost: float = _planner_class(name).relative_cost
     return cost
+
+
+def planner_summary(name: str) -> str:
+    """The planner ``name``'s one-line summary: the first line of its card (its module docstring), or
+    of its class docstring when several planners share the card (NSP-2L beside NSP)."""
+    cls = _planner_class(name)
+    shared = sum(c.__module__ == cls.__module__ for c in PLANNER_CLASSES) > 1
+    own = (cls.__doc__ or "").strip().splitlines()
+    doc = own[0] if shared and own and own[0].endswith(".") else sys.modules[cls.__module__].__doc__ or name
+    return doc.strip().splitlines()[0].rstrip(".")
 
 
 def planner_options(name: str) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ TIE_S = 1e-12  # inputs ending this close tie (see :func:`holds_back`)
 CAT = {name: i for i, name in enumerate(BREAKDOWN_CATEGORIES)}
 ATTN_FWD, ATTN_REMAT, ATTN_BWD, NON_ATTN = CAT["attn_fwd"], CAT["attn_remat"], CAT["attn_bwd"], CAT["non_attn"]
 SP_COMM, FSDP_COMM, COMM_WAIT, OTHER = CAT["sp_exposed_comm"], CAT["fsdp_exposed_comm"], CAT["comm_wait"], CAT["other"]
+EP_COMM = CAT["ep_exposed_comm"]
 
 
 class Task:

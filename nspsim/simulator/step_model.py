@@ -47,6 +47,7 @@ from nspsim.simulator.program import (
     ATTN_FWD,
     ATTN_REMAT,
     COMPUTE,
+    EP_COMM,
     FSDP_COMM,
     NON_ATTN,
     OTHER,
@@ -395,5 +396,5 @@ class MicroBatchModel:
         ep, out = self.s.work.expert_parallel, {}
         for first, end in self.s.work.ep_units:
             secs = max(comm[first:end]) / 2
-            out.update(self.s.collective(name, (first, end), ep, secs, "a2a", COMPUTE, OTHER, seg, deps))
+            out.update(self.s.collective(name, (first, end), ep, secs, "a2a", COMPUTE, EP_COMM, seg, deps))
         return out

@@ -12,7 +12,8 @@ that error. A failed unit's row carries the error and NaNs.
 
 Summary (``summary.parquet`` and ``summary.csv``): per point and planner, ``normalized`` is compare's
 ratio of sums over the batches where both the planner and the baseline ran, ``normalized_min`` /
-``_median`` / ``_max`` the spread of the per-batch ratios, ``speedup`` = 1 / normalized. Trade-off:
+``_median`` / ``_max`` the spread of the per-batch ratios, ``normalized_ci_low`` / ``_high`` compare's
+interval of the ratio (:data:`nspsim.compare.summary.INTERVAL`), ``speedup`` = 1 / normalized. Trade-off:
 the tables are built in memory (a 12 x 6 x 20 sweep is 1,440 rows), typed with an explicit Arrow
 schema so an all-null column (``profile``) still has its type in every reader (pandas, polars, DuckDB).
 
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nspsim.compare.specs import SWEPT_STATIC
-from nspsim.compare.summary import CompareResult
+from nspsim.compare.summary import CompareResult, ratio_interval
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import commit_files
 from nspsim.records import BREAKDOWN_CATEGORIES
@@ -109,6 +110,8 @@ SUMMARY_SCHEMA = pa.schema(
         ("normalized_min", pa.float64()),
         ("normalized_median", pa.float64()),
         ("normalized_max", pa.float64()),
+        ("normalized_ci_low", pa.float64()),
+        ("normalized_ci_high", pa.float64()),
         ("speedup", pa.float64()),
         ("oom_count", pa.int64()),
         ("failed", pa.int64()),
@@ -318,6 +321,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         theirs = sum(b for _, b in both)
         norm = sum(a for a, _ in both) / theirs if both and theirs > 0 else NAN
         per_batch = [r["normalized"] for r in group if math.isfinite(r["normalized"])]
+        ci = ratio_interval(np.array([a for a, _ in both]), np.array([b for _, b in both])) if theirs > 0 else None
         out.append(
             {
                 **{k: first[k] for k in ("point", "point_key", *WORKLOAD_TYPES, "planner", "baseline")},
@@ -328,6 +332,8 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "normalized_min": min(per_batch) if per_batch else NAN,
                 "normalized_median": float(np.median(per_batch)) if per_batch else NAN,
                 "normalized_max": max(per_batch) if per_batch else NAN,
+                "normalized_ci_low": NAN if ci is None else ci[0],
+                "normalized_ci_high": NAN if ci is None else ci[1],
                 "speedup": 1.0 / norm if math.isfinite(norm) and norm > 0 else NAN,
                 "oom_count": sum(bool(r["oom"]) for r in group),
                 "failed": sum(bool(r["error"]) for r in group),

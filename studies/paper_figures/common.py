@@ -48,10 +48,13 @@ from nspsim.workload import WorkloadConfig
 
 DEFAULT_OUT = Path("out/paper-figures")
 STYLE = (
-    "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:0.9em;"
-    "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}"
-    "th{background:#eee}td.l,th.l{text-align:left}p.note{color:#444;max-width:1100px}"
+    "body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:0.85em;"
+    "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
+    "th{background:#eee;vertical-align:bottom}td.l,th.l{text-align:left}p.note{color:#444;max-width:1100px}"
+    "div.table{max-width:100%;overflow-x:auto}"
 )
+"""Cells wrap at their spaces only ("0.81 [0.70-0.95]" onto two lines, a number never), so a wide table
+fits a 1400-px window instead of running past it; a table that still cannot scrolls in its own box."""
 PAPER_SOURCE = "NSP paper, Figure {n}, decoded in nsp-figures.md (confidence: high / med / low)"
 
 
@@ -230,7 +233,7 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]], caption: st
         for r in rows
     )
     cap = f"<p class=note>{html.escape(caption)}</p>" if caption else ""
-    return f"{cap}<table><tr>{head}</tr>{body}</table>"
+    return f"{cap}<div class=table><table><tr>{head}</tr>{body}</table></div>"
 
 
 def fmt(value: Any, spec: str = ".3f") -> str:

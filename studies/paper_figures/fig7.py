@@ -158,7 +158,9 @@ def paper_panel(model: str, max_context: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-Y_RANGE = (0.5, 1.15)  # where the strategies the paper compares lie; taller bars are labelled at the top
+Y_RANGE = (0.0, 1.15)  # a ratio: bars from 0 (0.5 made a 0.75 bar look half of 1); taller ones are labelled
+TITLE_LINE_PX = 19  # height of one line of the title or its subtitle
+PANEL_TITLE_PX = 40  # room the top panels' titles need between the subtitle and the plot
 BAR_GROUP_WIDTH = 0.8  # plotly's grouped bars fill 1 - bargap (0.2 by default) of a category
 
 
@@ -238,21 +240,32 @@ def figure(
         fig.add_hline(y=1.0, line={"color": "#555", "dash": "dot", "width": 1}, row=row, col=col)
         _label_clipped(fig, here, planners, row, col)
     fig.update_yaxes(title_text=f"step time / {baseline}", range=list(Y_RANGE), col=1)
+    subtitle = [
+        *textwrap.wrap(baseline_text(baseline), 150),
+        *textwrap.wrap(
+            f"bars: ratio of sums over {batches} batch(es), whiskers: per-batch min-max; hatched: "
+            f"{PAPER_SOURCE.format(n=7)}: the panel's bar groups as 1/speedup (mean, range; values high, panel "
+            "mapping low)",
+            150,
+        ),
+    ]
+    top = 20 + TITLE_LINE_PX * (1 + len(subtitle)) + PANEL_TITLE_PX  # the subtitle ends above the panel titles
     fig.update_layout(
         barmode="group",
-        height=170 + 380 * n_rows,
+        height=top + 20 + 380 * n_rows,
         width=1300,
-        margin={"t": 150},
+        margin={"t": top},
         title={
             "text": (
                 f"NSP paper Figure 7: step time normalised to {baseline}, per configuration<br><sup>"
-                f"{'<br>'.join(textwrap.wrap(baseline_text(baseline), 170))}<br>"
-                f"bars: ratio of sums over {batches} batch(es), whiskers: per-batch "
-                "min-max; hatched: "
-                f"{PAPER_SOURCE.format(n=7)}: the panel's bar groups as 1/speedup (mean, range; values high, "
-                "panel mapping low)</sup>"
+                + "<br>".join(subtitle)
+                + "</sup>"
             ),
             "font": {"size": 15},
+            "y": 1.0,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 20},
         },
         legend={"orientation": "h", "y": -0.12 if n_rows == 1 else -0.06},
     )
@@ -286,7 +299,8 @@ def tables(
         for planner in others:
             q = p.get(planner)
             sp = q["spread"] if q else {"min": math.nan, "max": math.nan}
-            cells.append(f"{fmt(q['normalized'])} [{fmt(sp['min'], '.2f')}-{fmt(sp['max'], '.2f')}]" if q else "-")
+            low_high = f"{fmt(sp['min'], '.2f')}\u2011{fmt(sp['max'], '.2f')}"  # a non-breaking hyphen: wraps before [
+            cells.append(f"{fmt(q['normalized'])} [{low_high}]" if q else "-")
         nsp = p.get("nsp", {})
         cells += [f"{fmt(nsp.get('speedup'), '.2f')}x", f"{fmt(c['nsp_vs_flexsp'], '.2f')}x"]
         cells.append(f"{fmt(c.get('nsp_vs_flexsp_artifact', math.nan), '.2f')}x")

@@ -1,16 +1,22 @@
 """Self-contained plotly HTML report of a :class:`nspsim.compare.CompareResult` (``nspsim compare -o``).
 
-Sections: a banner when there is no result (every planner ran out of memory on every batch), the
-results table (step times in s, ms or us by magnitude; the per-batch spread of the normalised step
-time as min / median / max; breakdown columns under their short names, the full name on hover) with
-the planners' notes as a list below it, so a long note (static-best's choice of degree) neither
-stretches its row nor widens the table past a 1400-px window; what ``max_context`` dropped from the
-batches and the resolved configuration; normalised step time per planner with a min-max bar of the
-per-batch values and the median marked (the NSP paper's Figure 7 form); the step-time breakdown
-stacked per planner, normalised to the baseline (Figure 8); the routing distribution, share of
-samples per SP degree in each length bucket (Figure 9); and one iteration's timeline per planner on a
-few GPUs (the critical one first), drawn from the accounting track, so each bar is what the breakdown
-charges. plotly.js is inlined once, so the file opens offline.
+Sections, first what a reader asks first: a banner when there is no result (every planner ran out of
+memory on every batch); the headline: the winner's speedup over the baseline with its per-batch
+median, min-max and the bootstrap interval (:data:`nspsim.compare.INTERVAL`) beside it; the results
+table (step times in s, ms or us by magnitude; the speedup's per-batch spread and interval; the
+normalised step time's min / median / max; breakdown columns under their short names, the full name
+on hover) and, below it, a legend line for every compared label (what ``static-best``,
+``static-paper``, ``static`` or ``static-<d>`` mean), the interval's method, the planners' notes and
+the breakdown names, so a long note neither stretches its row nor widens the table past a 1400-px
+window; what ``max_context`` dropped and the resolved configuration; normalised step time per
+planner (bars from 0, min-max whisker of the per-batch values, the median marked: the NSP paper's
+Figure 7 form); per breakdown category, what each strategy saves or pays against the baseline (share
+of the baseline's summed step time; the bars of a strategy add up to 1 - its normalised step time);
+the step-time breakdown stacked per planner, normalised to the baseline (Figure 8); the routing
+distribution (Figure 9); and the timelines of the batch on which the strategies differ most
+(``CompareResult.timeline_iteration``), one row per planner on one shared time axis, a few GPUs each
+(the critical one first), drawn from the accounting track, so each bar is what the breakdown charges.
+plotly.js is inlined once, so the file opens offline.
 
 ``nspsim compare -o`` loads this module by the name in
 ``nspsim.cli.commands.compare.REPORT_RENDERER`` and calls :func:`render`: keep its signature.
@@ -25,26 +31,30 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from nspsim.compare import LENGTH_BUCKETS, CompareResult, PlannerSummary
+from nspsim.compare import INTERVAL, LENGTH_BUCKETS, CompareResult, PlannerSummary, describe_label
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
-from nspsim.simulator import StepResult, TimelineEvent
 from nspsim.units import format_seconds
 from studies.palette import BREAKDOWN_COLORS, planner_color
+from studies.renderers.compare_timelines import timelines_figure
 
-TIMELINE_GPUS = 6
 STYLE = (
-    "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}td{white-space:nowrap}"
-    "table.results{font-size:0.9em}table.results th{white-space:normal;vertical-align:bottom}"
+    "body{font-family:sans-serif;margin:2em;max-width:1336px}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#eee}td{white-space:nowrap}"
+    "table.results{font-size:0.85em}table.results th{white-space:normal;vertical-align:bottom}"
     "table.results td:first-child{text-align:left}div.table{max-width:100%;overflow-x:auto}"
     "ul.notes{max-width:75em;font-size:0.9em;overflow-wrap:anywhere}"
+    "p.headline{font-size:1.15em;border-left:4px solid #d62728;padding:0.3em 0.8em;background:#f8f8f8}"
 )
+
+
+LEGEND_ROW_PX = 24  # one legend entry's height: the breakdown figure holds every category's
 
 
 def render(result: CompareResult) -> str:
     """The whole report as one HTML document."""
-    figures = [normalized_figure(result), breakdown_figure(result), routing_figure(result)]
-    figures += [timeline_figure(label, step) for label, step in result.timelines.items() if not step.oom]
+    figures = [normalized_figure(result), savings_figure(result), breakdown_figure(result), routing_figure(result)]
+    if any(not step.oom for step in result.timelines.values()):
+        figures.append(timelines_figure(result))
     body = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figures)]
     wl = result.config["workload"]
     title = f"nspsim compare: {wl['model']} on {wl['gpus']}x {wl['cluster']}, {wl['trace']}"
@@ -55,6 +65,7 @@ def render(result: CompareResult) -> str:
             f"<style>{STYLE}</style></head><body>",
             f"<h1>{html.escape(title)}</h1>",
             no_result_banner(result),
+            headline(result),
             results_table(result),
             drops_line(result),
             config_table(result.config),
@@ -70,6 +81,22 @@ def no_result_banner(result: CompareResult) -> str:
         return ""
     style = "border:2px solid #c00;background:#fee;padding:0.6em 1em;font-weight:bold"
     return f"<p class='no-result' style='{style}'>No result: {html.escape(result.no_result)}</p>"
+
+
+def headline(result: CompareResult) -> str:
+    """The winner's speedup over the baseline with its per-batch spread and interval, one paragraph
+    (nothing when no other planner shares a batch with the baseline)."""
+    best = result.winner
+    if best is None or best.speedup_vs_baseline is None:
+        return ""
+    median, low_high, interval = best.speedup_spread()
+    batches = f"{best.normalized_iterations} batch(es)"
+    text = (
+        f"<b>{html.escape(best.planner)}</b> is <b>{best.speedup_vs_baseline:.2f}x</b> faster than "
+        f"{html.escape(result.baseline)} (summed step time over {batches}); per batch: median {median}, "
+        f"min-max {low_high}; 95% interval {interval}."
+    )
+    return f"<p class='headline'>{text}</p>"
 
 
 def drops_line(result: CompareResult) -> str:
@@ -88,8 +115,9 @@ def results_table(result: CompareResult) -> str:
         ("planner", ""),
         ("mean step", ""),
         (f"normalised to {result.baseline}", "summed step time over the baseline's on the same batches"),
-        ("speedup", ""),
-        ("per batch min / med / max", "spread of the per-batch normalised step time over the same batches"),
+        ("speedup", "the baseline's summed step time over this planner's on the same batches"),
+        ("speedup per batch: median [min-max]", "median, smallest and largest per-batch speedup over the same batches"),
+        ("speedup 95% interval", INTERVAL),
         ("batches normalised", ""),
         ("planning (ms)", ""),
         ("Load / lower bound", ""),
@@ -111,9 +139,21 @@ def results_table(result: CompareResult) -> str:
     legend = ", ".join(f"{BREAKDOWN_SHORT[k]} = {k}" for k in BREAKDOWN_CATEGORIES)
     return (
         f"<h2>Results</h2><div class='table'><table class='results'><tr>{header}</tr>{cells}</table></div>"
-        f"<ul class='notes'>{notes}<li>breakdown columns (share of the critical GPU's step): "
+        f"{labels_legend(result)}<ul class='notes'>{notes}<li>95% interval: {html.escape(INTERVAL)}, over the "
+        f"batches both ran; speedup = 1 / normalised</li><li>breakdown columns (share of the critical GPU's step): "
         f"{html.escape(legend)}</li></ul>"
     )
+
+
+def labels_legend(result: CompareResult) -> str:
+    """One line per compared label saying what it means (:func:`nspsim.compare.describe_label`), the
+    baseline marked."""
+    items = "".join(
+        f"<li><b>{html.escape(s.planner)}</b>{' (baseline)' if s.planner == result.baseline else ''}: "
+        f"{html.escape(describe_label(s.planner))}</li>"
+        for s in result.summaries
+    )
+    return f"<ul class='notes labels'>{items}</ul>"
 
 
 def _row(s: PlannerSummary) -> list[str]:
@@ -123,9 +163,9 @@ def _row(s: PlannerSummary) -> list[str]:
     return [
         s.planner,
         "OOM" if s.mean_step_time_s is None else format_seconds(s.mean_step_time_s),
-        fmt(s.normalized_to_static, ".3f"),
-        fmt(s.speedup_vs_static, ".2f"),
-        _spread(s),
+        fmt(s.normalized_to_baseline, ".3f"),
+        fmt(s.speedup_vs_baseline, ".2f"),
+        *_speedup_cells(s),
         f"{s.normalized_iterations}/{s.iterations}",
         f"{1e3 * s.mean_planning_time_s:.1f}",
         fmt(s.mean_load_over_lower_bound, ".3f"),
@@ -135,11 +175,10 @@ def _row(s: PlannerSummary) -> list[str]:
     ]
 
 
-def _spread(s: PlannerSummary) -> str:
-    low, median, high = s.normalized_min, s.normalized_median, s.normalized_max
-    if low is None or median is None or high is None:
-        return "-"
-    return f"{low:.3f} / {median:.3f} / {high:.3f}"
+def _speedup_cells(s: PlannerSummary) -> list[str]:
+    """[median [min-max], interval] of the per-batch speedup."""
+    median, low_high, interval = s.speedup_spread()
+    return [median if median == "-" else f"{median} [{low_high}]", interval]
 
 
 def config_table(config: dict[str, Any]) -> str:
@@ -161,8 +200,8 @@ def normalized_figure(result: CompareResult) -> go.Figure:
     per-batch normalised step time and its median as a diamond (planners that never ran on the same
     batches as the baseline have no bar). The ratio of sums lies within the per-batch min and max (it
     is their mean weighted by the baseline's step times)."""
-    ok = [s for s in result.summaries if s.normalized_to_static is not None]
-    values = [s.normalized_to_static or 0.0 for s in ok]
+    ok = [s for s in result.summaries if s.normalized_to_baseline is not None]
+    values = [s.normalized_to_baseline or 0.0 for s in ok]
     fig = go.Figure(
         go.Bar(
             name="summed step time / baseline's",
@@ -191,16 +230,48 @@ def normalized_figure(result: CompareResult) -> go.Figure:
         )
     )
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
-    missing = [s.planner for s in result.summaries if s.normalized_to_static is None]
+    missing = [s.planner for s in result.summaries if s.normalized_to_baseline is None]
     note = f"; no common batch with the baseline: {', '.join(missing)}" if missing else ""
     batches = max((s.normalized_iterations for s in ok), default=0)
+    top = max([1.0, *values, *(s.normalized_max or 0.0 for s in ok)])
     fig.update_layout(
         title=f"Normalised step time over {batches} batch(es) (lower is better; baseline {result.baseline}{note})"
         "<br><sup>bar: summed step time over the baseline's; whisker: per-batch min-max; diamond: per-batch "
         "median</sup>",
-        yaxis_title="step time / baseline",
+        yaxis={"title": "step time / baseline", "range": [0.0, 1.08 * top]},  # a ratio: bars from 0
         height=460,
         legend={"orientation": "h", "y": -0.15},
+    )
+    return fig
+
+
+def savings_figure(result: CompareResult) -> go.Figure:
+    """Per breakdown category, what each strategy saves (above 0) or pays (below 0) against the
+    baseline, as a share of the baseline's summed step time over the batches both ran: a strategy's
+    bars add up to 1 - its normalised step time, so this says where its speedup comes from."""
+    shown = [s for s in result.summaries if s.planner != result.baseline and s.saved_share]
+    fig = go.Figure()
+    for s in shown:
+        fig.add_trace(
+            go.Bar(
+                name=f"{s.planner} (total {100 * sum(s.saved_share.values()):+.1f}%)",
+                x=[BREAKDOWN_SHORT[k] for k in BREAKDOWN_CATEGORIES],
+                y=[100 * s.saved_share[k] for k in BREAKDOWN_CATEGORIES],
+                customdata=list(BREAKDOWN_CATEGORIES),
+                hovertemplate="%{customdata}: %{y:+.2f}%<extra>" + html.escape(s.planner) + "</extra>",
+                marker_color=planner_color(s.planner),
+            )
+        )
+    fig.add_hline(y=0.0, line_color="#333")
+    fig.update_layout(
+        barmode="group",
+        title=f"What each strategy saves (+) or pays (-) against {result.baseline}, per category"
+        f"<br><sup>share of {result.baseline}'s summed step time over the batches both ran (critical GPU); "
+        "each strategy's bars add up to its total</sup>",
+        yaxis_title=f"% of {result.baseline}'s step saved",
+        xaxis_title="breakdown category",
+        height=440,
+        legend={"orientation": "h", "y": -0.2},
     )
     return fig
 
@@ -211,7 +282,7 @@ def _batches(result: CompareResult) -> int:
 
 
 def _speedup_label(s: PlannerSummary) -> str:
-    text = "-" if s.speedup_vs_static is None else f"{s.speedup_vs_static:.2f}x"
+    text = "-" if s.speedup_vs_baseline is None else f"{s.speedup_vs_baseline:.2f}x"
     return text if s.normalized_iterations == s.iterations else f"{text} ({s.normalized_iterations}/{s.iterations})"
 
 
@@ -238,7 +309,7 @@ def breakdown_figure(result: CompareResult) -> go.Figure:
         title=f"Step-time breakdown (critical GPU; mean of up to {_batches(result)} batches, those that fit in memory; "
         f"{unit})",
         xaxis_title="relative step time" if base else "seconds",
-        height=120 + 45 * len(ok),
+        height=max(120 + 45 * len(ok), LEGEND_ROW_PX * len(BREAKDOWN_CATEGORIES) + 200),  # margins + every legend entry
         yaxis_autorange="reversed",
     )
     return fig
@@ -271,56 +342,3 @@ def routing_figure(result: CompareResult) -> go.Figure:
         yaxis_title="share of samples in bucket",
     )
     return fig
-
-
-def timeline_figure(label: str, step: StepResult) -> go.Figure:
-    """One iteration's accounting on a few GPUs: kernels and what each idle interval waited for."""
-    gpus = _timeline_gpus(step)
-    events = [e for e in step.timeline if e.gpu in gpus and _tiles(e)]
-    fig = go.Figure()
-    for cat in BREAKDOWN_CATEGORIES:
-        spans = _merge([e for e in events if e.category == cat])
-        if spans:
-            fig.add_trace(
-                go.Bar(
-                    name=cat,
-                    orientation="h",
-                    base=[a for _, a, _ in spans],
-                    x=[b - a for _, a, b in spans],
-                    y=[f"GPU {g}" for g, _, _ in spans],
-                    marker_color=BREAKDOWN_COLORS[cat],
-                    marker_line_width=0,
-                )
-            )
-    fig.update_layout(
-        barmode="overlay",
-        bargap=0.2,
-        height=150 + 40 * len(gpus),
-        title=f"Timeline of one iteration: {label} (step {format_seconds(step.step_time_s or 0.0)}, "
-        f"critical GPU {step.critical_gpu})",
-        xaxis_title="time (s)",
-        yaxis={"categoryorder": "array", "categoryarray": [f"GPU {g}" for g in reversed(gpus)]},
-    )
-    return fig
-
-
-def _tiles(event: TimelineEvent) -> bool:
-    """Events that tile a GPU's time: kernels and the accounting of idle intervals."""
-    return event.track == "exposed" or (event.track == "compute" and not event.name.startswith("wait"))
-
-
-def _timeline_gpus(step: StepResult) -> list[int]:
-    crit = step.critical_gpu or 0
-    spread = [round(i * (step.num_gpus - 1) / (TIMELINE_GPUS - 2)) for i in range(TIMELINE_GPUS - 1)]
-    return list(dict.fromkeys([crit, *spread]))[:TIMELINE_GPUS]
-
-
-def _merge(events: list[TimelineEvent], gap: float = 1e-9) -> list[tuple[int, float, float]]:
-    """Merge touching intervals of one category per GPU (fewer bars, same picture)."""
-    out: list[tuple[int, float, float]] = []
-    for e in sorted(events, key=lambda e: (e.gpu, e.start)):
-        if out and out[-1][0] == e.gpu and e.start <= out[-1][2] + gap:
-            out[-1] = (e.gpu, out[-1][1], max(out[-1][2], e.end))
-        else:
-            out.append((e.gpu, e.start, e.end))
-    return out

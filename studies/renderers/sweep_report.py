@@ -11,7 +11,8 @@ batches (distinct point x batch pairs) it rests on:
    axis with a tick at each swept value when they span a factor of 4 or more (a doubling grid is
    then evenly spaced, i.e. log2), as a median line with min-max whiskers of the per-batch speedups,
    the planners a few percent of the axis apart (five overlapping min-max bands were unreadable);
-   categorical axes (trace, model, cluster, ...) as one box per planner and value. A point's other
+   categorical axes (trace, model, cluster, ...) as one box per planner and value. Speedup axes start
+   at 0 (a ratio: equal results show as equal, not as a zoom onto 1.000-1.005). A point's other
    axes are pooled into the same x (the subtitle says which), so a whisker is the spread over
    batches *and* the other axes: the trade-off this axis alone explains is the median's slope.
 2. speedup against trace skew: the share of a point's samples over 128K tokens (mean over its
@@ -21,7 +22,9 @@ batches (distinct point x batch pairs) it rests on:
    imbalance; large groups balance the load at the price of SP traffic).
 4. planning time against Load / lower bound, one marker per row: what a planner's search buys.
 
-Then the summary table (one row per point x planner) and the failed units, if any. Swept axes come
+A legend line per planner label comes first (what ``static-best``, ``static-paper`` or ``static``
+mean). Then the summary table (one row per point x planner, with the speedup's interval,
+:data:`nspsim.compare.summary.INTERVAL`) and the failed units, if any. Swept axes come
 from ``config["axes"]`` (name -> values) where the sweep recorded them, else they are the workload
 columns with more than one distinct value. Pooling rather than one figure per combination of the
 other axes: a 12-point, 3-axis sweep stays a handful of readable figures; the summary table keeps
@@ -44,6 +47,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from nspsim.compare import INTERVAL, describe_label
 from nspsim.units import format_tokens
 from nspsim.workload import WorkloadConfig
 from studies.palette import planner_color
@@ -58,7 +62,7 @@ STYLE = (
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#eee}"
     "td.l{text-align:left;white-space:normal;overflow-wrap:anywhere}"
     "div.table{max-width:100%;overflow-x:auto;max-height:40em;overflow-y:auto}"
-    "ul.errors{font-size:0.9em;overflow-wrap:anywhere}"
+    "ul.errors,ul.labels{font-size:0.9em;overflow-wrap:anywhere}"
 )
 
 
@@ -79,6 +83,7 @@ def render(results: pd.DataFrame, summary: pd.DataFrame, config: dict[str, Any])
             f"<h1>{html.escape(title)}</h1>",
             f"<p>Swept axes: {html.escape(', '.join(axes) or 'none')}; baseline "
             f"{html.escape(', '.join(_baselines(results)) or '-')}.</p>",
+            labels_legend(planners),
             errors_list(results),
             *body,
             summary_table(summary, axes, planners),
@@ -86,6 +91,19 @@ def render(results: pd.DataFrame, summary: pd.DataFrame, config: dict[str, Any])
             "</body></html>",
         ]
     )
+
+
+def labels_legend(planners: Sequence[str]) -> str:
+    """One line per planner label saying what it means (:func:`nspsim.compare.describe_label`; a label
+    it cannot read, from a results file edited by hand, gets none), then how the interval is made."""
+    lines = []
+    for label in planners:
+        try:
+            lines.append(f"<li><b>{html.escape(label)}</b>: {html.escape(describe_label(label))}</li>")
+        except ValueError:
+            lines.append(f"<li><b>{html.escape(label)}</b></li>")
+    lines.append(f"<li>speedup 95% interval (summary table): {html.escape(INTERVAL)}</li>")
+    return f"<ul class='labels'>{''.join(lines)}</ul>"
 
 
 def figures(results: pd.DataFrame, config: dict[str, Any]) -> list[go.Figure]:
@@ -218,7 +236,7 @@ def speedup_figure(
         title=f"Speedup over {_baseline_text(results)} against {axis}: {batch_count(rows)} batches"
         f"<br><sup>per-batch speedup (1 / normalised step time), {shape}{pooled}</sup>",
         xaxis_title=axis,
-        yaxis_title="speedup (x)",
+        yaxis={"title": "speedup (x)", "rangemode": "tozero"},  # a ratio: from 0, no zoom onto 1.000-1.005
         height=460,
         boxmode="group",
     )
@@ -281,8 +299,8 @@ def skew_figure(results: pd.DataFrame, planners: Sequence[str], colors: dict[str
         f"{rows['point'].nunique()} points<br><sup>x: share of a point's samples over 128K tokens (mean over its "
         "batches); marker: per-batch median, whisker: min-max</sup>",
         xaxis_title="share of samples over 128K tokens",
-        yaxis_title="speedup (x)",
-        xaxis_tickformat=".1%",
+        yaxis={"title": "speedup (x)", "rangemode": "tozero"},
+        xaxis_tickformat=".3~%",  # .1% printed 0.1% at three ticks of a 0-0.2% axis
         xaxis_rangemode="nonnegative",
         height=460,
     )
@@ -374,12 +392,24 @@ def summary_table(summary: pd.DataFrame, axes: Sequence[str], planners: Sequence
     frame = summary.assign(_o=summary["planner"].map(lambda p: order.get(p, len(order))))
     frame = frame.sort_values(["point", "_o"])
     cols = [a for a in axes if a in frame.columns]
-    head = ["point", *cols, "planner", "speedup", "normalised", "per batch min / med / max", "ran", "OOM", "failed"]
+    head = [
+        "point",
+        *cols,
+        "planner",
+        "speedup",
+        "speedup 95% interval",
+        "normalised",
+        "per batch min / med / max",
+        "ran",
+        "OOM",
+        "failed",
+    ]
     body = []
     for _, r in frame.iterrows():
         cells = [str(r["point"]), *(_cell(a, r[a]) for a in cols), str(r["planner"])]
         cells += [
             _num(r.get("speedup"), ".2f", "x"),
+            _interval(r.get("normalized_ci_low"), r.get("normalized_ci_high")),
             _num(r.get("normalized"), ".3f"),
             " / ".join(_num(r.get(k), ".3f") for k in ("normalized_min", "normalized_median", "normalized_max")),
             f"{_int(r.get('ok_batches'))}/{_int(r.get('batches'))}",
@@ -389,6 +419,14 @@ def summary_table(summary: pd.DataFrame, axes: Sequence[str], planners: Sequence
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     return f"<h2>Summary</h2><div class='table'><table><tr>{header}</tr>{''.join(body)}</table></div>"
+
+
+def _interval(low: Any, high: Any) -> str:
+    """The speedup interval from the normalised one (``-`` for a summary written before it existed,
+    or below two batches)."""
+    if not isinstance(low, float) or not isinstance(high, float) or not (math.isfinite(low) and math.isfinite(high)):
+        return "-"
+    return f"{1 / high:.2f}-{1 / low:.2f}x" if low > 0 else "-"
 
 
 def errors_list(results: pd.DataFrame) -> str:

@@ -42,8 +42,8 @@ def test_compare_reruns_from_its_config(tmp_path: Path, capsys: pytest.CaptureFi
     )
     assert steps(again) == steps(first) and len(steps(first)) == 6
     assert [r["mean_step_time_s"] for r in again["results"]] == [r["mean_step_time_s"] for r in first["results"]]
-    assert [r["normalized_to_static"] for r in again["results"]] == [
-        r["normalized_to_static"] for r in first["results"]
+    assert [r["normalized_to_baseline"] for r in again["results"]] == [
+        r["normalized_to_baseline"] for r in first["results"]
     ]
     assert json.loads((tmp_path / "y.config.json").read_text()) == written
     varied = run_json(["compare", "--quiet", "--config", str(tmp_path / "x.config.json"), "--iters", "1"], capsys)

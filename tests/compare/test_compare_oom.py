@@ -64,11 +64,11 @@ def test_normalisation_uses_only_batches_both_runs_completed() -> None:
     res = result({"static": [1.0, 3.0, None], "nsp": [0.8, None, 2.0]}, "static")
     nsp = res.summaries[1]
     assert nsp.mean_step_time_s == pytest.approx(1.4) and nsp.oom_count == 1
-    assert nsp.normalized_to_static == pytest.approx(0.8) and nsp.normalized_iterations == 1  # batch 0 only
-    assert nsp.speedup_vs_static == pytest.approx(1.25)
+    assert nsp.normalized_to_baseline == pytest.approx(0.8) and nsp.normalized_iterations == 1  # batch 0 only
+    assert nsp.speedup_vs_baseline == pytest.approx(1.25)
     never = result({"static": [None, None, None], "nsp": [0.8, 0.9, 1.0]}, "static").summaries
-    assert never[0].mean_step_time_s is None and never[1].normalized_to_static is None
-    assert never[1].normalized_iterations == 0 and never[1].speedup_vs_static is None
+    assert never[0].mean_step_time_s is None and never[1].normalized_to_baseline is None
+    assert never[1].normalized_iterations == 0 and never[1].speedup_vs_baseline is None
 
 
 def test_table_and_report_render_an_out_of_memory_baseline() -> None:
@@ -91,7 +91,7 @@ def test_spread_is_min_median_max_of_the_per_batch_ratios_on_common_batches() ->
     records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
     static, nsp, never = summarise(tuple(runs), records, {"static": "a long note " * 30}, "static")
     assert (nsp.normalized_min, nsp.normalized_median, nsp.normalized_max) == pytest.approx((0.5, 0.75, 0.9))
-    assert nsp.normalized_to_static == pytest.approx(6.8 / 9) and nsp.normalized_iterations == 4
+    assert nsp.normalized_to_baseline == pytest.approx(6.8 / 9) and nsp.normalized_iterations == 4
     assert (static.normalized_min, static.normalized_median, static.normalized_max) == (1.0, 1.0, 1.0)
     assert (never.normalized_min, never.normalized_median, never.normalized_max) == (None, None, None)
     config = {"workload": SMALL.to_dict(), "run": {"iters": 5, "planners": list(runs)}}
@@ -99,7 +99,8 @@ def test_spread_is_min_median_max_of_the_per_batch_ratios_on_common_batches() ->
         config=config, baseline="static", summaries=(static, nsp, never), records=tuple(records), timelines={}
     )
     table = format_table(res).splitlines()
-    assert "norm min/med/max" in table[0] and "0.500/0.750/0.900" in table[2]
+    # per-batch speedups 1.25, 2, 1.11, 1.43: median (1.25 + 1.43) / 2, min-max 1.11-2.00
+    assert "med" in table[0] and "min-max" in table[0] and "1.34x  1.11-2.00x" in table[2]
     assert table[3].split()[3:5] == ["-", "-"]  # speedup and spread of a planner with no common batch
 
 
@@ -118,8 +119,9 @@ def test_report_table_keeps_notes_out_of_the_rows_and_shows_the_spread() -> None
     )
     table, after = page.split("</table>", 1)
     assert note not in table and f"<li><b>static</b>: {note}</li>" in after
-    assert "<td>0.500 / 0.650 / 0.800</td>" in table and "<th title=" in table and ">nonat</th>" in table
-    assert table.count("<tr>") == 3 and all(row.count("<td>") == 18 for row in table.split("<tr>")[2:])
+    assert "[1.25-2.00x]</td>" in table and "<th title=" in table and ">nonat</th>" in table  # speedups 1.25, 2
+    cells = 11 + len(BREAKDOWN_CATEGORIES)
+    assert table.count("<tr>") == 3 and all(row.count("<td>") == cells for row in table.split("<tr>")[2:])
 
 
 def test_report_figures_show_the_spread_and_their_batch_count() -> None:
@@ -185,8 +187,8 @@ def test_static_best_says_which_degrees_cannot_hold_a_sample() -> None:
     "kwargs, message",
     [
         ({"mode": "bogus"}, "unknown simulation mode 'bogus'"),
-        ({"timeline_iteration": -5}, "timeline_iteration must be None or an iteration in 0..2"),
-        ({"timeline_iteration": 3}, "timeline_iteration must be None or an iteration in 0..2"),
+        ({"timeline_iteration": -5}, "timeline_iteration must be None, .widest. or an iteration in 0..2"),
+        ({"timeline_iteration": 3}, "timeline_iteration must be None, .widest. or an iteration in 0..2"),
         ({"iters": 2.5}, "iters must be a positive integer"),
         ({"iters": True}, "iters must be a positive integer"),
         ({"iters": 10**9}, "iters must be at most 100,000 batches per comparison, got 1,000,000,000"),

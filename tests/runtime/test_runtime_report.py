@@ -141,3 +141,23 @@ def test_report_refuses_files_that_never_end(tmp_path: Path) -> None:
         err = done.stderr.splitlines()
         assert done.returncode == 2 and len(err) == 1 and err[0].startswith("runtime.report: error:"), err
         assert message in err[0], err
+
+
+def test_a_record_older_than_the_expert_all_to_all_category_reads_with_it_as_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Records written before ``ep_exposed_comm`` existed filed the expert all-to-all under ``other``:
+    the report reads them with the new category at 0 and every other category as written."""
+    from runtime.report import load_step_records
+
+    old = _record(0)
+    old["breakdown_s"] = {k: v for k, v in old["breakdown_s"].items() if k != "ep_exposed_comm"}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (read,) = load_step_records(str(path))
+    assert tuple(read["breakdown_s"]) == BREAKDOWN_CATEGORIES and read["breakdown_s"]["ep_exposed_comm"] == 0.0
+    assert {k: v for k, v in read["breakdown_s"].items() if k != "ep_exposed_comm"} == old["breakdown_s"]
+    del old["breakdown_s"]["comm_wait"]  # any other missing category is still an error
+    path.write_text(json.dumps(old) + "\n")
+    with pytest.raises(ValueError, match="breakdown_s.comm_wait None is not a time"):
+        load_step_records(str(path))

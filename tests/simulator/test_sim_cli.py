@@ -60,8 +60,9 @@ def test_simulate_json_has_the_contract_keys(plan_file: Path, capsys: pytest.Cap
 def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "trace.json"
     assert main(["simulate", str(plan_file), "--timeline", str(out), "--prepare", "all"]) == 0
-    text = capsys.readouterr().out
+    text, err = capsys.readouterr()
     assert "step time" in text and "breakdown" in text and "48 layers" in text
+    assert err.splitlines() == [f"nspsim: wrote {out}, {tmp_path / 'trace.config.json'}"]  # says what it wrote
     trace = json.loads(out.read_text())
     config = trace["otherData"]["config"]
     assert config["tree_recompute"] is True and config["prepare"] == "all" and config["preparation"] == "all"

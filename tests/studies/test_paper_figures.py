@@ -318,3 +318,25 @@ def test_study_bad_jobs_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         fig8.main(["--jobs", "many"])
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_fig7_bars_start_at_zero_and_the_subtitle_ends_above_the_panel_titles() -> None:
+    """Bars from 0.5 made a 0.75 bar look half of 1; the four-line subtitle ran into the panel titles;
+    the table ran past a 1400-px window (its cells now wrap at spaces, in a box that scrolls if need be)."""
+    planners = ("static-paper", "static-best", "nsp")
+    flat = {"normalized": 0.8, "spread": {"min": 0.7, "median": 0.8, "max": 0.9, "batches": 2}}
+    configs = [
+        {"model": m, "max_context": c, "trace": "code", "planners": {p: flat for p in planners}}
+        for m in ("qwen3-30b-a3b", "qwen3-235b-a22b")
+        for c in (196608, 393216)
+    ]
+    fig = fig7.figure(configs, 2, planners)
+    axes = [fig.layout[k] for k in fig.layout if k.startswith("yaxis")]
+    assert len(axes) == 4 and all(a.range[0] == 0.0 if a.matches is None else a.range is None for a in axes)
+    assert sum(a.matches is not None for a in axes) == 2  # the right panels share their row's axis
+    lines = fig.layout.title.text.count("<br>") + 1
+    assert fig.layout.title.yanchor == "top" and fig.layout.margin.t >= fig7.TITLE_LINE_PX * lines + fig7.PANEL_TITLE_PX
+    for c in configs:
+        c["nsp_vs_flexsp"] = 1.0
+    ours = fig7.tables(configs, 2, planners)[0]
+    assert "<div class=table><table>" in ours and "[0.70\u20110.90]" in ours

@@ -38,7 +38,9 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_plot_writes_dir_report_and_reports_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = sweep_dir(tmp_path)
     assert main(["plot", str(out), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    printed, err = capsys.readouterr()
+    data = json.loads(printed)
+    assert err.splitlines() == [f"nspsim: wrote {out / 'report.html'}"]
     assert data["report_path"] == str(out / "report.html") and (out / "report.html").read_text().startswith("<!DOC")
     assert (data["points"], data["rows"], data["batches"], data["failed"]) == (2, 14, 7, 0)
     assert not (out / "report.config.json").exists()  # the sweep's own config is beside it

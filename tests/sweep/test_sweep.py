@@ -251,7 +251,7 @@ def test_rows_equal_compare_on_every_point(tmp_path: Path) -> None:
             assert record.estimate_error == pytest.approx(record.estimates.chosen_estimate_s / record.step_time_s - 1)
         best = next(s for s in result.summaries if s.planner == "nsp")
         summary = next(s for s in summarise(build_rows(plan)) if s["point"] == point and s["planner"] == "nsp")
-        assert summary["normalized"] == pytest.approx(best.normalized_to_static, rel=1e-12)
+        assert summary["normalized"] == pytest.approx(best.normalized_to_baseline, rel=1e-12)
 
 
 def test_rerun_computes_nothing_and_force_everything(tmp_path: Path) -> None:

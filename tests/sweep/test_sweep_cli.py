@@ -24,7 +24,11 @@ def test_cli_writes_the_files_and_reruns_from_cache(tmp_path: Path, capsys: pyte
     )
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "-o", str(out), "--jobs", "1", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    printed, err = capsys.readouterr()
+    data = json.loads(printed)
+    tables = ", ".join(str(out / name) for name in ("results.parquet", "summary.parquet", "summary.csv"))
+    wrote = [line for line in err.splitlines() if line.startswith("nspsim: wrote")]
+    assert wrote == [f"nspsim: wrote {tables}, {out / 'sweep.config.json'}", f"nspsim: wrote {out / 'report.html'}"]
     assert (data["points"], data["rows"], data["failed"], data["cached"]) == (2, 8, 0, 0)
     assert (
         data["computed"] == data["units"] == (2 + 2 * 2) + (2 + 3 * 2)

@@ -136,7 +136,8 @@ def test_render_has_every_figure_with_exact_batch_counts() -> None:
     assert page.count("window.PlotlyConfig") == 1 and len(page) > 3_000_000  # the file opens offline
     assert "<h1>nspsim sweep: 2 point(s) x 2 planner(s), 7 batches</h1>" in page
     # the constructed summary's mean normalised 0.767 (the frame's own rule) and its per-batch spread
-    assert "<td>16</td><td>nsp</td><td>1.30x</td><td>0.767</td><td>0.500 / 0.800 / 1.000</td><td>3/3</td>" in page
+    cells = ("16", "nsp", "1.30x", "-", "0.767", "0.500 / 0.800 / 1.000", "3/3")  # no interval in this summary: -
+    assert "".join(f"<td>{c}</td>" for c in cells) in page
 
 
 def test_axes_come_from_the_config_else_from_columns_that_vary() -> None:
@@ -174,3 +175,21 @@ def test_failed_units_are_listed_and_an_empty_figure_says_so() -> None:
     assert "1 failed unit(s)" in page and "RuntimeError: boom" in page
     empty = sweep_report.speedup_figure(results.iloc[:0], "gpus", ["gpus"], ["nsp"], {"nsp": "#000000"})
     assert "0 batches" in empty.layout.title.text and "no data" in empty.layout.annotations[0].text
+
+
+def test_speedup_axes_start_at_zero_and_the_summary_gives_the_interval_and_what_labels_mean() -> None:
+    """All speedups 1.00 drew a y axis zoomed onto 1.000-1.005; a ratio's axis starts at 0. The summary
+    table gives the speedup's interval (from the normalised one), a summary written before it a dash."""
+    results, summary, config = frames()
+    colors = {"nsp": "#4c78a8", "static-best": "#7f7f7f"}
+    for fig in (
+        sweep_report.speedup_figure(results, "gpus", ["gpus"], ["static-best", "nsp"], colors),
+        sweep_report.skew_figure(results, ["static-best", "nsp"], colors),
+    ):
+        assert fig.layout.yaxis.rangemode == "tozero"
+    with_ci = summary.assign(normalized_ci_low=0.5, normalized_ci_high=0.8)
+    table = sweep_report.summary_table(with_ci, ["gpus"], ["static-best", "nsp"])
+    assert "speedup 95% interval" in table and f"<td>{1 / 0.8:.2f}-{1 / 0.5:.2f}x</td>" in table
+    assert "<td>-</td>" in sweep_report.summary_table(summary, ["gpus"], ["static-best", "nsp"])
+    page = sweep_report.render(results, with_ci, config)
+    assert "<b>static-best</b>: Static SP at the one fixed degree" in page and "bootstrap" in page

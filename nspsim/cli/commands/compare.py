@@ -6,7 +6,7 @@ and ``-o report.html`` writes a self-contained plotly report plus, beside it, ``
 (the resolved config, which ``--config`` reads back: :mod:`nspsim.cli.config_file`) and
 ``report.results.parquet`` (one row per planner and batch in a sweep's row schema,
 :func:`nspsim.sweep.results.compare_rows`: pandas reads it as it reads a sweep's ``results.parquet``),
-the three written as one set.
+the three written as one set and named in one ``nspsim: wrote ...`` line on stderr (unless ``--quiet``).
 With no arguments it runs the built-in default: Qwen3-30B-A3B on 64 H100s, 2M tokens per batch, 192K
 max context, the ``wikipedia`` trace, ``DEFAULT_ITERS`` batches.
 
@@ -60,11 +60,12 @@ from nspsim.cli.flags import (
 from nspsim.cli.progress import Bar
 from nspsim.compare import (
     ABLATIONS,
+    INTERVAL,
     MAX_ITERS,
     VARIANTS,
+    WIDEST,
     CompareConfig,
     CompareResult,
-    PlannerSummary,
     RunSpec,
     default_planners,
     run_compare,
@@ -149,7 +150,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         prepare=args.prepare,
     )
     config = CompareConfig(
-        workload=workload_config(args), run=run, timeline_iteration=0 if args.output is not None else None
+        workload=workload_config(args), run=run, timeline_iteration=WIDEST if args.output is not None else None
     )
     path = None
     if args.output is not None:
@@ -169,7 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if result.drops is not None and (dropped := result.drops.warning()) is not None:
         warn(f"{result.drops.batches} batch(es): {dropped}")
     if path is not None:
-        _write_report(path, result, report, config.workload)
+        _write_report(path, result, report, config.workload, quiet=args.quiet)
     emit(args, {**result.to_dict(), "config": stamped(COMMAND, result.config)}, format_table(result))
     if result.no_result is not None:
         print(f"nspsim: {result.no_result} (exit status {EXIT_ALL_OUT_OF_MEMORY})", file=sys.stderr)
@@ -225,7 +226,7 @@ def _report_module() -> Any:
         raise ValueError(f"cannot build the HTML report ({exc}); install plotly or drop -o") from None
 
 
-def _write_report(path: Path, result: CompareResult, report: Any, workload: WorkloadConfig) -> None:
+def _write_report(path: Path, result: CompareResult, report: Any, workload: WorkloadConfig, *, quiet: bool) -> None:
     """The report and, as one set with it (:func:`write_output`), the config and the rows beside it."""
     rows = table(compare_rows(result, workload), ROW_SCHEMA)
     config = dumps_json(stamped(COMMAND, result.config), what="config", indent=2)
@@ -234,6 +235,7 @@ def _write_report(path: Path, result: CompareResult, report: Any, workload: Work
         report.render(result),
         flag="-o",
         siblings={".config.json": config, ".results.parquet": lambda target: pq.write_table(rows, target)},
+        quiet=quiet,
     )
 
 
@@ -242,15 +244,16 @@ def format_table(result: CompareResult) -> str:
     over fewer batches than the run (those where this planner or the baseline ran out of memory)."""
     cats = " ".join(f"{BREAKDOWN_SHORT[k]:>5s}" for k in BREAKDOWN_CATEGORIES)
     lines = [
-        f"{'planner':<18s} {'step':>9s} {'norm':>7s} {'speedup':>7s} {'norm min/med/max':>17s}  {cats}  "
-        f"{'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"
+        f"{'planner':<18s} {'step':>9s} {'norm':>7s} {'speedup':>7s} {'med':>6s} {'min-max':>11s} {'95% CI':>11s}  "
+        f"{cats}  {'plan(ms)':>8s} {'Load/LB':>7s} {'OOM':>4s}"
     ]
     for s in result.summaries:
         step = f"{format_seconds(s.mean_step_time_s):>9s}" if s.mean_step_time_s is not None else f"{'OOM':>9s}"
         partial = "*" if 0 < s.normalized_iterations < s.iterations else " "
-        norm = f"{s.normalized_to_static:6.3f}{partial}" if s.normalized_to_static is not None else f"{'-':>7s}"
-        speed = f"{s.speedup_vs_static:6.2f}x" if s.speedup_vs_static is not None else f"{'-':>7s}"
-        spread = f"{spread_text(s):>17s}"
+        norm = f"{s.normalized_to_baseline:6.3f}{partial}" if s.normalized_to_baseline is not None else f"{'-':>7s}"
+        speed = f"{s.speedup_vs_baseline:6.2f}x" if s.speedup_vs_baseline is not None else f"{'-':>7s}"
+        median, low_high, interval = s.speedup_spread()
+        spread = f"{median:>6s} {low_high:>11s} {interval:>11s}"
         bound = f"{s.mean_load_over_lower_bound:7.3f}" if s.mean_load_over_lower_bound is not None else f"{'-':>7s}"
         shares = " ".join(
             f"{100 * s.breakdown_share.get(k, 0.0):4.1f}%" if s.mean_step_time_s is not None else f"{'-':>5s}"
@@ -264,8 +267,8 @@ def format_table(result: CompareResult) -> str:
     lines.append(
         f"normalised to {result.baseline}; {result.config['run']['iters']} batches of {wl['trace']}, "
         f"{wl['model']} on {wl['gpus']}x {wl['cluster']}; breakdown shares of the critical GPU's step; "
-        f"Load/LB: routed proxy Load over the batch's lower bound; norm min/med/max: the spread of the per-batch "
-        "normalised step time over the same batches"
+        f"Load/LB: routed proxy Load over the batch's lower bound; med, min-max: the per-batch speedup over the "
+        f"same batches; 95% CI: {INTERVAL} (the normalised spread: --json)"
     )
     if any(0 < s.normalized_iterations < s.iterations for s in result.summaries):
         lines.append("* normalised over the batches on which both this planner and the baseline fit in memory")
@@ -275,14 +278,6 @@ def format_table(result: CompareResult) -> str:
     if result.no_result is not None:
         lines.append(f"NO RESULT: {result.no_result}")
     return "\n".join(lines)
-
-
-def spread_text(s: PlannerSummary) -> str:
-    """``min/median/max`` of a planner's per-batch normalised step time (``-`` without a common batch)."""
-    low, median, high = s.normalized_min, s.normalized_median, s.normalized_max
-    if low is None or median is None or high is None:
-        return "-"
-    return f"{low:.3f}/{median:.3f}/{high:.3f}"
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -329,6 +324,6 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "REPORT.results.parquet (one row per planner and batch, in a sweep's row schema)",
     )
     p.add_argument("--json", action="store_true", help="print JSON (config and results)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no line naming the files written")
     add_config_flag(p, CONFIG_FORMAT)
     p.set_defaults(func=cmd_compare)

@@ -243,7 +243,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         "failed": int((rows["error"].fillna("") != "").sum()),
     }
     text = (
-        f"wrote {path}: {data['points']} point(s) x {len(data['planners'])} planner(s), {batches} batches, "
+        f"report {path}: {data['points']} point(s) x {len(data['planners'])} planner(s), {batches} batches, "
         f"{data['rows']} rows ({data['failed']} failed)"
     )
     emit(args, data, text)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.cli.commands.plot import write_report
-from nspsim.cli.flags import emit, positive_int, shown, warn
+from nspsim.cli.flags import emit, positive_int, shown, warn, wrote
 from nspsim.cli.progress import Bar
 from nspsim.jsonfile import read_json
 from nspsim.output_files import output_lock
@@ -156,6 +156,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
     rows = build_rows(plan)
     summary = summarise(rows)
     paths = write_results(out, rows, summary, resolved_config(plan, source=args.spec))
+    wrote(paths.values())
     report = None
     try:
         report = write_report(out)
