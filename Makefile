@@ -8,12 +8,19 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 
-.PHONY: install install-dev demo test lint typecheck unit bench bench-report
+.PHONY: install install-dev runtime demo test lint typecheck unit bench bench-report
 install: $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e .
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install $(PIP_QUIET) -e ".[dev,runtime,hf,distributed]"
+
+# The runtime (torch) and the transformers models, for `python -m nspsim_runtime.*` after `make demo`.
+# TORCH_INDEX is where pip also looks for torch: the public index gives Linux the multi-GB CUDA build;
+# a CPU-only machine wants `make runtime TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+TORCH_INDEX ?=
+runtime: install
+	$(BIN)/pip install $(PIP_QUIET) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e ".[runtime,hf]"
 
 # Main job: a strategy comparison on the built-in default, with an HTML report.
 demo: install

@@ -8,7 +8,7 @@ A restructure that claims "no behaviour change" runs this before and after and d
     python benchmarks/behaviour_snapshot.py -o after.json --diff before.json
 
 Every case goes through the public command lines (``nspsim plan/simulate/compare`` and
-``torchrun -m runtime.train``), so the snapshot does not depend on module paths. Planning-time and
+``torchrun -m nspsim_runtime.train``), so the snapshot does not depend on module paths. Planning-time and
 wall-clock fields are dropped; everything else is compared exactly (FlexSP's MILP runs under its
 deterministic work limit, so its plans are reproducible).
 """
@@ -178,7 +178,7 @@ def runtime_case(planner: str, ranks: int, work: Path) -> dict[str, Any]:
         "--nproc-per-node",
         str(ranks),
         "-m",
-        "runtime.train",
+        "nspsim_runtime.train",
         "--planner",
         planner,
         "--trace",

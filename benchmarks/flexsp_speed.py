@@ -3,7 +3,7 @@
     python benchmarks/flexsp_speed.py                       # batches 0..3 of the six 192K configurations
     python benchmarks/flexsp_speed.py --batches 0 --max-context 384k
 
-For every (model, trace) of ``studies/sweeps/fig7.toml`` and batch, FlexSP's sweep over micro-batch
+For every (model, trace) of ``nspsim_studies/sweeps/fig7.toml`` and batch, FlexSP's sweep over micro-batch
 counts runs twice back to back in this process on the same planning context: every chunk of every
 count solved (``prune=False``, the algorithm before pruning) and pruned by the step floors (the
 default). The placements must be identical (the script exits 1 otherwise); it prints, as a markdown

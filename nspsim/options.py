@@ -1,7 +1,7 @@
 """Typed ``key=value`` options and numeric command-line values: one parser for every entry point.
 
 Planner options arrive as text from ``nspsim plan --option``, ``nspsim compare --planners
-name:key=value+...`` and ``runtime.train --planner-option``; all of them go through
+name:key=value+...`` and ``nspsim_runtime.train --planner-option``; all of them go through
 :func:`parse_option`, so one spelling means one value everywhere. Value rules, in order:
 
 * ``true`` / ``false`` (any case) -> ``bool``;
@@ -103,7 +103,7 @@ def non_negative_float(text: str) -> float:
 
 
 def fraction(text: str) -> float:
-    """argparse type for a ``--max-mape`` (``nspsim validate``, ``runtime.validate``): a fraction (0.1) or
+    """argparse type for a ``--max-mape`` (``nspsim validate``, ``nspsim_runtime.validate``): a fraction (0.1) or
     a percentage (10%), positive and finite."""
     raw = text.strip()
     try:

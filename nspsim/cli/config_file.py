@@ -1,7 +1,7 @@
 """``--config FILE``: re-run a command from the resolved config it wrote beside its result.
 
 ``nspsim compare -o X.html`` writes ``X.config.json``, ``nspsim plan -o P.json`` ``P.config.json``,
-``nspsim simulate --timeline T.json`` ``T.config.json`` and ``runtime.train --records R``
+``nspsim simulate --timeline T.json`` ``T.config.json`` and ``nspsim_runtime.train --records R``
 ``R.config.json``; each names the command that wrote it (:data:`COMMAND_KEY`). Given back to the
 same command with ``--config``, every value in it becomes the default of the flag it came from and
 the flags given on the command line override them, so the run is repeated as it was (the same
@@ -39,13 +39,13 @@ COMMAND_KEY = "command"
 
 SIGNATURES = (
     ("points", "nspsim sweep"),
-    ("runtime", "runtime.train"),
+    ("runtime", "nspsim_runtime.train"),
     ("simulation", "nspsim simulate"),
     ("batch_index", "nspsim plan"),
     ("run", "nspsim compare"),
 )
 """(key, writer): how a config without :data:`COMMAND_KEY` (written before it existed) is recognised."""
-READERS = ("nspsim compare", "nspsim plan", "nspsim simulate", "runtime.train")
+READERS = ("nspsim compare", "nspsim plan", "nspsim simulate", "nspsim_runtime.train")
 """The commands that take ``--config`` (a sweep's config is read by ``nspsim plot``, not by them)."""
 
 WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))

@@ -2,7 +2,7 @@
 error parser and ``--json`` printing.
 
 A leaf module: it imports specs and the workload config, never a command, so every subcommand
-(``nspsim/cli/commands/``) and the runtime's entry points (``runtime.train``, ``runtime.report``)
+(``nspsim/cli/commands/``) and the runtime's entry points (``nspsim_runtime.train``, ``nspsim_runtime.report``)
 build their flags from it without an import circle; :mod:`nspsim.cli.main` registers the commands.
 User errors end with one line ``nspsim: error: ...`` and exit status 2.
 """
@@ -97,7 +97,7 @@ def non_negative_int(text: str) -> int:
 
 def seed_arg(text: str) -> int:
     """argparse type for a seed: an integer in [0, 2**63 - 1] (:data:`nspsim.trace.base.MAX_SEED`; every
-    seed flag of nspsim and ``runtime.train`` uses it, so torch never sees one it cannot take)."""
+    seed flag of nspsim and ``nspsim_runtime.train`` uses it, so torch never sees one it cannot take)."""
     value = _int_at_least(text, 0, "must be >= 0")
     if value > MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be at most 2**63 - 1 = {MAX_SEED:,}, got {_shown_arg(text)}")
@@ -289,7 +289,7 @@ def add_workload_args(
     training: bool = True,
 ) -> None:
     """Flags shared by every command that needs a workload (info, plan, compare) and by
-    ``runtime.train``; every default is ``defaults``' field (one place: :class:`WorkloadConfig` or the
+    ``nspsim_runtime.train``; every default is ``defaults``' field (one place: :class:`WorkloadConfig` or the
     caller's own config, e.g. the runtime's). ``gpus=False`` leaves ``--gpus`` out (the runtime's world
     size decides it), ``cluster_help`` replaces ``--cluster``'s help and, when given, its default with
     ``None`` (the caller chooses the preset, as the runtime does from the device), ``seed_help`` says

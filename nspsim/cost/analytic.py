@@ -31,7 +31,7 @@ replaces it (a CPU runtime launches synchronously).
 FSDP: ring all-gather of one layer's bf16 parameters (experts sharded over their EP replicas), ring
 reduce-scatter of its gradients, with one ring per NIC rail across hosts.
 
-A measured profile (:mod:`nspsim.cost.profile`, what ``python -m runtime.calibrate`` writes) replaces
+A measured profile (:mod:`nspsim.cost.profile`, what ``python -m nspsim_runtime.calibrate`` writes) replaces
 coefficients where it has them: attention throughput by length (and by query heads per rank: a
 Ulysses node of degree k runs H/k heads), non-attention and output-head time per layer against the
 tokens a rank holds, a fixed cost per micro-batch, the optimizer step's time, every

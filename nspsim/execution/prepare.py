@@ -11,7 +11,7 @@ Two optional steps, in this order:
 
 Which steps run is one value, :class:`Preparation`. Every planner declares its own (a class attribute:
 plans routed for nesting want both steps, the baselines run as planned), and every entry point
-(``nspsim plan``, ``simulate``, ``compare``, ``sweep``, ``runtime.train``, the Python API) takes one
+(``nspsim plan``, ``simulate``, ``compare``, ``sweep``, ``nspsim_runtime.train``, the Python API) takes one
 ``prepare`` choice (:data:`PREPARE_CHOICES`) whose default, ``"planner"``, is that declaration
 (:func:`resolve_preparation`). So ``nspsim plan | nspsim simulate``, ``nspsim compare`` and the runtime
 prepare a plan the same way unless told otherwise. A prepared plan records what was applied in its

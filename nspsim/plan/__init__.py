@@ -316,7 +316,8 @@ class Plan:
         return plan
 
 
-"""A plan file with this suffix is a plan log: one plan per line (``runtime.train``'s ``<records>.plans.jsonl``)."""
+"""A plan file with this suffix is a plan log: one plan per line (``nspsim_runtime.train``'s
+``<records>.plans.jsonl``)."""
 
 
 def _valid_nodes(degrees: np.ndarray, firsts: np.ndarray, spmax: int, num_gpus: int) -> np.ndarray:

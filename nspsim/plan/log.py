@@ -1,4 +1,4 @@
-"""Plan logs: every plan of a file, one JSON plan per line (``runtime.train``'s ``<records>.plans.jsonl``)
+"""Plan logs: every plan of a file, one JSON plan per line (``nspsim_runtime.train``'s ``<records>.plans.jsonl``)
 or a single plan file. Trade-off: a log is read whole (plans are small; a long run's log is a few MB)."""
 
 from __future__ import annotations

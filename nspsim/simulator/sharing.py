@@ -1,6 +1,6 @@
 """Ranks that share a host's cores: processor sharing of kernels, by fixed-point iteration.
 
-On a CPU host running more ranks than it has cores (``runtime.train`` under gloo: 4 ranks on 2
+On a CPU host running more ranks than it has cores (``nspsim_runtime.train`` under gloo: 4 ranks on 2
 cores), a kernel runs at full speed while at most ``slots`` ranks of its host compute at once, and
 at ``slots / n`` of it while ``n > slots`` do. Which ranks compute at once depends on the plan: a
 balanced plan keeps every rank busy (each at half speed on 4 ranks / 2 cores), while an imbalanced

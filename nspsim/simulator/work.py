@@ -7,7 +7,7 @@ once the FSDP collectives, the layout-change all-to-all and the optimizer step. 
 (:mod:`nspsim.simulator.step_model`) replays these numbers layer by layer; identical decoder layers
 reuse them.
 
-Layout change (docs/simulator.md), as the runtime executes it (``runtime.executor``): plans whose
+Layout change (docs/simulator.md), as the runtime executes it (``nspsim_runtime.executor``): plans whose
 samples do not all share one SP degree move each micro-batch from the input layout (every GPU holds
 an equal slice of the batch) to the plan's execution layout and back. Three world all-to-alls: the
 token ids in, before the embedding (``TOKEN_ID_BYTES`` per token; integers, so no backward); the
@@ -33,7 +33,7 @@ from nspsim.specs.training import TrainingSpec
 
 T = TypeVar("T")
 
-TOKEN_ID_BYTES = 16  # an int64 token id and an int64 position per token, as runtime.executor sends them
+TOKEN_ID_BYTES = 16  # an int64 token id and an int64 position per token, as nspsim_runtime.executor sends them
 
 
 @dataclass(frozen=True, kw_only=True)

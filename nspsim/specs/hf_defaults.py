@@ -16,7 +16,7 @@ it, so every fact is taken as transformers takes it:
   Qwen2-MoE 0), and Qwen2/Qwen3/Qwen2-MoE derive ``layer_types`` from it as their classes do.
 * :func:`unsupported_attention` - the attention features the NSP runtime cannot run and nspsim does
   not model (sliding-window or chunked attention, logit soft-capping, attention dropout, non-causal
-  attention), as the phrase the runtime's one-line error uses (``runtime/hf/bridge.py`` calls it on
+  attention), as the phrase the runtime's one-line error uses (``nspsim_runtime/hf/bridge.py`` calls it on
   transformers' own config, nspsim on :func:`normalised`). A window is read per layer as the
   attention modules read it: from ``layer_types`` where the class has them, else ``sliding_window``
   itself (Mistral, Mixtral, Qwen3-MoE).

@@ -9,7 +9,7 @@ sharded token, per decoder layer, are split into
   internals recomputed in backward, so they only count in the one-layer ``working`` set);
 * ``attention``: what the attention core keeps for its backward, for saved nodes only (recompute-marked
   nodes keep none of it and rerun their attention, compute and SP communication, in backward). It is
-  stated as the runtime keeps it (``runtime/backends``; measured in
+  stated as the runtime keeps it (``nspsim_runtime/backends``; measured in
   ``tests/runtime/test_saved_attention_bytes.py``): every node keeps its output O (activation dtype)
   and the log-sum-exp (fp32, one per query head); a Ulysses node also keeps Q, K and V in head
   layout, where K and V arrive replicated once the degree exceeds the KV heads (each rank then holds

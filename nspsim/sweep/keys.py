@@ -6,7 +6,7 @@ A unit is one (point, planner spec, batch). Two keys, so that plans outlive simu
   it names: a trace, profile or model file, so editing a file re-keys it), the planner and its
   options, the absolute batch index, and the *planner-side code version*: a hash of every nspsim
   source and data file except ``simulator/``, ``compare/``, ``sweep/`` and ``cli/``, plus the built-in
-  trace data (``traces/``). Given the batch's content (:func:`batch_content`: its lengths and what
+  trace data (``nspsim_traces/``). Given the batch's content (:func:`batch_content`: its lengths and what
   ``max_context`` dropped), the key holds that instead of ``max_context``, which only decides which
   samples a batch keeps: points that differ only in max context share every batch that came out
   identical (Figure 7's 192K and 384K wikipedia batches all do: no sample above 192K is drawn), so
@@ -81,7 +81,7 @@ def code_versions(package: Path = PACKAGE) -> CodeVersions:
     """The planner-side and simulator-side versions of the nspsim tree at ``package`` (module docstring)."""
     root = package.parent
     planner = source_files(package, exclude=NOT_PLANNER_SIDE)
-    traces = source_files(root / "traces") if (root / "traces").is_dir() else []
+    traces = source_files(root / "nspsim_traces") if (root / "nspsim_traces").is_dir() else []
     return CodeVersions(
         planner=code_version(root, [*planner, *traces]),
         simulator=code_version(root, source_files(package, include=SIMULATOR_SIDE)),

@@ -168,7 +168,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     if not data:
         raise ValueError(
             f"sweep spec {path}: empty; a spec names at least one of the tables {', '.join(TABLES)} "
-            "(studies/sweeps/ has examples)"
+            "(nspsim_studies/sweeps/ has examples)"
         )
     try:
         return parse_spec(data, name=source.stem)

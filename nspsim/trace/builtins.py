@@ -1,8 +1,8 @@
 """The built-in traces, by name: ``wikipedia`` (real data, as a histogram) and three synthetic presets.
 
 ``wikipedia`` is the FlexSP artifact's Wikipedia trace, binned into the histogram shipped as
-traces/data/wikipedia_hist.json. ``longtail-paper``, ``code`` and ``commoncrawl`` are Burr XII traces
-whose fitted constants are stored here, with the target figures they were fitted to (traces/README.md
+nspsim_traces/data/wikipedia_hist.json. ``longtail-paper``, ``code`` and ``commoncrawl`` are Burr XII traces
+whose fitted constants are stored here, with the target figures they were fitted to (nspsim_traces/README.md
 gives the reasons; tests/trace/test_trace.py re-fits them). Trade-off: shipping constants instead of fitting
 at load time keeps loading instant and free of scipy, at the price of a test that checks they still fit.
 """
@@ -21,11 +21,11 @@ from nspsim.trace.parametric import Burr12, ParametricTrace
 _NSP_PAPER = "NSP paper (arXiv 2609.22755) section 3.1"
 WIKIPEDIA_SOURCE = (
     "FlexSP artifact (ASPLOS'25): github.com/PKU-DAIR/Hetu-Galvatron, branch flexsp @ b4666892601f, "
-    "galvatron/datasets/wikipedia.txt, Apache-2.0; binned as traces/data/wikipedia_hist.json"
+    "galvatron/datasets/wikipedia.txt, Apache-2.0; binned as nspsim_traces/data/wikipedia_hist.json"
 )
 
 # Fitted constants: fit_burr12(median=..., share_lt_8k=..., share_gt_128k=..., max_length=2**21).
-# traces/README.md gives the figures and the reasons for them. test_trace.py re-fits the constants.
+# nspsim_traces/README.md gives the figures and the reasons for them. test_trace.py re-fits the constants.
 LONGTAIL_PAPER_TARGETS = {"median": 518, "share_lt_8k": 0.940, "share_gt_128k": 0.0012}
 LONGTAIL_PAPER_FIT = Burr12(scale=2787.5480684606, c=0.67856566251675, k=2.5021684772748)
 CODE_TARGETS = {"median": 1024, "share_lt_8k": 0.880, "share_gt_128k": 0.0030}
@@ -35,15 +35,15 @@ COMMONCRAWL_FIT = Burr12(scale=2299.1618140118, c=0.7446628417499, k=2.451385937
 
 
 def wikipedia_trace() -> HistogramTrace:
-    """The real FlexSP Wikipedia trace, as a 149-bin histogram (traces/data/wikipedia_hist.json).
+    """The real FlexSP Wikipedia trace, as a 149-bin histogram (nspsim_traces/data/wikipedia_hist.json).
 
     It has 8 log-spaced bins per octave and a fitted power law inside each bin. Built by
-    traces/build_wikipedia_hist.py from the artifact's 1,000,000 lengths (median 347, p99 10,919,
+    nspsim_traces/build_wikipedia_hist.py from the artifact's 1,000,000 lengths (median 347, p99 10,919,
     98.4 % < 8K, 49 > 128K, max 1,823,777). ``materialize()`` matches the file's percentiles to <0.1 %.
     """
-    resource = importlib.resources.files("traces").joinpath("data/wikipedia_hist.json")
+    resource = importlib.resources.files("nspsim_traces").joinpath("data/wikipedia_hist.json")
     return HistogramTrace.from_json_dict(
-        json.loads(resource.read_text(encoding="utf-8")), where="traces/data/wikipedia_hist.json"
+        json.loads(resource.read_text(encoding="utf-8")), where="nspsim_traces/data/wikipedia_hist.json"
     )
 
 

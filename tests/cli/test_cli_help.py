@@ -1,4 +1,4 @@
-"""``--help`` shows every option's default on every ``nspsim`` subcommand and on ``runtime.train``,
+"""``--help`` shows every option's default on every ``nspsim`` subcommand and on ``nspsim_runtime.train``,
 every option has a help text, and ``nspsim --version`` prints the package version (issue 15, item 18)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from importlib.metadata import version
 import pytest
 
 from nspsim.cli.main import build_parser, main
-from runtime.training.args import build_parser as train_parser
+from nspsim_runtime.training.args import build_parser as train_parser
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
@@ -21,7 +21,7 @@ def _parsers(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, 
                 yield from _parsers(child, f"{name} {sub}")
 
 
-ALL = [*_parsers(build_parser(), "nspsim"), ("runtime.train", train_parser())]
+ALL = [*_parsers(build_parser(), "nspsim"), ("nspsim_runtime.train", train_parser())]
 
 
 @pytest.mark.parametrize("name, parser", ALL, ids=[n for n, _ in ALL])

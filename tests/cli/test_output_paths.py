@@ -84,7 +84,7 @@ def test_shown_escapes_what_a_terminal_would_interpret() -> None:
 
 
 def test_an_output_named_like_a_sibling_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`runtime.train --records run.plans.jsonl` replaced an earlier run's plan log (and wrote its own
+    """`nspsim_runtime.train --records run.plans.jsonl` replaced an earlier run's plan log (and wrote its own
     beside it as run.plans.plans.jsonl); `plan -o p.config.json` an earlier plan's config. A name ending
     in one of the output's sibling suffixes is refused before any work, and nothing is touched."""
     log = tmp_path / "run.plans.jsonl"

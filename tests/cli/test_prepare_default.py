@@ -14,8 +14,8 @@ from nspsim.compare import CompareConfig, RunSpec, run_compare
 from nspsim.execution.prepare import NESTED_PREPARATION
 from nspsim.plan import Plan
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.training.args import parse_args
-from runtime.training.plan_ahead import PlanAhead
+from nspsim_runtime.training.args import parse_args
+from nspsim_runtime.training.plan_ahead import PlanAhead
 
 FLAGS = ["--model", "tiny", "--cluster", "cpu", "--gpus", "4", "--tokens-per-batch", "16k", "--max-context", "4k"]
 FLAGS += ["--token-budget", "5k", "--trace", "code", "--seed", "3"]

@@ -136,11 +136,12 @@ def test_the_report_renderer_is_the_named_module(
 ) -> None:
     """``nspsim compare -o`` loads the studies layer only through ``REPORT_RENDERER``, before running."""
     assert callable(importlib.import_module(command.REPORT_RENDERER).render)
-    monkeypatch.setattr(command, "REPORT_RENDERER", "studies.no_such_renderer")
+    monkeypatch.setattr(command, "REPORT_RENDERER", "nspsim_studies.no_such_renderer")
     monkeypatch.setattr(command, "run_compare", lambda *a, **k: pytest.fail("the comparison ran"))
     assert main(["compare", "--quiet", "--planners", "static", "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err
-    assert "cannot build the HTML report (No module named 'studies.no_such_renderer')" in err
+    assert "cannot build the HTML report (-o): nspsim_studies.no_such_renderer is not installed" in err
+    assert "plotly" not in err and err.count("\n") == 1  # the real cause, not "install plotly"
 
 
 def test_every_planner_sees_the_same_batches(static_run: CompareResult) -> None:
@@ -333,7 +334,7 @@ def test_step_times_are_formatted_by_magnitude_in_the_table_and_report() -> None
     """A tiny model's 0.3 ms step printed as 0.0003 in the step(s) column (issue 15, item 25)."""
     from test_compare_oom import result
 
-    from studies.renderers.compare_report import results_table
+    from nspsim_studies.renderers.compare_report import results_table
 
     res = result({"static": [0.0003, 0.0003, 0.0003], "nsp": [0.00025, 0.00025, 0.00025]}, "static")
     rows = format_table(res).splitlines()

@@ -126,14 +126,14 @@ def test_compare_draws_the_timelines_of_the_widest_batch(widest_run: CompareResu
 
 
 def test_report_figures_share_the_time_axis_and_draw_ratios_from_zero(widest_run: CompareResult) -> None:
-    from studies.renderers.compare_report import (
+    from nspsim_studies.renderers.compare_report import (
         LEGEND_ROW_PX,
         breakdown_figure,
         normalized_figure,
         render,
         savings_figure,
     )
-    from studies.renderers.compare_timelines import timelines_figure
+    from nspsim_studies.renderers.compare_timelines import timelines_figure
 
     fig = timelines_figure(widest_run)
     longest = max(s.step_time_s or 0.0 for s in widest_run.timelines.values())

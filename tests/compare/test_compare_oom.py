@@ -72,7 +72,7 @@ def test_normalisation_uses_only_batches_both_runs_completed() -> None:
 
 
 def test_table_and_report_render_an_out_of_memory_baseline() -> None:
-    from studies.renderers.compare_report import render
+    from nspsim_studies.renderers.compare_report import render
 
     res = result({"static": [None, None, None], "nsp": [0.8, 0.9, 1.0], "flexsp": [1.0, None, 1.1]}, "static")
     text = format_table(res)
@@ -107,7 +107,7 @@ def test_spread_is_min_median_max_of_the_per_batch_ratios_on_common_batches() ->
 def test_report_table_keeps_notes_out_of_the_rows_and_shows_the_spread() -> None:
     """The static-best note made its row several times taller and the table wider than 1400 px: notes
     are a list below the table, breakdown columns go by their short names."""
-    from studies.renderers.compare_report import results_table
+    from nspsim_studies.renderers.compare_report import results_table
 
     runs = {"static": [1.0, 2.0], "nsp": [0.8, 1.0]}
     records = [record(p, i, step) for p, steps in runs.items() for i, step in enumerate(steps)]
@@ -125,7 +125,7 @@ def test_report_table_keeps_notes_out_of_the_rows_and_shows_the_spread() -> None
 
 
 def test_report_figures_show_the_spread_and_their_batch_count() -> None:
-    from studies.renderers.compare_report import breakdown_figure, normalized_figure
+    from nspsim_studies.renderers.compare_report import breakdown_figure, normalized_figure
 
     res = result({"static": [1.0, 2.0, 4.0], "nsp": [0.8, 1.0, 3.6]}, "static")  # ratios 0.8, 0.5, 0.9
     bar, median = normalized_figure(res).data
@@ -252,7 +252,7 @@ def test_a_token_budget_above_memory_warns_and_a_run_with_no_result_exits_1(
 
 
 def test_a_result_says_when_no_planner_ran() -> None:
-    from studies.renderers.compare_report import render
+    from nspsim_studies.renderers.compare_report import render
 
     none_ran = result({"static": [None, None, None], "nsp": [None, None, None]}, "static")
     assert none_ran.all_out_of_memory and none_ran.no_result is not None

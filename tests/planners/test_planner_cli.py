@@ -62,7 +62,7 @@ def test_plan_text_summary_and_output_files(capsys: pytest.CaptureFixture[str], 
         (["--token-budget", "10"], "fits no admissible SP group"),
         (["-o", ""], "-o: the output path is empty"),
         (["-o", "."], "is a directory; give a file name"),
-        (["-o", "no/such/dir/p.json"], "the directory no/such/dir does not exist"),
+        (["-o", "pyproject.toml/p.json"], "pyproject.toml is a file, not a directory"),  # a missing folder is made
         (["--seed", "-1"], "argument --seed: must be >= 0"),
     ],
 )

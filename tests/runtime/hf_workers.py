@@ -1,4 +1,4 @@
-"""Rank functions and references for the transformers-bridge tests (run in child processes by runtime.launch).
+"""Rank functions and references for the transformers-bridge tests (run in child processes by nspsim_runtime.launch).
 
 The reference is the unchanged transformers model with its own attention (``sdpa``, whose packed
 causal mask transformers derives from ``position_ids``) on the whole packed batch in one process; the
@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from rt_workers import run_case
 
 from nspsim.plan import Plan
-from runtime.data import synthetic_stream
-from runtime.executor import ExecOptions
-from runtime.groups import GroupCache
-from runtime.launch import RankEnv
+from nspsim_runtime.data import synthetic_stream
+from nspsim_runtime.executor import ExecOptions
+from nspsim_runtime.groups import GroupCache
+from nspsim_runtime.launch import RankEnv
 
 PREFIX = "hf."
 
@@ -48,7 +48,7 @@ def reference(case: HFCase, device: str = "cpu") -> tuple[float, dict[str, torch
 def _reference(
     name: str, seed: int, index: int, lengths: tuple[int, ...], autocast: str | None = None, device: str = "cpu"
 ) -> tuple[float, dict[str, torch.Tensor]]:
-    from runtime.hf.models import build_hf_model, config_of, hf_spec
+    from nspsim_runtime.hf.models import build_hf_model, config_of, hf_spec
 
     stream = synthetic_stream(lengths, seed=seed, index=index, vocab=hf_spec(name).vocab)
     model = build_hf_model(config_of(name), seed=seed, attn_implementation="sdpa").to(device)
@@ -85,7 +85,7 @@ def hf_parity(env: RankEnv, cases: list[HFCase]) -> list[dict[str, Any]]:
     gradients (named as in the transformers model); every rank its loss, a gradient checksum, its
     collective log and its execution-row count."""
     from nspsim.execution.layout import rank_layout
-    from runtime.hf.models import hf_causal_lm, hf_spec
+    from nspsim_runtime.hf.models import hf_causal_lm, hf_spec
 
     groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
     reports = []

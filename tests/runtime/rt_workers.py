@@ -1,4 +1,4 @@
-"""Rank functions for the multi-rank runtime tests (run in child processes by runtime.launch)."""
+"""Rank functions for the multi-rank runtime tests (run in child processes by nspsim_runtime.launch)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import torch
 
 from nspsim.plan import Plan
 from nspsim.specs.model import get_model
-from runtime.data import rank_input, synthetic_stream
-from runtime.exec_options import ExecOptions
-from runtime.executor import NSPExecutor
-from runtime.groups import GroupCache
-from runtime.kernels import select_kernel
-from runtime.launch import RankEnv
-from runtime.model import DecoderLM, LocalAttention, fsdp_shard
+from nspsim_runtime.data import rank_input, synthetic_stream
+from nspsim_runtime.exec_options import ExecOptions
+from nspsim_runtime.executor import NSPExecutor
+from nspsim_runtime.groups import GroupCache
+from nspsim_runtime.kernels import select_kernel
+from nspsim_runtime.launch import RankEnv
+from nspsim_runtime.model import DecoderLM, LocalAttention, fsdp_shard
 
 
 @dataclass(frozen=True)
@@ -281,9 +281,9 @@ def dies_mid_step(env: RankEnv, payload: tuple[str, int]) -> None:
 
 
 def train_runs(env: RankEnv, argvs: list[list[str]]) -> list[list[str]]:
-    """``runtime.train`` once per argument list, in this already-initialised world; rank 0's records."""
-    from runtime.training.args import parse_args
-    from runtime.training.trainer import run
+    """``nspsim_runtime.train`` once per argument list, in this already-initialised world; rank 0's records."""
+    from nspsim_runtime.training.args import parse_args
+    from nspsim_runtime.training.trainer import run
 
     return [run(parse_args(argv)) for argv in argvs]
 
@@ -294,7 +294,7 @@ def stalls_mid_step(env: RankEnv, payload: tuple[str, int, float]) -> None:
     import time as _time
     from datetime import timedelta
 
-    from runtime.watchdog import Watchdog
+    from nspsim_runtime.watchdog import Watchdog
 
     plan_json, victim, watchdog_s = payload
     plan = Plan.from_json(plan_json)

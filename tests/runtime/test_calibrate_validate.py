@@ -1,4 +1,4 @@
-"""runtime.calibrate and runtime.validate at a tiny size: the profile written loads and carries its
+"""nspsim_runtime.calibrate and nspsim_runtime.validate at a tiny size: the profile written loads and carries its
 provenance, predictions use it, the validation's JSON has its schema, bad input is one line."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cal") / "profile.json"
-    done = _run("runtime.calibrate", "--quick", "--ranks", "2", "-o", str(out))
+    done = _run("nspsim_runtime.calibrate", "--quick", "--ranks", "2", "-o", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "alltoall" in done.stderr and "lockstep wait" in done.stderr and "wrote" in done.stderr  # the summary
     return out
@@ -35,7 +35,7 @@ def test_calibration_writes_a_profile_with_provenance(profile: Path) -> None:
     assert data["version"] == 2 and data["cluster"] == "cpu" and data["model"] == "tiny"
     prov = data["provenance"]
     assert prov["ranks"] == 2 and prov["threads"] == 1 and prov["torch"] and prov["date"] and prov["host"]
-    assert "runtime.calibrate" in prov["command"]
+    assert "nspsim_runtime.calibrate" in prov["command"]
     assert set(data["collectives"]) == {"alltoall", "p2p", "allgather", "reduce_scatter"}
     assert set(data["attn_fwd_flops_by_heads"]) == {"8", "4"}  # heads per rank at degrees 1 and 2
     assert set(data["lockstep_wait_by_size"]) == {"2"}
@@ -49,7 +49,7 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
     spec = {"ranks": 2, "steps": 3, "tokens_per_batch": "2k", "max_context": "1k", "trace": "code"}
     cases.write_text(json.dumps([{**spec, "planner": "static:degree=2"}, {**spec, "planner": "static:degree=1"}]))
     out = tmp_path / "v"
-    done = _run("runtime.validate", "--cases", str(cases), "--profile", str(profile), "-o", str(out), "--json")
+    done = _run("nspsim_runtime.validate", "--cases", str(cases), "--profile", str(profile), "-o", str(out), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     for key in ("cases", "mape", "max_abs_error", "geomean_abs_error", "pairs_resolved", "pairs_agree",
@@ -71,7 +71,7 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
     first = json.loads(records[0].read_text().splitlines()[0])
     assert first["profile"] == f"cpu-2ranks-tiny ({profile})"  # name (source)
     assert first["profile_fingerprint"] == profile_fingerprint(load_profile(profile))
-    again = _run("runtime.validate", "--records", *map(str, sorted(records)), "-o", str(out / "r"), "--json")
+    again = _run("nspsim_runtime.validate", "--records", *map(str, sorted(records)), "-o", str(out / "r"), "--json")
     assert again.returncode == 0, again.stderr[-2000:]
     replay = json.loads(again.stdout)  # existing records give the same statistics without running anything
     assert sorted(c["measured_step_s"] for c in replay["cases"]) == pytest.approx(
@@ -79,15 +79,17 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
     )
     assert replay["mape"] == pytest.approx(result["mape"])
     bad = _bad_records(tmp_path, records[0])
-    mixed = _run("runtime.validate", "--records", str(records[0]), *map(str, bad), "-o", str(out / "m"), "--json")
+    mixed = _run(
+        "nspsim_runtime.validate", "--records", str(records[0]), *map(str, bad), "-o", str(out / "m"), "--json"
+    )
     assert mixed.returncode == 3, mixed.stderr[-2000:]  # some records failed: reported, and the status says so
     failed = json.loads(mixed.stdout)["failed"]
     assert len(failed) == len(bad) and "Traceback" not in mixed.stderr
-    assert "not a runtime.train resolved config" in failed[str(bad[0])]
+    assert "not a nspsim_runtime.train resolved config" in failed[str(bad[0])]
     assert "has no 'num_gpus'" in failed[str(bad[1])] and "invalid JSON" in failed[str(bad[2])]
     one = tmp_path / "one.json"
     one.write_text(json.dumps([{**spec, "planner": "static:degree=2"}]))
-    limit = _run("runtime.validate", "--cases", str(one), "--profile", str(profile), "-o", str(out / "w"),
+    limit = _run("nspsim_runtime.validate", "--cases", str(one), "--profile", str(profile), "-o", str(out / "w"),
                  "--max-mape", "1e-9")  # fmt: skip
     assert limit.returncode == 1 and "above --max-mape" in limit.stderr
 
@@ -123,7 +125,7 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
     cases = tmp_path / "cases.json"
     spec = {"ranks": 2, "steps": 3, "tokens_per_batch": "2k", "max_context": "1k", "trace": "code"}
     cases.write_text(json.dumps([{**spec, "planner": "static:degree=1"}, {**spec, **case}]))
-    done = _run("runtime.validate", "--cases", str(cases), "--profile", "analytic", "-o", str(tmp_path / "v"))
+    done = _run("nspsim_runtime.validate", "--cases", str(cases), "--profile", "analytic", "-o", str(tmp_path / "v"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "v").exists()
 
@@ -131,17 +133,23 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["runtime.validate", "--ranks", "3"], "--ranks takes powers of two"),
-        (["runtime.validate", "--profile", "nope.json"], "cannot read profile nope.json"),
-        (["runtime.validate", "--max-mape", "-1"], "argument --max-mape: must be a positive finite number"),
-        (["runtime.validate", "--max-mape", "inf"], "argument --max-mape: must be a positive finite number"),
-        (["runtime.validate", "-o", ""], "-o: the output folder is empty"),
-        (["runtime.run", "--nproc-per-node", "0", "-m", "runtime.train"], "--nproc-per-node must be at least 1"),
-        (["runtime.run", "--bogus", "1", "-m", "runtime.train"], "runtime.run: error: unrecognized arguments"),
-        (["runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
-        (["runtime.calibrate", "--kernel", "nope"], "unknown attention kernel 'nope'"),
-        (["runtime.validate", "--case-timeout", "0"], "--case-timeout must be a positive number of seconds"),
-        (["runtime.calibrate", "--model", "qwen3-30b-a3b"], "give tiny or tiny-moe"),
+        (["nspsim_runtime.validate", "--ranks", "3"], "--ranks takes powers of two"),
+        (["nspsim_runtime.validate", "--profile", "nope.json"], "cannot read profile nope.json"),
+        (["nspsim_runtime.validate", "--max-mape", "-1"], "argument --max-mape: must be a positive finite number"),
+        (["nspsim_runtime.validate", "--max-mape", "inf"], "argument --max-mape: must be a positive finite number"),
+        (["nspsim_runtime.validate", "-o", ""], "-o: the output folder is empty"),
+        (
+            ["nspsim_runtime.run", "--nproc-per-node", "0", "-m", "nspsim_runtime.train"],
+            "--nproc-per-node must be at least 1",
+        ),
+        (
+            ["nspsim_runtime.run", "--bogus", "1", "-m", "nspsim_runtime.train"],
+            "nspsim_runtime.run: error: unrecognized arguments",
+        ),
+        (["nspsim_runtime.calibrate", "--ranks", "3"], "--ranks must be a power of two"),
+        (["nspsim_runtime.calibrate", "--kernel", "nope"], "unknown attention kernel 'nope'"),
+        (["nspsim_runtime.validate", "--case-timeout", "0"], "--case-timeout must be a positive number of seconds"),
+        (["nspsim_runtime.calibrate", "--model", "qwen3-30b-a3b"], "give tiny or tiny-moe"),
     ],
 )
 def test_bad_input_is_one_line(argv: list[str], message: str) -> None:

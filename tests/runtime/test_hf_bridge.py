@@ -28,13 +28,13 @@ from nspsim.sp_tree import Node
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.hf import load_hf_config, resolve_model
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.data import synthetic_stream
-from runtime.executor import ExecOptions
-from runtime.hf.bridge import NSP_ATTENTION, HFCausalLM, attention_scope, kernel_dtype, nsp_attention_forward
-from runtime.hf.models import build_hf_model, config_of, hf_causal_lm
-from runtime.kernels import select_kernel
-from runtime.launch import run_ranks
-from runtime.model import LocalAttention
+from nspsim_runtime.data import synthetic_stream
+from nspsim_runtime.executor import ExecOptions
+from nspsim_runtime.hf.bridge import NSP_ATTENTION, HFCausalLM, attention_scope, kernel_dtype, nsp_attention_forward
+from nspsim_runtime.hf.models import build_hf_model, config_of, hf_causal_lm
+from nspsim_runtime.kernels import select_kernel
+from nspsim_runtime.launch import run_ranks
+from nspsim_runtime.model import LocalAttention
 
 pytest.importorskip("transformers")  # the optional 'hf' extra (installed by make test)
 
@@ -218,7 +218,7 @@ def test_a_model_built_with_another_attention_is_refused() -> None:
 def test_missing_extra_names_it_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    from runtime.hf import MissingExtraError, require_transformers
+    from nspsim_runtime.hf import MissingExtraError, require_transformers
 
     real = importlib.import_module
 

@@ -3,7 +3,7 @@
 Skipped with a reason on machines without CUDA (never faked); the CPU side of what they rely on (the
 bridge handing the kernel q, k, v in the autocast dtype, bf16 runs through the executor on gloo) runs
 in the default suite (test_hf_bridge.py). One GPU: the bridged Qwen3 / Qwen3-MoE under bf16 autocast
-(fp32 master weights, as ``runtime.train --dtype bf16`` runs) with the flash-attn kernel if it is
+(fp32 master weights, as ``nspsim_runtime.train --dtype bf16`` runs) with the flash-attn kernel if it is
 installed, else torch's varlen kernel, against the same model with transformers' own ``sdpa`` under
 the same autocast: loss within 2e-2 relative, every parameter's gradient with cosine similarity above
 0.99. Two GPUs (NCCL): the multi-rank equivalence of the CPU suite, in bf16 with those tolerances and
@@ -29,12 +29,12 @@ from test_hf_bridge import (
 
 from nspsim.plan import Plan
 from nspsim.specs.hf import resolve_model
-from runtime.data import synthetic_stream
-from runtime.executor import ExecOptions
-from runtime.hf.models import hf_causal_lm
-from runtime.kernels import kernel_available, select_kernel
-from runtime.launch import run_ranks
-from runtime.model import LocalAttention
+from nspsim_runtime.data import synthetic_stream
+from nspsim_runtime.executor import ExecOptions
+from nspsim_runtime.hf.models import hf_causal_lm
+from nspsim_runtime.kernels import kernel_available, select_kernel
+from nspsim_runtime.launch import run_ranks
+from nspsim_runtime.model import LocalAttention
 
 pytest.importorskip("transformers")  # the optional 'hf' extra (installed by make test)
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]

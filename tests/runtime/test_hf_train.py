@@ -1,4 +1,4 @@
-"""``runtime.train --model hf-qwen3-moe-tiny``: a transformers model trains under NSP plans with the same
+"""``nspsim_runtime.train --model hf-qwen3-moe-tiny``: a transformers model trains under NSP plans with the same
 loss curve for every planner and in one process, and its records name the class that ran."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import rt_workers
 
 from nspsim.specs.model import get_model
-from runtime.hf.models import config_of, model_impl, training_model
-from runtime.launch import run_ranks
-from runtime.model import DecoderLM
-from runtime.training.args import parse_args
+from nspsim_runtime.hf.models import config_of, model_impl, training_model
+from nspsim_runtime.launch import run_ranks
+from nspsim_runtime.model import DecoderLM
+from nspsim_runtime.training.args import parse_args
 
 pytest.importorskip("transformers")  # the optional 'hf' extra (installed by make test)
 
@@ -70,8 +70,8 @@ def test_records_name_the_transformers_class_and_the_model(runs: dict) -> None:
 
 
 def test_the_builtin_model_names_its_class() -> None:
-    assert model_impl(DecoderLM(get_model("tiny"), seed=0)) == "runtime.model.DecoderLM"
-    assert model_impl(training_model("tiny", get_model("tiny"), seed=0)) == "runtime.model.DecoderLM"
+    assert model_impl(DecoderLM(get_model("tiny"), seed=0)) == "nspsim_runtime.model.DecoderLM"
+    assert model_impl(training_model("tiny", get_model("tiny"), seed=0)) == "nspsim_runtime.model.DecoderLM"
 
 
 def test_without_the_extra_a_transformers_model_is_a_one_line_error(
@@ -110,7 +110,7 @@ def test_hf_config_trains_a_users_transformers_config_file(tmp_path: Path) -> No
 @pytest.mark.parametrize("flag", ["--checkpointing", "--training", "--expert-parallel", "--optimizer-offload"])
 def test_runtime_train_has_no_simulator_training_settings(flag: str) -> None:
     """The runtime executes one training setup; a simulator setting there would only change its
-    predictions (issue 22), so the flags do not exist on runtime.train."""
+    predictions (issue 22), so the flags do not exist on nspsim_runtime.train."""
     with pytest.raises(ValueError, match=f"unrecognized arguments: {flag}"):
         parse_args(["--planner", "nsp", flag, "full" if flag == "--checkpointing" else "1"])
     assert parse_args(["--planner", "nsp"]).workload.training_spec().checkpointing == "selective"

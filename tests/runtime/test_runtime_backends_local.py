@@ -18,11 +18,11 @@ from nspsim.specs.clusters import get_cluster
 from nspsim.specs.memory import MemoryModel
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.backends import RUNTIME_BACKENDS, sp_backends
-from runtime.backends.base import ExecContext, LocalBackend, NodeTask
-from runtime.executor import ExecOptions
-from runtime.kernels import Segments, select_kernel
-from runtime.timing import PhaseClock, breakdown
+from nspsim_runtime.backends import RUNTIME_BACKENDS, sp_backends
+from nspsim_runtime.backends.base import ExecContext, LocalBackend, NodeTask
+from nspsim_runtime.executor import ExecOptions
+from nspsim_runtime.kernels import Segments, select_kernel
+from nspsim_runtime.timing import PhaseClock, breakdown
 
 CPU = torch.device("cpu")
 
@@ -194,7 +194,7 @@ def test_recompute_modes_are_the_cli_choices() -> None:
 def test_the_ulysses_backend_admits_the_degrees_nspsim_plans_with() -> None:
     """One rule (nspsim.specs.model.ulysses_admits) for the planner's tree and the runtime's backend."""
     from nspsim.specs.model import ulysses_admits
-    from runtime.backends.ulysses import UlyssesBackend
+    from nspsim_runtime.backends.ulysses import UlyssesBackend
 
     for heads, kv in [(28, 4), (6, 6), (48, 6), (32, 8)]:
         backend = UlyssesBackend(num_heads=heads, num_kv_heads=kv)

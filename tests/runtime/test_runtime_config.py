@@ -1,4 +1,4 @@
-"""``runtime.train --config R.config.json`` (issue 24, item 3) runs a run again: the same batches, plans,
+"""``nspsim_runtime.train --config R.config.json`` (issue 24, item 3) runs a run again: the same batches, plans,
 losses and predictions (a world of one under gloo, two steps; measured times differ, as any two runs')."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def train(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``python -m runtime.train ARGV`` as one process, outside any torchrun."""
+    """``python -m nspsim_runtime.train ARGV`` as one process, outside any torchrun."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     return subprocess.run(
-        [sys.executable, "-m", "runtime.train", *argv],
+        [sys.executable, "-m", "nspsim_runtime.train", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -45,7 +45,7 @@ def test_a_run_repeated_from_its_config_trains_the_same_steps(tmp_path: Path) ->
     assert ran.returncode == 0, ran.stderr
     assert steps(again) == steps(first) and [s[0] for s in steps(first)] == [1, 2]
     configs = [json.loads((tmp_path / f"{name}.config.json").read_text()) for name in ("a", "b")]
-    assert configs[0]["command"] == "runtime.train"
+    assert configs[0]["command"] == "nspsim_runtime.train"
     assert [c["runtime"].pop("records") for c in configs] == [str(first), str(again)] and configs[0] == configs[1]
 
 
@@ -55,6 +55,6 @@ def test_a_config_of_another_command_is_one_line_and_exit_status_2(tmp_path: Pat
     lines = ran.stderr.splitlines()
     assert ran.returncode == 2 and len(lines) == 1, ran.stderr
     assert lines[0] == (
-        f"runtime.train: error: --config {tmp_path / 'p.config.json'}: written by nspsim plan, but runtime.train "
-        "reads only its own configs; give it to nspsim plan --config"
+        f"nspsim_runtime.train: error: --config {tmp_path / 'p.config.json'}: written by nspsim plan, "
+        "but nspsim_runtime.train reads only its own configs; give it to nspsim plan --config"
     )

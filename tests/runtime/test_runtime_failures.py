@@ -16,8 +16,8 @@ from nspsim.plan import make_plan
 from nspsim.sp_tree import Node
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
-from runtime.launch import spawn_ranks
-from runtime.records import read_records
+from nspsim_runtime.launch import spawn_ranks
+from nspsim_runtime.records import read_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 COMM_TIMEOUT_S = 20.0
@@ -50,7 +50,7 @@ def test_a_plan_hash_mismatch_stops_every_rank_before_any_sp_collective() -> Non
     for o in outcomes:
         assert o.status == "error", o
         first = o.error.splitlines()[0]
-        # the rank is the entry point's to add ("runtime.train: rank R: error: ..."), not the message's
+        # the rank is the entry point's to add ("nspsim_runtime.train: rank R: error: ..."), not the message's
         assert first.startswith("PlanMismatchError: ranks hold different plans") and "ranks [1] hold" in first, first
         assert b.content_hash in first and a.content_hash in first
         assert o.elapsed_s < COMM_TIMEOUT_S
@@ -86,7 +86,7 @@ def test_a_stuck_rank_is_ended_by_its_watchdog_and_its_peers_by_the_group_timeou
         comm_timeout_s=comm_timeout,
         grace_s=watchdog + 10,
     )
-    assert outcomes[1].status == "died" and outcomes[1].exitcode == 3  # runtime.watchdog.EXIT_CODE
+    assert outcomes[1].status == "died" and outcomes[1].exitcode == 3  # nspsim_runtime.watchdog.EXIT_CODE
     for o in outcomes[:1] + outcomes[2:]:
         assert o.status == "error", o
         assert comm_timeout * 0.5 < o.elapsed_s < comm_timeout + 10, o
@@ -112,13 +112,13 @@ def test_a_rank_0_failing_while_planning_ends_its_peers_with_one_line_naming_it(
 
 
 def _torchrun(args: list[str], **kw: object) -> subprocess.Popen[str]:
-    """``python -m runtime.run --standalone --nproc-per-node 2 -m runtime.train ARGS`` (torchrun, as the
+    """``python -m nspsim_runtime.run --standalone --nproc-per-node 2 -m nspsim_runtime.train ARGS`` (torchrun, as the
     README launches it) in its own session (as a terminal starts it: Ctrl-C reaches torchrun, which
     forwards it to its ranks)."""
-    cmd = [sys.executable, "-m", "runtime.run", "--standalone", "--nproc-per-node", "2"]
+    cmd = [sys.executable, "-m", "nspsim_runtime.run", "--standalone", "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
-        [*cmd, "-m", "runtime.train", *args], cwd=ROOT, env=env, text=True, start_new_session=True, **kw
+        [*cmd, "-m", "nspsim_runtime.train", *args], cwd=ROOT, env=env, text=True, start_new_session=True, **kw
     )  # type: ignore[call-overload]
 
 
@@ -148,10 +148,10 @@ def test_ctrl_c_ends_every_rank_with_one_line_and_keeps_the_finished_steps(tmp_p
         proc.stdout.close()
     finally:
         _finish(proc, timeout=60)
-    lines = [line for line in err.read_text().splitlines() if not line.startswith("runtime.train: warning: ")]
-    ranks = sorted(line for line in lines if line.startswith(("runtime.train", "[rank")))
-    assert ranks == ["runtime.train: rank 0: interrupted", "runtime.train: rank 1: interrupted"], lines
-    assert len(lines) == 3 and lines[-1] == "runtime.run: stopped by SIGINT; every rank was stopped", lines
+    lines = [line for line in err.read_text().splitlines() if not line.startswith("nspsim_runtime.train: warning: ")]
+    ranks = sorted(line for line in lines if line.startswith(("nspsim_runtime.train", "[rank")))
+    assert ranks == ["nspsim_runtime.train: rank 0: interrupted", "nspsim_runtime.train: rank 1: interrupted"], lines
+    assert len(lines) == 3 and lines[-1] == "nspsim_runtime.run: stopped by SIGINT; every rank was stopped", lines
     assert proc.returncode == 130
     assert not records.exists()  # an interrupted run replaces nothing ...
     partial = read_records(Path(f"{records}.partial").read_text())  # ... and keeps its finished steps
@@ -162,8 +162,8 @@ ORPHAN = """
 import ctypes, os, subprocess, sys, time
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here
 rank = (
-    "import time; from runtime.watchdog import Watchdog; "
-    "Watchdog(rank=1, prog='runtime.train', watch_parent=True); print(flush=True); time.sleep(20)"
+    "import time; from nspsim_runtime.watchdog import Watchdog; "
+    "Watchdog(rank=1, prog='nspsim_runtime.train', watch_parent=True); print(flush=True); time.sleep(20)"
 )
 agent = subprocess.Popen(
     [sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}]); "
@@ -186,7 +186,7 @@ def test_a_rank_whose_launcher_is_killed_ends_itself() -> None:
     proc = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     code, elapsed = proc.stdout.split()
-    assert int(code) == 3 and float(elapsed) < 5, proc.stdout  # runtime.watchdog.EXIT_CODE, within a few polls
+    assert int(code) == 3 and float(elapsed) < 5, proc.stdout  # nspsim_runtime.watchdog.EXIT_CODE, within a few polls
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("runtime.train: rank 1: error: its launcher"), lines
+    assert len(lines) == 1 and lines[0].startswith("nspsim_runtime.train: rank 1: error: its launcher"), lines
     assert "is gone; ending this rank" in lines[0]

@@ -19,8 +19,8 @@ from nspsim.sp_tree import Node
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.executor import ExecOptions
-from runtime.launch import run_ranks
+from nspsim_runtime.executor import ExecOptions
+from nspsim_runtime.launch import run_ranks
 
 WORLD = 6
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

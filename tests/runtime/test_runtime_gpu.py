@@ -13,9 +13,9 @@ import rt_workers
 import torch
 from test_runtime_multirank import TOL, hand_plans
 
-from runtime.exec_options import ExecOptions
-from runtime.kernels import kernel_available
-from runtime.launch import run_ranks
+from nspsim_runtime.exec_options import ExecOptions
+from nspsim_runtime.kernels import kernel_available
+from nspsim_runtime.launch import run_ranks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 

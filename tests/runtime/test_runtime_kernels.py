@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.kernels import KERNELS, Segments, kernel_available, select_kernel
+from nspsim_runtime.kernels import KERNELS, Segments, kernel_available, select_kernel
 
 CPU = torch.device("cpu")
 CPU_KERNELS = [name for name in KERNELS if kernel_available(name, CPU)]

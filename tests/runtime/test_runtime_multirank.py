@@ -24,8 +24,8 @@ from nspsim.sp_tree import Node
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.executor import ExecOptions
-from runtime.launch import run_ranks
+from nspsim_runtime.executor import ExecOptions
+from nspsim_runtime.launch import run_ranks
 
 WORLDS = [2, 4, 8]
 TOL = 1e-5

@@ -1,4 +1,4 @@
-"""runtime.train's output files: one run per ``--records`` at a time (two runs would share the
+"""nspsim_runtime.train's output files: one run per ``--records`` at a time (two runs would share the
 ``.partial`` names and the one that finishes first would lose its records)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from nspsim.workload import build_workload
-from runtime.training.args import parse_args
-from runtime.training.distributed import Dist
-from runtime.training.outputs import Outputs, partial_path
+from nspsim_runtime.training.args import parse_args
+from nspsim_runtime.training.distributed import Dist
+from nspsim_runtime.training.outputs import Outputs, partial_path
 
 
 def opened(records: Path) -> Outputs:
@@ -27,7 +27,7 @@ def test_a_second_run_on_the_same_records_fails_before_touching_the_first_runs_f
     first = opened(records)
     config = partial_path(records.with_name("r.config.json"))
     written = config.read_text()
-    with pytest.raises(ValueError, match="another runtime.train run with these --records is writing"):
+    with pytest.raises(ValueError, match="another nspsim_runtime.train run with these --records is writing"):
         opened(records)
     assert config.read_text() == written  # the first run's partial files are untouched
     first.close(complete=True)
@@ -39,13 +39,13 @@ def test_a_second_run_on_the_same_records_fails_before_touching_the_first_runs_f
 def test_records_named_with_and_without_jsonl_share_one_lock(tmp_path: Path) -> None:
     """R and R.jsonl write the same R.config.json and R.plans.jsonl, so they are one output."""
     first = opened(tmp_path / "R.jsonl")
-    with pytest.raises(ValueError, match="another runtime.train run with these --records is writing"):
+    with pytest.raises(ValueError, match="another nspsim_runtime.train run with these --records is writing"):
         opened(tmp_path / "R")
     first.close(complete=False)
 
 
 def test_a_runs_config_reads_back_as_the_same_arguments(tmp_path: Path) -> None:
-    """``runtime.train --config R.config.json`` parses to the run's own arguments (issue 24, item 3),
+    """``nspsim_runtime.train --config R.config.json`` parses to the run's own arguments (issue 24, item 3),
     but for ``--records``: a re-run writes where its own flags say, never over the first run."""
     records = tmp_path / "r.jsonl"
     argv = ["--planner", "static:degree=1", "--planner-option", "packing=tokens", "--model", "tiny", "--seed", "7"]
@@ -58,9 +58,9 @@ def test_a_runs_config_reads_back_as_the_same_arguments(tmp_path: Path) -> None:
     assert parse_args(["--config", config]) == replace(args, records=None)
     assert parse_args(["--config", config, "--steps", "5"]) == replace(args, steps=5, records=None)
     (tmp_path / "p.config.json").write_text('{"command": "nspsim plan", "planner": "nsp"}')
-    with pytest.raises(ValueError, match="written by nspsim plan, but runtime.train reads only its own configs"):
+    with pytest.raises(ValueError, match="written by nspsim plan, but nspsim_runtime.train reads only its own configs"):
         parse_args(["--config", str(tmp_path / "p.config.json")])
-    bad = {"command": "runtime.train", "runtime": {"planner": "nsp", "execution": {"lookahead": "all"}}}
+    bad = {"command": "nspsim_runtime.train", "runtime": {"planner": "nsp", "execution": {"lookahead": "all"}}}
     (tmp_path / "bad.config.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"runtime.execution.lookahead: 'all' is not a value --lookahead writes"):
         parse_args(["--config", str(tmp_path / "bad.config.json")])

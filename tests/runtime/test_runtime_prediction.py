@@ -19,10 +19,10 @@ from nspsim.sp_tree import Node
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import WorkloadConfig, build_workload
-from runtime.prediction import Prediction, executed_plan, simulated_mode
-from runtime.training.args import parse_args
-from runtime.training.outputs import RankTimes, critical_rank, measured_record
-from runtime.training.plan_ahead import PlanAhead, Planned
+from nspsim_runtime.prediction import Prediction, executed_plan, simulated_mode
+from nspsim_runtime.training.args import parse_args
+from nspsim_runtime.training.outputs import RankTimes, critical_rank, measured_record
+from nspsim_runtime.training.plan_ahead import PlanAhead, Planned
 
 BASE = [
     "--trace",

@@ -1,4 +1,5 @@
-"""runtime.report and runtime.calibrate's command lines: one-line errors for bad, edited and endless record files."""
+"""nspsim_runtime.report and nspsim_runtime.calibrate's command lines: one-line errors for bad, edited and
+endless record files."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 
 
 def _record(step: int, version: int = 3) -> dict:
-    """A minimal step record as ``runtime.report`` reads it (v2: without the dropped counts)."""
+    """A minimal step record as ``nspsim_runtime.report`` reads it (v2: without the dropped counts)."""
     rec = {
         "step": step,
         "planner_spec": "nsp",
@@ -30,7 +31,7 @@ def _record(step: int, version: int = 3) -> dict:
 
 
 def test_report_skip_must_leave_a_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.report import main as report
+    from nspsim_runtime.report import main as report
 
     two, one = tmp_path / "two.jsonl", tmp_path / "one.jsonl"
     two.write_text("".join(json.dumps(_record(s)) + "\n" for s in range(2)))
@@ -43,7 +44,11 @@ def test_report_skip_must_leave_a_step(tmp_path: Path, capsys: pytest.CaptureFix
         with pytest.raises(SystemExit) as exit_info:
             report(argv)
         err = capsys.readouterr().err.splitlines()
-        assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith(f"runtime.report: error: {message}")
+        assert (
+            exit_info.value.code == 2
+            and len(err) == 1
+            and err[0].startswith(f"nspsim_runtime.report: error: {message}")
+        )
     report([str(two), str(one)])  # default: the warm-up step left out, none of a one-step file
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [(r[0], r[2], r[3]) for r in rows] == [("two", "1", "2.000"), ("one", "1", "1.000")]
@@ -53,20 +58,22 @@ def test_report_skip_must_leave_a_step(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_calibrate_has_a_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     """``--help`` and bad flags end at once (they used to run the whole calibration)."""
-    from runtime.calibrate import main as calibrate
+    from nspsim_runtime.calibrate import main as calibrate
 
     with pytest.raises(SystemExit) as exit_info:
         calibrate(["--help"])
-    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("usage: runtime.calibrate")
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("usage: nspsim_runtime.calibrate")
     for argv in (["--bogus"], ["extra"]):
         with pytest.raises(SystemExit) as exit_info:
             calibrate(argv)
         err = capsys.readouterr().err.splitlines()
-        assert exit_info.value.code == 2 and err == [f"runtime.calibrate: error: unrecognized arguments: {argv[0]}"]
+        assert exit_info.value.code == 2 and err == [
+            f"nspsim_runtime.calibrate: error: unrecognized arguments: {argv[0]}"
+        ]
 
 
 def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.report import main as report
+    from nspsim_runtime.report import main as report
 
     (tmp_path / "run.plans.jsonl").write_text('{"schema": "nspsim-plan", "planner": "nsp"}\n')
     (tmp_path / "other.jsonl").write_text('{"schema": "nspsim-plan", "planner": "nsp"}\n')
@@ -79,14 +86,14 @@ def test_report_bad_input_ends_with_one_line(tmp_path: Path, capsys: pytest.Capt
         "records line 1 is not a record (JSON nested too deeply)": [str(tmp_path / "deep.jsonl")],
         "binary.jsonl is not a text (JSONL) records file": [str(tmp_path / "binary.jsonl")],
         "only plans files given": [str(tmp_path / "run.plans.jsonl")],
-        "not a runtime.train step record (no 'step_time_s')": [str(tmp_path / "other.jsonl")],
+        "not a nspsim_runtime.train step record (no 'step_time_s')": [str(tmp_path / "other.jsonl")],
         "holds no step records": [str(tmp_path / "empty.jsonl")],
     }
     for message, argv in cases.items():
         with pytest.raises(SystemExit) as exit_info:
             report(argv)
         err = capsys.readouterr().err.splitlines()
-        assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("runtime.report: error:"), err
+        assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("nspsim_runtime.report: error:"), err
         assert message in err[0], err
 
 
@@ -94,7 +101,7 @@ def test_report_refuses_edited_figures(tmp_path: Path, capsys: pytest.CaptureFix
     """A record whose times are not finite numbers >= 0 ends with one line naming the file, the record
     and the field (a string time was a traceback; a negative or NaN one a silently wrong mean), and a
     planner name from the file is printed escaped."""
-    from runtime.report import main as report
+    from nspsim_runtime.report import main as report
 
     good = _record(0)
     cases = {
@@ -114,7 +121,7 @@ def test_report_refuses_edited_figures(tmp_path: Path, capsys: pytest.CaptureFix
             report(["--skip", "0", str(path)])
         err = capsys.readouterr().err.splitlines()
         assert exit_info.value.code == 2 and len(err) == 1, err
-        assert err[0].startswith(f"runtime.report: error: {path} record 2: {message}"), err
+        assert err[0].startswith(f"nspsim_runtime.report: error: {path} record 2: {message}"), err
     path = tmp_path / "evil.jsonl"
     path.write_text(json.dumps({**good, "planner_spec": "nsp\x1b[2J"}) + "\n")
     report(["--skip", "0", str(path)])
@@ -136,10 +143,10 @@ def test_report_refuses_files_that_never_end(tmp_path: Path) -> None:
     }
     for path, message in cases.items():
         done = subprocess.run(
-            [sys.executable, "-m", "runtime.report", path], capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "nspsim_runtime.report", path], capture_output=True, text=True, timeout=60
         )
         err = done.stderr.splitlines()
-        assert done.returncode == 2 and len(err) == 1 and err[0].startswith("runtime.report: error:"), err
+        assert done.returncode == 2 and len(err) == 1 and err[0].startswith("nspsim_runtime.report: error:"), err
         assert message in err[0], err
 
 
@@ -148,7 +155,7 @@ def test_a_record_older_than_the_expert_all_to_all_category_reads_with_it_as_zer
 ) -> None:
     """Records written before ``ep_exposed_comm`` existed filed the expert all-to-all under ``other``:
     the report reads them with the new category at 0 and every other category as written."""
-    from runtime.report import load_step_records
+    from nspsim_runtime.report import load_step_records
 
     old = _record(0)
     old["breakdown_s"] = {k: v for k, v in old["breakdown_s"].items() if k != "ep_exposed_comm"}

@@ -20,12 +20,12 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.workload import build_workload
-from runtime.launch import run_ranks
-from runtime.records import read_records
-from runtime.train import PROG as train_prog
-from runtime.training.args import PROG, RUNTIME_WORKLOAD, parse_args
-from runtime.training.outputs import output_paths
-from runtime.training.trainer import check_planner, device_mismatch
+from nspsim_runtime.launch import run_ranks
+from nspsim_runtime.records import read_records
+from nspsim_runtime.train import PROG as train_prog
+from nspsim_runtime.training.args import PROG, RUNTIME_WORKLOAD, parse_args
+from nspsim_runtime.training.outputs import output_paths
+from nspsim_runtime.training.trainer import check_planner, device_mismatch
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = [
@@ -195,7 +195,7 @@ def test_bad_arguments_raise_a_one_line_value_error(argv: list[str], message: st
 # docs/runtime.md's one-process example asked for degree 2 of a world of one
 ONE_RANK = (
     ["--planner", "static:degree=2", "--steps", "2"],
-    "start 2 with python -m runtime.run --standalone --nproc-per-node 2",
+    "start 2 with python -m nspsim_runtime.run --standalone --nproc-per-node 2",
 )
 
 
@@ -206,14 +206,14 @@ def test_the_entry_point_prints_exactly_one_line_and_exits_2(argv: list[str], me
     proc = _train(argv, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("runtime.train: error:") and message in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("nspsim_runtime.train: error:") and message in lines[0], proc.stderr
 
 
 def _train(argv: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``python -m runtime.train ARGV`` as one process (a world of one), outside any torchrun."""
+    """``python -m nspsim_runtime.train ARGV`` as one process (a world of one), outside any torchrun."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     return subprocess.run(
-        [sys.executable, "-m", "runtime.train", *argv],
+        [sys.executable, "-m", "nspsim_runtime.train", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -247,7 +247,7 @@ def test_a_gpu_cluster_preset_on_the_cpu_is_warned_about_once(tmp_path: Path) ->
     proc = _train(["--planner", "nsp", *SMALL, "--steps", "1", "--cluster", "h100"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stderr.splitlines()
-    assert all(line.startswith("runtime.train: warning: ") for line in lines), lines
+    assert all(line.startswith("nspsim_runtime.train: warning: ") for line in lines), lines
     cluster = [line for line in lines if "the cluster preset 'h100'" in line]
     assert len(cluster) == 1 and "executes on the CPU" in cluster[0] and "omit --cluster" in cluster[0]
     assert len(lines) == 2 and "max_context" in lines[1]  # the small batches also drop over 10% of their tokens
@@ -269,12 +269,12 @@ def test_a_degree_above_the_world_size_says_how_many_ranks_to_start() -> None:
             check_planner(args, build_workload(args.workload_on(world=world, device_type="cpu")), "cpu")
         return str(info.value)
 
-    assert "start 4 with python -m runtime.run --standalone --nproc-per-node 4" in check(["static:degree=4"], 1)
+    assert "start 4 with python -m nspsim_runtime.run --standalone --nproc-per-node 4" in check(["static:degree=4"], 1)
     assert "this run has 2 ranks (one per process): start 8 with" in check(["static:degree=8"], 2)
     assert "flexsp option min_group=4" in check(["flexsp:min_group=4"], 2)
     # No world helps: the model's heads or --spmax bound the degree, so the message is the planner's.
-    assert "runtime.run" not in check(["static:degree=2", "--spmax", "1"], 2)
-    assert "runtime.run" not in check([f"static:degree={2 * get_model('tiny').num_heads}"], 1)
+    assert "nspsim_runtime.run" not in check(["static:degree=2", "--spmax", "1"], 2)
+    assert "nspsim_runtime.run" not in check([f"static:degree={2 * get_model('tiny').num_heads}"], 1)
     args = parse_args(["--planner", "static:degree=2"])
     check_planner(args, build_workload(args.workload_on(world=2, device_type="cpu")), "cpu")  # fits: no error
     assert train_prog == PROG
@@ -287,7 +287,7 @@ def test_a_single_process_bf16_run_on_cpu(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "runtime.train",
+            "nspsim_runtime.train",
             "--planner",
             "nsp",
             *BASE[:4],
@@ -355,7 +355,7 @@ def test_torchrun_entry_point(tmp_path: Path) -> None:
         "--nproc-per-node",
         "2",
         "-m",
-        "runtime.train",
+        "nspsim_runtime.train",
         "--planner",
         "nsp",
         *BASE[:4],
@@ -376,7 +376,7 @@ def test_torchrun_entry_point(tmp_path: Path) -> None:
 
 
 def test_report_summarises_records(runs: dict, capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.report import main as report
+    from nspsim_runtime.report import main as report
 
     files = [str(runs["dir"] / f"{name}.jsonl") for name in ("static", "nsp")]
     report([*files, "--skip", "1"])
@@ -389,7 +389,7 @@ def test_report_summarises_records(runs: dict, capsys: pytest.CaptureFixture[str
 
 def test_train_warns_when_max_context_drops_over_a_tenth_of_the_tokens() -> None:
     """As nspsim plan and compare do; the README's example (16k max context) drops nothing."""
-    from runtime.training.trainer import dropped_warning
+    from nspsim_runtime.training.trainer import dropped_warning
 
     def warning(argv: list[str]) -> str | None:
         args = parse_args(["--planner", "nsp", "--trace", "wikipedia", "--tokens-per-batch", "16k", *argv])
@@ -401,7 +401,7 @@ def test_train_warns_when_max_context_drops_over_a_tenth_of_the_tokens() -> None
 
 
 def test_a_long_run_checks_only_its_first_batches_for_drops() -> None:
-    from runtime.training.trainer import DROP_CHECK_BATCHES, dropped_warning
+    from nspsim_runtime.training.trainer import DROP_CHECK_BATCHES, dropped_warning
 
     args = parse_args(["--planner", "nsp", "--trace", "wikipedia", "--max-context", "4k", "--steps", "100000"])
     text = dropped_warning(build_workload(args.workload_on(world=4, device_type="cpu")), args)

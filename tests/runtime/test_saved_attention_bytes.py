@@ -1,7 +1,7 @@
 """Saved-attention memory: the bytes the runtime's attention node keeps after forward, against
 ``MemoryModel.node_attention_bytes``.
 
-One rank (rank 0) of a degree-k node runs the real :class:`runtime.nested_attention.NestedAttention`
+One rank (rank 0) of a degree-k node runs the real :class:`nspsim_runtime.nested_attention.NestedAttention`
 in a single process; a loopback communicator completes every collective at once and fills the
 receive buffer (the kept tensors' shapes and dtypes depend on the layout, not on the values). After
 forward, the test collects what backward could still read: tensors packed through
@@ -33,12 +33,12 @@ from nspsim.specs.clusters import get_cluster
 from nspsim.specs.memory import memory_model
 from nspsim.specs.model import get_model
 from nspsim.specs.training import TrainingSpec
-from runtime.backends import sp_backends
-from runtime.backends.base import ExecContext, LocalBackend, NodeTask, PhaseBackend
-from runtime.groups import Pending
-from runtime.kernels import select_kernel
-from runtime.nested_attention import NestedAttention
-from runtime.timing import PhaseClock
+from nspsim_runtime.backends import sp_backends
+from nspsim_runtime.backends.base import ExecContext, LocalBackend, NodeTask, PhaseBackend
+from nspsim_runtime.groups import Pending
+from nspsim_runtime.kernels import select_kernel
+from nspsim_runtime.nested_attention import NestedAttention
+from nspsim_runtime.timing import PhaseClock
 
 CPU = torch.device("cpu")
 SPEC = get_model("tiny")  # 8 query heads, 2 KV heads, head dim 8

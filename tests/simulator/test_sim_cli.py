@@ -83,14 +83,14 @@ def test_simulate_text_and_timeline(plan_file: Path, tmp_path: Path, capsys: pyt
         (["simulate", "PLAN", "--timeline", "PLAN"], "would overwrite the input file"),
         (["simulate", "PLAN", "--timeline", ""], "--timeline: the output path is empty"),
         (["simulate", "PLAN", "--timeline", "."], "is a directory; give a file name"),
-        (["simulate", "PLAN", "--timeline", "no/such/dir/t.json"], "the directory no/such/dir does not exist"),
+        (["simulate", "PLAN", "--timeline", "PLAN/t.json"], "is a file, not a directory"),  # a missing folder is made
     ],
 )
 def test_simulate_bad_input_is_one_line(
     argv: list[str], message: str, plan_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = plan_file.read_bytes()
-    assert main([str(plan_file) if a == "PLAN" else a for a in argv]) == 2
+    assert main([a.replace("PLAN", str(plan_file)) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nspsim: error: ") and message in err and err.count("\n") == 1
     assert plan_file.read_bytes() == before
@@ -130,7 +130,7 @@ TINY = ["--model", "tiny", "--cluster", "cpu", "--gpus", "2", "--tokens-per-batc
 
 
 def _tiny_workload(profile: str | None = None) -> Workload:
-    """The workload ``runtime.train --model tiny --tokens-per-batch 16k --max-context 4k --token-budget 5k``
+    """The workload ``nspsim_runtime.train --model tiny --tokens-per-batch 16k --max-context 4k --token-budget 5k``
     plans against with 2 CPU ranks."""
     config = WorkloadConfig(
         model="tiny", cluster="cpu", gpus=2, tokens_per_batch=16 * 1024, max_context=4096, token_budget=5120

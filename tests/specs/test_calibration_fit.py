@@ -11,7 +11,7 @@ from nspsim.cost.profile import parse_profile
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import tiny
 from nspsim.specs.training import TrainingSpec
-from runtime.calibration.fit import LinkMeasurement, Measurements, attention_flops, build_profile, fit_link
+from nspsim_runtime.calibration.fit import LinkMeasurement, Measurements, attention_flops, build_profile, fit_link
 
 
 def test_fit_link_recovers_latency_and_bandwidth_exactly() -> None:
@@ -88,7 +88,7 @@ def test_profile_from_measurements_prices_what_was_measured() -> None:
 def test_executor_timings_become_micro_batch_cost_and_per_token_layer_cost() -> None:
     from dataclasses import replace
 
-    from runtime.calibration.fit import executor_overhead, isolated_step
+    from nspsim_runtime.calibration.fit import executor_overhead, isolated_step
 
     base = _measurements()
     spec = tiny()
@@ -124,7 +124,7 @@ def test_executor_timings_become_micro_batch_cost_and_per_token_layer_cost() -> 
 def test_executor_residual_below_the_tables_adds_nothing() -> None:
     from dataclasses import replace
 
-    from runtime.calibration.fit import executor_overhead, isolated_step
+    from nspsim_runtime.calibration.fit import executor_overhead, isolated_step
 
     m = replace(_measurements(), num_layers=2, exec_tokens=(128, 1024), exec_local_s=(0.0, 0.0))
     fit = executor_overhead(m)
@@ -137,7 +137,7 @@ def test_executor_residual_below_the_tables_adds_nothing() -> None:
 def test_executor_fit_with_a_negative_intercept_refits_the_slope_through_the_origin() -> None:
     from dataclasses import replace
 
-    from runtime.calibration.fit import executor_overhead, isolated_step
+    from nspsim_runtime.calibration.fit import executor_overhead, isolated_step
 
     base = replace(_measurements(), num_layers=2)
     tokens = (100, 200, 300)
@@ -155,7 +155,7 @@ def test_a_measured_dip_is_fitted_non_decreasing_not_refused() -> None:
     """A loaded machine measured 5.607 ms at 256 tokens and 3.514 ms at 1,024 (CI, 2026-12-02): the
     least-squares non-decreasing fit pools the two, and the profile's time table accepts it."""
     from nspsim.cost.profile.tables import TimeTable
-    from runtime.calibration.fit import rising, time_table
+    from nspsim_runtime.calibration.fit import rising, time_table
 
     assert rising([0.005607, 0.003514, 0.006, 0.01]) == pytest.approx((0.0045605, 0.0045605, 0.006, 0.01))
     table = time_table([256, 1024, 4096, 8192], [0.005607, 0.003514, 0.006, 0.01])

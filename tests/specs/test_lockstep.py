@@ -16,7 +16,7 @@ from nspsim.sp_tree import Node
 from nspsim.specs.clusters import get_cluster
 from nspsim.specs.model import get_model
 from nspsim.specs.training import TrainingSpec
-from runtime.calibration.fit import build_profile, lockstep_table
+from nspsim_runtime.calibration.fit import build_profile, lockstep_table
 from sim_helpers import Setup, StubCost
 
 REL = 1e-12

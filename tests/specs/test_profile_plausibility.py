@@ -70,7 +70,7 @@ def test_values_at_the_edges_of_the_ranges_and_the_shipped_profiles_are_accepted
     }
     assert load_profile(_profile(tmp_path, **edges)).nonattn_flops == 1e6
     assert load_profile("flexsp-a100").alltoall_bw_by_degree[2] == 119.5e9
-    studies = Path(__file__).resolve().parents[2] / "studies" / "profiles" / "hierarchical-fsdp.json"
+    studies = Path(__file__).resolve().parents[2] / "nspsim_studies" / "profiles" / "hierarchical-fsdp.json"
     assert load_profile(studies).allgather_bw == 2e11
 
 

@@ -190,7 +190,7 @@ def test_ulysses_degrees_are_the_ones_the_runtime_can_split(
     tmp_path: Path, heads: int, kv_heads: int, spmax: int
 ) -> None:
     """Every degree of the SP tree divides the heads (and the KV heads, unless fewer than the degree),
-    as runtime/backends/ulysses.py requires: 28 heads stop at SP4, not SP16."""
+    as nspsim_runtime/backends/ulysses.py requires: 28 heads stop at SP4, not SP16."""
     config = {
         "model_type": "qwen3",
         "hidden_size": heads * 64,

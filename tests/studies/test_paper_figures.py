@@ -1,4 +1,4 @@
-"""The paper-figure studies (``studies/paper_figures``): the decoded paper values and their confidence
+"""The paper-figure studies (``nspsim_studies/paper_figures``): the decoded paper values and their confidence
 marks, each study's config builder, the helpers that turn rows into a figure's numbers (hand-computed
 on constructed rows) and two studies end to end at a tiny size (the ``tiny`` models on ``cpu`` GPUs,
 64K-token batches of ``code``, one batch) writing their HTML, JSON and resolved config."""
@@ -18,8 +18,8 @@ from nspsim.compare.summary import baseline_of
 from nspsim.sweep import SweepSpec, load_spec
 
 pytest.importorskip("plotly")
-from studies.paper_figures import fig7, fig8, fig9, fig10  # noqa: E402
-from studies.paper_figures import paper_values as pv  # noqa: E402
+from nspsim_studies.paper_figures import fig7, fig8, fig9, fig10  # noqa: E402
+from nspsim_studies.paper_figures import paper_values as pv  # noqa: E402
 
 TINY = {"trace": "code", "tokens_per_batch": 65536, "max_context": 32768, "gpus": 4}
 TINY_ZIP = {"model": ("tiny", "tiny-moe"), "cluster": ("cpu", "cpu")}
@@ -252,7 +252,7 @@ def test_fig9_routing_from_cached_plans_tiny(tmp_path: Path, monkeypatch: pytest
 @pytest.mark.parametrize("module", [fig7, fig8, fig9, fig10], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_every_figure_module_has_the_shape(module: Any) -> None:
     """One module per figure: a spec builder, a drawing function, tables and ``main``, run as
-    ``python -m studies.paper_figures.figN``; no figure reaches outside through ``sys.path``."""
+    ``python -m nspsim_studies.paper_figures.figN``; no figure reaches outside through ``sys.path``."""
     for name in ("build_spec", "figure", "tables", "main"):
         assert callable(getattr(module, name, None)), f"{module.__name__} has no {name}"
     assert isinstance(module.build_spec(quick=True), SweepSpec)
@@ -297,7 +297,7 @@ def test_study_bad_profile_or_output_is_one_line(tmp_path: Path, capsys: pytest.
 def test_a_study_with_failed_rows_exits_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
-    from studies.paper_figures.common import exit_status
+    from nspsim_studies.paper_figures.common import exit_status
 
     rows = pd.DataFrame(
         {"point": [0, 0], "planner": ["nsp", "static"], "batch_index": [0, 0], "error": ["", "cannot read profile x"]}
@@ -313,7 +313,8 @@ def test_study_bad_jobs_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         fig8.main(["--jobs", "0"])
     err = capsys.readouterr().err
     assert (
-        exc.value.code == 2 and err == "python -m studies.paper_figures.fig8: error: --jobs must be at least 1, got 0\n"
+        exc.value.code == 2
+        and err == "python -m nspsim_studies.paper_figures.fig8: error: --jobs must be at least 1, got 0\n"
     )
     with pytest.raises(SystemExit):
         fig8.main(["--jobs", "many"])

@@ -131,14 +131,14 @@ def test_zip_of_one_list_keys_points_as_the_same_axis(tmp_path: Path) -> None:
 
 
 def test_the_fig7_spec_is_one_file_of_twelve_points() -> None:
-    spec = load_spec(Path(__file__).resolve().parents[2] / "studies" / "sweeps" / "fig7.toml")
+    spec = load_spec(Path(__file__).resolve().parents[2] / "nspsim_studies" / "sweeps" / "fig7.toml")
     points = spec.points()
     assert len(points) == 12 and spec.run.iters == 20
     assert [(c.model, c.cluster) for c in points[::6]] == [("qwen3-30b-a3b", "h100"), ("qwen3-235b-a22b", "h200")]
 
 
 def test_the_sensitivity_spec_varies_links_and_flops_of_figure_7s_384k_points() -> None:
-    spec = load_spec(Path(__file__).resolve().parents[2] / "studies" / "sweeps" / "sensitivity.toml")
+    spec = load_spec(Path(__file__).resolve().parents[2] / "nspsim_studies" / "sweeps" / "sensitivity.toml")
     points = spec.points()
     assert len(points) == 9 and spec.run.iters == 20 and {c.max_context for c in points} == {384 * 1024}
     assert [(c.model, c.cluster) for c in points[::3]] == [

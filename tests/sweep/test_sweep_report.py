@@ -1,4 +1,4 @@
-"""``studies.renderers.sweep_report`` on constructed sweep frames (the row schema ``nspsim sweep`` writes): which
+"""``nspsim_studies.renderers.sweep_report`` on constructed sweep frames (the row schema ``nspsim sweep`` writes): which
 axes are swept, the figures, the exact batch counts in their titles and the per-batch spread values."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.workload import WorkloadConfig
 
 pytest.importorskip("plotly")
-from studies.renderers import sweep_report  # noqa: E402
+from nspsim_studies.renderers import sweep_report  # noqa: E402
 
 NAN = float("nan")
 

@@ -39,7 +39,7 @@ from nspsim.trace.stats import trace_stats
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Measured from /work/shared/traces/wikipedia.txt (FlexSP artifact, sha1 cb8af4de...) with
-# nspsim.trace.stats; the same numbers are in traces/README.md and the JSON's reference_stats.
+# nspsim.trace.stats; the same numbers are in nspsim_traces/README.md and the JSON's reference_stats.
 WIKI_REAL = {
     "count": 1_000_000,
     "median": 347.0,
@@ -307,7 +307,7 @@ def test_wikipedia_histogram_layout() -> None:
     assert "PKU-DAIR/Hetu-Galvatron" in wiki.source and "Apache-2.0" in wiki.source
     assert 8192 in wiki.edges and 131072 in wiki.edges
     assert sum(wiki.counts) == WIKI_REAL["count"] and wiki.max_length == WIKI_REAL["max"]
-    data = json.loads((REPO_ROOT / "traces" / "data" / "wikipedia_hist.json").read_text())
+    data = json.loads((REPO_ROOT / "nspsim_traces" / "data" / "wikipedia_hist.json").read_text())
     assert data["provenance"]["license"] == "Apache-2.0" and data["provenance"]["commit"].startswith("b4666892")
     for key, value in WIKI_REAL.items():
         assert data["reference_stats"][key] == pytest.approx(value, rel=1e-9)
@@ -326,7 +326,7 @@ def test_wikipedia_materialize_reproduces_the_real_trace() -> None:
 
 @pytest.mark.skipif(shared_wikipedia() is None, reason="FlexSP wikipedia.txt not present (set NSPSIM_SHARED)")
 def test_wikipedia_against_the_live_file() -> None:
-    from traces.build_wikipedia_hist import build
+    from nspsim_traces.build_wikipedia_hist import build
 
     path = shared_wikipedia()
     assert path is not None
@@ -335,7 +335,7 @@ def test_wikipedia_against_the_live_file() -> None:
     for key in FIT_KEYS:
         assert getattr(fitted, key) == pytest.approx(getattr(real, key), rel=0.05), key
         assert getattr(real, key) == pytest.approx(WIKI_REAL[key], rel=1e-9), key
-    shipped = json.loads((REPO_ROOT / "traces" / "data" / "wikipedia_hist.json").read_text())
+    shipped = json.loads((REPO_ROOT / "nspsim_traces" / "data" / "wikipedia_hist.json").read_text())
     rebuilt = build(path)
     assert rebuilt["edges"] == shipped["edges"] and rebuilt["counts"] == shipped["counts"]
     assert np.allclose(rebuilt["alpha"], shipped["alpha"], atol=1e-3)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.validation.cases import Case, default_suite, held_out_suite, load_cases
-from runtime.validation.stats import CaseResult, paired, summarise
+from nspsim_runtime.validation.cases import Case, default_suite, held_out_suite, load_cases
+from nspsim_runtime.validation.stats import CaseResult, paired, summarise
 
 BATCH = ("code", "tiny", 1, 1, 1, 0, 4, 2)
 

@@ -58,6 +58,7 @@ from nspsim.cli.flags import (
     write_output,
 )
 from nspsim.cli.progress import Bar
+from nspsim.cli.renderer_error import renderer_error
 from nspsim.compare import (
     ABLATIONS,
     INTERVAL,
@@ -92,7 +93,7 @@ DERIVED = (  # what the run resolved and wrote beside its inputs: read back, not
     "memory_token_budget",
     "spmax",
 )
-REPORT_RENDERER = "studies.renderers.compare_report"  # the only studies module nspsim loads (module doc)
+REPORT_RENDERER = "nspsim_studies.renderers.compare_report"  # the only studies module nspsim loads (module doc)
 EXIT_ALL_OUT_OF_MEMORY = 1
 EXIT_HELP = (
     "exit status: 0 with a result; 1 when every planner ran out of memory on every batch (the table, "
@@ -223,7 +224,7 @@ def _report_module() -> Any:
     try:
         return importlib.import_module(REPORT_RENDERER)
     except ImportError as exc:
-        raise ValueError(f"cannot build the HTML report ({exc}); install plotly or drop -o") from None
+        raise renderer_error(REPORT_RENDERER, exc, "build the HTML report (-o)") from None
 
 
 def _write_report(path: Path, result: CompareResult, report: Any, workload: WorkloadConfig, *, quiet: bool) -> None:

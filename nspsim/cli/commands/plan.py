@@ -117,7 +117,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     path = (
         None
         if args.output is None
-        else output_file(args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",))
+        else output_file(
+            args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",), make_parent=True
+        )
     )
     # the --config file's options are its planner's; --option replaces one of the same key
     options = {**args.planner_options.get(args.planner, {}), **parse_options(args.option)}

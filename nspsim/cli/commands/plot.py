@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nspsim.cli.flags import emit, output_file, write_output
+from nspsim.cli.renderer_error import renderer_error
 from nspsim.jsonfile import dumps_json, read_bytes, read_json
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-PLOT_RENDERER = "studies.renderers.sweep_report"  # the studies module that draws a sweep (module doc)
+PLOT_RENDERER = "nspsim_studies.renderers.sweep_report"  # the studies module that draws a sweep (module doc)
 RESULTS_FILE, SUMMARY_FILE, SUMMARY_CSV, CONFIG_FILE, REPORT_FILE = (
     "results.parquet",
     "summary.parquet",
@@ -174,7 +175,7 @@ def _renderer() -> Any:
     try:
         return importlib.import_module(PLOT_RENDERER)
     except ImportError as exc:
-        raise ValueError(f"cannot draw the sweep report ({exc}); install plotly") from None
+        raise renderer_error(PLOT_RENDERER, exc, "draw the sweep report") from None
 
 
 def report_path(sweep: SweepFiles, output: str | None) -> Path:

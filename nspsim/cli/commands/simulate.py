@@ -8,10 +8,10 @@ differs). So do the training settings (checkpointing, attention kernel, expert p
 label the planner recorded in the plan's metadata); a setting flag given here overrides that one,
 with a warning, and a ``--training`` preset other than the default replaces them all. ``--timeline
 out.json`` writes a Chrome trace (open it in ui.perfetto.dev) and ``out.config.json`` beside it. A
-plan log (``*.jsonl``, one plan per line: ``runtime.train``'s ``<records>.plans.jsonl``) simulates
+plan log (``*.jsonl``, one plan per line: ``nspsim_runtime.train``'s ``<records>.plans.jsonl``) simulates
 every plan as a table of steps (``--json``: a list); ``--index N`` picks one, which is then reported
 like a plan file. Plans are prepared as ``--prepare`` says (by default as their planner declares, as
-``nspsim compare`` and ``runtime.train`` prepare them; a plan that records its preparation, such as
+``nspsim compare`` and ``nspsim_runtime.train`` prepare them; a plan that records its preparation, such as
 a runtime plan log's, runs as it is).
 
 Exit status (:data:`EXIT_OOM_HELP`): 0 when every simulated step fits in memory, 1 when one does
@@ -145,6 +145,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             flag="--timeline",
             siblings=(".config.json",),
             inputs=(args.plan, str(Path(args.plan).with_suffix(".config.json")), args.profile),
+            make_parent=True,
         )
     )  # the plan's sidecar too
     is_log = str(args.plan).endswith(PLAN_LOG_SUFFIX)
@@ -366,7 +367,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "plan",
         nargs="?",
         default=None,
-        help="plan JSON file, or a plan log (*.jsonl, one plan per line: runtime.train's plans); with --config, "
+        help="plan JSON file, or a plan log (*.jsonl, one plan per line: nspsim_runtime.train's plans); with --config, "
         "the one it names unless given",
     )
     p.add_argument(
@@ -374,7 +375,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         type=non_negative_int,
         default=None,
         metavar="N",
-        help="simulate only the N-th plan of the file (0-based; runtime.train's step N)",
+        help="simulate only the N-th plan of the file (0-based; nspsim_runtime.train's step N)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--timeline", default=None, metavar="OUT.json", help="write a Chrome trace (Perfetto) here")

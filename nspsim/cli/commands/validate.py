@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.cli.flags import emit, output_file, shown, write_output
+from nspsim.cli.renderer_error import renderer_error
 from nspsim.jsonfile import dumps_json
 from nspsim.options import fraction
 from nspsim.validation.dataset import KINDS
 from nspsim.validation.run import SPLIT, ValidationResult, validate
 from nspsim.validation.summary import reasons
 
-REPORT_RENDERER = "studies.renderers.reference_report"  # plotly lives in the studies layer (see compare.py)
+REPORT_RENDERER = "nspsim_studies.renderers.reference_report"  # plotly lives in the studies layer (see compare.py)
 EXIT_MAPE = 1
 REPORT_NAME = "validation.html"
 
@@ -85,7 +86,7 @@ def _report_module() -> Any:
     try:
         return importlib.import_module(REPORT_RENDERER)
     except ImportError as exc:
-        raise ValueError(f"cannot build the HTML report ({exc}); install plotly or drop -o") from None
+        raise renderer_error(REPORT_RENDERER, exc, "build the HTML report (-o)") from None
 
 
 def _number(value: float) -> str:

@@ -10,12 +10,12 @@ and the runtime, at the price of one indirection per node.
 Adding an SP backend ``foo`` (one name, one cost file, one runtime file, one registration each):
 
 1. name it: ``FOO = "foo"`` in :class:`nspsim.specs.backend.SPBackend` (specs, plans, configs and the
-   ``--backend`` choices of ``nspsim`` and ``runtime.train`` accept it from then on);
+   ``--backend`` choices of ``nspsim`` and ``nspsim_runtime.train`` accept it from then on);
 2. its cost: ``nspsim/cost/backends/foo.py`` with a frozen ``FooCost(BackendCost)`` (``node``,
    ``sample_costs``, ``collectives_per_node``, ``max_degree``), registered in :data:`COSTS` below;
-3. its execution: ``runtime/backends/foo.py`` with a class of the three-phase interface
-   (``runtime.backends.base.PhaseBackend``, built from ``num_heads`` and ``num_kv_heads``),
-   registered in ``runtime.backends.RUNTIME_BACKENDS``;
+3. its execution: ``nspsim_runtime/backends/foo.py`` with a class of the three-phase interface
+   (``nspsim_runtime.backends.base.PhaseBackend``, built from ``num_heads`` and ``num_kv_heads``),
+   registered in ``nspsim_runtime.backends.RUNTIME_BACKENDS``;
 4. its layout: a :class:`~nspsim.specs.backend.BackendLayout` in :data:`nspsim.specs.backend.LAYOUTS`
    (contiguous or zigzag chunks, what a saved node keeps), which the memory model, the execution
    shards and the runtime's validation cases read (a chunk layout other than the two is a new

@@ -32,7 +32,7 @@ MERGE_BYTES_PER_ELEMENT = 4 + 4 + 2
 """fp32 accumulator read and written, the step's bf16 result read."""
 LSE_BYTES_PER_HEAD = 3 * 4
 GRAD_ACCUMULATOR_BYTES = 4
-"""Backward passes each K,V block on with its dK,dV accumulator, kept in fp32 (runtime/backends/ring.py and
+"""Backward passes each K,V block on with its dK,dV accumulator, kept in fp32 (nspsim_runtime/backends/ring.py and
 ring-flash-attention alike): 1 + 4 / act_bytes times the forward's bytes (3x in bf16, 2x in fp32)."""
 
 

@@ -1,13 +1,13 @@
 """Measured cost profiles: a JSON file whose coefficients override the analytic defaults.
 
-Version 2 (what ``python -m runtime.calibrate`` writes; every coefficient optional; FLOP/s, bytes/s
+Version 2 (what ``python -m nspsim_runtime.calibrate`` writes; every coefficient optional; FLOP/s, bytes/s
 and seconds)::
 
     {
       "format": "nspsim-profile", "version": 2,
       "name": "cpu-2ranks", "source": "what made it",
       "provenance": {"host": "...", "device": "cpu", "torch": "2.13.0", "threads": 1, "ranks": 2,
-                     "date": "2026-12-01T12:00:00Z", "command": "python -m runtime.calibrate ..."},
+                     "date": "2026-12-01T12:00:00Z", "command": "python -m nspsim_runtime.calibrate ..."},
       "cluster": "cpu",              # the cluster preset it describes (a workload on another is refused)
       "model": "tiny",               # the model the model-bound tables were measured with
       "element_bytes": 4,            # bytes per activation, parameter and gradient element the runtime used
@@ -228,12 +228,12 @@ class Profile:
         if self.model is not None and self.model != model:
             raise ValueError(
                 f"{origin} holds times measured for the model {self.model!r}, but the workload trains {model!r}: "
-                f"calibrate for it (python -m runtime.calibrate --model {model}) or use --model {self.model}"
+                f"calibrate for it (python -m nspsim_runtime.calibrate --model {model}) or use --model {self.model}"
             )
         if self.ranks is not None and self.ranks != gpus:
             raise ValueError(
                 f"{origin} was measured with {self.ranks} ranks sharing the machine, but the workload has {gpus}: "
-                f"calibrate at that count (python -m runtime.calibrate --ranks {gpus})"
+                f"calibrate at that count (python -m nspsim_runtime.calibrate --ranks {gpus})"
             )
 
 

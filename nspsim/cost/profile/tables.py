@@ -115,7 +115,7 @@ class LinkFit:
 @dataclass(frozen=True, kw_only=True)
 class WaitTable:
     """Seconds a group's members wait for the last of them at a collective, against the seconds they
-    worked since their previous collective (``runtime.calibration.lockstep``)."""
+    worked since their previous collective (``nspsim_runtime.calibration.lockstep``)."""
 
     work_s: tuple[float, ...]
     wait_s: tuple[float, ...]

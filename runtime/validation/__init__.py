@@ -1,2 +1,0 @@
-"""The built-in validation of the simulator against the runtime (``python -m runtime.validate``):
-cases (:mod:`.cases`), running them (:mod:`.run`) and the error statistics (:mod:`.stats`, pure)."""
