@@ -8,7 +8,9 @@ the batch sampler. Defaults are the NSP paper's main setting: Qwen3-30B-A3B on 6
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from nspsim.cost.analytic import AnalyticCostModel
@@ -19,10 +21,10 @@ from nspsim.sp_tree import SPTree, largest_spmax, tiles_hosts
 from nspsim.specs.backend import BACKENDS, SPBackend
 from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.clusters import CLUSTER_PRESETS, get_cluster, is_cluster_file
-from nspsim.specs.hf import resolve_model
+from nspsim.specs.hf import HF_CONFIGS, resolve_model
 from nspsim.specs.kernels import attention_curves
 from nspsim.specs.memory import MemoryModel, memory_model
-from nspsim.specs.model import ModelSpec
+from nspsim.specs.model import MODEL_PRESETS, ModelSpec
 from nspsim.specs.training import (
     DEFAULT_TRAINING,
     TRAINING_FIELDS,
@@ -31,7 +33,7 @@ from nspsim.specs.training import (
     TrainingSpec,
     training_preset,
 )
-from nspsim.trace import load_trace
+from nspsim.trace import BUILTIN_TRACES, load_trace
 from nspsim.trace.batching import BatchSampler
 
 DEFAULT_TOKENS_PER_BATCH = 2 * 1024**2
@@ -136,14 +138,51 @@ class Workload:
 
     @property
     def cluster_file(self) -> str | None:
-        """The cluster file (``--cluster``) the cluster was read from; ``None`` for a preset."""
-        return self.config.cluster if is_cluster_file(self.config.cluster) else None
+        """The cluster file (``--cluster``) the cluster was read from, as an absolute path (a plan read
+        from another folder finds it); ``None`` for a preset."""
+        return str(Path(self.config.cluster).resolve()) if is_cluster_file(self.config.cluster) else None
 
     @property
     def profile_ref(self) -> ProfileRef | None:
         """The cost profile's reference that plans record (``None`` with analytic costs)."""
         source = self.config.profile
         return ProfileRef.of(self.cost.profile, source) if source else None
+
+
+def input_digests(config: WorkloadConfig) -> dict[str, list[str]]:
+    """For each input of ``config`` that is a file (not a built-in name): ``[the path as given, its
+    digest]``, the SHA-256 of its bytes (a cluster file: its resolved fingerprint, which covers what it
+    extends). A written config records them so that a re-run from it (``--config``) can refuse files
+    that changed or that a relative path now finds elsewhere (:func:`check_input_digests`)."""
+    out: dict[str, list[str]] = {}
+    named = {"trace": config.trace, "profile": config.profile, "model": config.model, "cluster": config.cluster}
+    for key, value in named.items():
+        if not value or value in BUILTIN_TRACES or value in MODEL_PRESETS or value in HF_CONFIGS:
+            continue
+        if key == "cluster":
+            if is_cluster_file(value):
+                out[key] = [value, get_cluster(value, config.gpus).fingerprint()]
+        elif Path(value).is_file():
+            out[key] = [value, hashlib.sha256(Path(value).read_bytes()).hexdigest()[:16]]
+    return out
+
+
+def check_input_digests(recorded: dict[str, list[str]], config: WorkloadConfig) -> None:
+    """``ValueError`` (one line) when an input that ``config`` still names by the recorded path is not
+    the file the recorded run read (changed, deleted, or found elsewhere from another folder)."""
+    now = input_digests(config)
+    for key, (path, digest) in recorded.items():
+        if getattr(config, key) != path:
+            continue  # a flag replaced it: the user's choice
+        if key not in now:
+            raise ValueError(
+                f"the {key} file {path} of the recorded run is not there (paths are as that run gave them)"
+            )
+        if now[key][1] != digest:
+            raise ValueError(
+                f"the {key} file {path} is not the one the recorded run read (digest {digest} then, {now[key][1]} "
+                "now: edited, or a relative path found another file from this folder); the result would differ"
+            )
 
 
 def resolve_spmax(model: ModelSpec, cluster: ClusterSpec, backend: str, requested: int | None) -> int:

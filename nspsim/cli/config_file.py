@@ -166,6 +166,27 @@ def _kind(value: Any) -> str:
     return {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(type(value), "a number")
 
 
+INPUTS_KEY = "inputs"
+"""The key of a written config that records its input files: ``{trace|profile|model|cluster: [path,
+digest]}`` (:func:`nspsim.workload.input_digests`)."""
+
+
+def inputs_setting(data: Mapping[str, Any]) -> Settings:
+    """The recorded input files as the setting ``config_inputs`` (no flag: checked after parsing by
+    :func:`nspsim.workload.check_input_digests` against the inputs the re-run uses)."""
+    value = data.get(INPUTS_KEY, {})
+    shape = isinstance(value, dict) and all(
+        k in ("trace", "profile", "model", "cluster")
+        and isinstance(v, list)
+        and len(v) == 2
+        and all(isinstance(x, str) for x in v)
+        for k, v in value.items()
+    )
+    if not shape:
+        raise ValueError(f"{INPUTS_KEY}: an object of input files ([path, digest] by trace/profile/model/cluster)")
+    return {"config_inputs": (INPUTS_KEY, value)} if value else {}
+
+
 def keys(data: Mapping[str, Any], known: Collection[str], where: str = "") -> None:
     """Refuse a key of ``data`` that is not ``known`` (a config written by another version, or edited)."""
     unknown = [k for k in data if k not in known]
@@ -173,12 +194,26 @@ def keys(data: Mapping[str, Any], known: Collection[str], where: str = "") -> No
         raise ValueError(f"{where + unknown[0]!r}: unknown key (known: {', '.join(known)})")
 
 
-def section(data: Mapping[str, Any], key: str, known: Collection[str]) -> dict[str, Any]:
-    """The object under ``key`` (empty when absent), whose keys must be ``known``."""
-    value = data.get(key, {})
+def require(data: Mapping[str, Any], names: Collection[str], where: str = "") -> None:
+    """Refuse a config that lacks one of ``names``: a command writes every setting its run used, so a
+    missing one (an edited file) would silently become today's default."""
+    missing = [k for k in names if k not in data]
+    if missing:
+        raise ValueError(f"{where}{missing[0]}: missing (a config holds every setting its run used)")
+
+
+def section(data: Mapping[str, Any], key: str, known: Collection[str], where: str = "") -> dict[str, Any]:
+    """The object under ``key`` (``where``: the path of ``data`` in the file, for messages), whose keys
+    must be exactly ``known``: a command writes every setting its run used, so a missing one (an
+    edited file) is refused rather than replaced by today's default."""
+    name = f"{where}{key}"
+    if key not in data:
+        raise ValueError(f"{name}: missing (a config holds every setting its run used)")
+    value = data[key]
     if not isinstance(value, dict):
-        raise ValueError(f"{key}: an object, got {_kind(value)}")
-    keys(value, known, f"{key}.")
+        raise ValueError(f"{name}: an object, got {_kind(value)}")
+    keys(value, known, f"{name}.")
+    require(value, known, f"{name}.")
     return value
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nspsim.cli.config_file import COMMAND_KEY
 from nspsim.execution.prepare import PREPARE_CHOICES, PREPARE_HELP
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import WriteFailed, commit_files
@@ -120,7 +122,13 @@ def _shown_arg(text: str) -> str:
 
 
 def output_file(
-    text: str, *, flag: str, inputs: Iterable[str | None] = (), siblings: Iterable[str] = (), make_parent: bool = False
+    text: str,
+    *,
+    flag: str,
+    inputs: Iterable[str | None] = (),
+    siblings: Iterable[str] = (),
+    make_parent: bool = False,
+    writer: str | None = None,
 ) -> Path:
     """Check an output path before any work is done, so a long run cannot fail at its very end.
 
@@ -131,7 +139,9 @@ def output_file(
     pseudo filesystem such as /proc fails here, not after the work), and a path that is one of the
     command's ``inputs`` (the output, or a file written beside it with one of the ``siblings``
     suffixes, would overwrite it). A character device such as /dev/null is accepted as a target;
-    :func:`write_output` writes no siblings beside it.
+    :func:`write_output` writes no siblings beside it. With ``writer`` (the command, as its configs
+    name it), an existing ``.config.json`` sibling written by another command is refused: ``plan -o
+    run.json`` and ``compare -o run.html`` would share ``run.config.json``.
     """
     if not text.strip():
         raise ValueError(f"{flag}: the output path is empty")
@@ -140,9 +150,27 @@ def output_file(
             f"{flag} -: writing to standard output is not supported (it carries the summary); give a file name"
         )
     try:
-        return _check_output(Path(text), text, flag=flag, inputs=inputs, siblings=siblings, make_parent=make_parent)
+        path = _check_output(Path(text), text, flag=flag, inputs=inputs, siblings=siblings, make_parent=make_parent)
     except OSError as exc:  # a name too long for the file system, a loop of links
         raise ValueError(f"{flag} {text}: {exc.strerror}") from None
+    if writer is not None and ".config.json" in tuple(siblings):
+        _check_config_owner(path.with_suffix(".config.json"), writer, f"{flag} {text}")
+    return path
+
+
+def _check_config_owner(config: Path, writer: str, where: str) -> None:
+    """Refuse to replace ``config`` when another command wrote it (its ``command`` key says which)."""
+    if not config.is_file():
+        return
+    try:
+        owner = json.loads(config.read_text(encoding="utf-8")).get(COMMAND_KEY)
+    except (OSError, ValueError, AttributeError):
+        return  # not a config any command wrote: the other checks decide
+    if isinstance(owner, str) and owner != writer:
+        raise ValueError(
+            f"{where}: {config} is the config {shown(owner)} wrote for another output, and {writer} would "
+            "replace it; choose another name"
+        )
 
 
 def _check_output(

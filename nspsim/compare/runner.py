@@ -47,7 +47,7 @@ from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.simulator.modes import SimMode
 from nspsim.trace.batching import Batch
 from nspsim.units import format_seconds, format_tokens
-from nspsim.workload import Workload, build_workload
+from nspsim.workload import Workload, build_workload, input_digests
 
 Progress = Callable[[int, int, str], None]
 
@@ -77,6 +77,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     resolved = {
         **config.to_dict(),
         "workload": config.workload.to_dict(),
+        "inputs": input_digests(config.workload),
         "baseline": baseline,
         "static_best_degree": runner.best_degrees.get("static-best"),
         "static_paper_degree": runner.best_degrees.get("static-paper"),
@@ -184,8 +185,11 @@ class _Runner:
 
     def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], list[Plan], str]:
         """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
-        degree cannot be the fixed degree of the run); ``ValueError`` when no degree does. Every degree
-        passed over is in ``self.ineligible_by[spec.label]`` with the reason, and in the note."""
+        degree cannot be the fixed degree of the run). When every degree that ran is out of memory on
+        some batch, the one out of memory on the fewest batches is shown with its out-of-memory rows (the
+        note says so), so the other planners' results stand; ``ValueError`` only when no degree ran at
+        all. Every degree passed over is in ``self.ineligible_by[spec.label]`` with the reason, and in
+        the note."""
         runs: dict[int, tuple[list[IterationRecord], list[Plan]]] = {}
         ineligible = self.ineligible_by.setdefault(spec.label, {})
         for degree in self.workload.tree.degrees:
@@ -209,8 +213,16 @@ class _Runner:
             d: m for d, (recs, _) in runs.items() if d not in ineligible and (m := mean_step_time(recs)) is not None
         }
         passed_over = "; ".join(f"SP{d} {why}" for d, why in sorted(ineligible.items()))
-        if not means:
+        if not means and not runs:
             raise ValueError(f"{spec.label}: no fixed SP degree runs every batch: {passed_over}")
+        if not means:  # every degree ran out of memory somewhere: shown as the one that fails least, its OOM rows kept
+            fewest = min(runs, key=lambda d: (sum(r.oom for r in runs[d][0]), mean_step_time(runs[d][0]) or 0.0))
+            self.best_degrees[spec.label] = fewest
+            records, kept = runs[fewest]
+            note = (
+                f"no fixed SP degree runs every batch; shown: SP{fewest}, the one out of memory least ({passed_over})"
+            )
+            return [replace(r, planner=spec.label) for r in records], kept, note
         best = self.best_degrees[spec.label] = min(means, key=lambda d: means[d])
         tried = ", ".join(f"SP{d} {format_seconds(m)}" for d, m in sorted(means.items()))
         records, kept = runs[best]

@@ -74,8 +74,9 @@ class GpuSpec:
             raise ValueError(f"GPU {self.name!r}: throughputs and HBM must be positive, finite numbers")
         if isinstance(self.hbm_bytes, float) and not self.hbm_bytes.is_integer():
             raise ValueError(f"GPU {self.name!r}: hbm_bytes must be a whole number of bytes, got {self.hbm_bytes}")
-        if max(self.matmul_flops, self.attn_fwd_flops, self.attn_bwd_flops) > self.peak_flops:
-            raise ValueError(f"GPU {self.name!r}: an achieved throughput exceeds the peak")
+        over = [k for k in ("matmul_flops", "attn_fwd_flops", "attn_bwd_flops") if getattr(self, k) > self.peak_flops]
+        if over:
+            raise ValueError(f"GPU {self.name!r}: {', '.join(over)} exceed(s) peak_flops, the datasheet peak")
         if not all(_finite_number(x) and 0 < x <= 1 for x in (self.kernel_scale, self.hbm_stream_efficiency)):
             raise ValueError(f"GPU {self.name!r}: kernel_scale and hbm_stream_efficiency must be in (0, 1]")
         if isinstance(self.gemm_tile_rows, bool) or not isinstance(self.gemm_tile_rows, int) or self.gemm_tile_rows < 1:

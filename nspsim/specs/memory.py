@@ -36,6 +36,7 @@ from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.clusters import CLUSTER_PRESETS, get_cluster
 from nspsim.specs.model import ModelSpec
 from nspsim.specs.training import Checkpointing, TrainingSpec
+from nspsim.units import format_bytes
 
 GIB = 1024**3
 
@@ -221,9 +222,10 @@ def memory_model(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
     capacity = usable - states - buffers
     if capacity <= 0:
         raise ValueError(
-            f"impossible memory budget: {model.name} needs {(states + buffers) / GIB:.1f} GiB per GPU for model "
-            f"states and buffers but {cluster.label} has {usable / GIB:.1f} GiB usable; "
-            + _more_memory(cluster, buffers, usable, training)
+            f"impossible memory budget: {model.name} needs {format_bytes(states + buffers)} per GPU for model "
+            f"states and buffers but {cluster.label} has {format_bytes(max(usable, 0.0))} usable "
+            f"({training.hbm_usable_fraction:.0%} of {format_bytes(cluster.gpu.hbm_bytes)} HBM less a "
+            f"{format_bytes(training.reserved_bytes)} reserve); " + _more_memory(cluster, buffers, usable, training)
         )
     budget = training.token_budget or int(capacity // (keep + working))
     if budget <= 0:

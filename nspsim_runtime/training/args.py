@@ -26,10 +26,12 @@ from typing import Any
 
 from nspsim.cli.config_file import (
     COMMAND_KEY,
+    INPUTS_KEY,
     WORKLOAD_FIELDS,
     ConfigFormat,
     Settings,
     add_config_flag,
+    inputs_setting,
     keys,
     option_strings,
     parse_with_config,
@@ -41,7 +43,7 @@ from nspsim.execution.prepare import Preparation, resolve_preparation
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.options import parse_options, positive_float
 from nspsim.planners import declared_preparation, get_planner
-from nspsim.workload import WorkloadConfig
+from nspsim.workload import WorkloadConfig, check_input_digests
 from nspsim_runtime.exec_options import GRAD_SYNC_MODES, ExecOptions
 
 PROG = "nspsim_runtime.train"
@@ -201,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         RUNTIME_WORKLOAD,
         gpus=False,
-        cluster_help="cluster preset describing this machine (default: cpu on CPU)",
+        cluster_help="cluster preset or cluster file (.toml) describing this machine (default: cpu on CPU)",
         seed_help="seed of batches, tokens and initial weights",
         training=False,
     )
@@ -311,10 +313,11 @@ def config_settings(data: dict[str, Any]) -> Settings:
     spec. Not set: the world, device and torch version this machine has, the workload's cluster and
     GPUs (``runtime.cluster`` and the world decide them), what the trainer derives (autocast, sync
     timing) and ``--records`` (a re-run writes where its own flags say)."""
-    keys(data, (COMMAND_KEY, "workload", "runtime", "world", "device", "torch", "token_budget"))
+    keys(data, (COMMAND_KEY, "workload", "runtime", "world", "device", "torch", "token_budget", INPUTS_KEY))
     runtime = section(data, "runtime", tuple(f.name for f in fields(TrainArgs) if f.name != "workload"))
-    execution = section(runtime, "execution", tuple(f.name for f in fields(ExecOptions)))
+    execution = section(runtime, "execution", tuple(f.name for f in fields(ExecOptions)), "runtime.")
     out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FLAGS, "workload.")
+    out |= inputs_setting(data)
     out |= {name: (f"runtime.{name}", runtime[name]) for name in RUNTIME_FLAGS if name in runtime}
     out |= {name: (f"runtime.execution.{name}", execution[name]) for name in EXEC_FLAGS if name in execution}
     if "planner" in runtime:
@@ -332,6 +335,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     """Parse and validate; ``ValueError`` with a one-line message for bad values."""
     values = vars(parse_with_config(build_parser(), argv))
     values.pop("config")
+    recorded = values.pop("config_inputs", {})
     if values["planner"] is None:
         raise ValueError("the following arguments are required: --planner")
     values["model"] = _model(values.pop("model"), values.pop("hf_config"))
@@ -339,6 +343,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     cluster = values.pop("cluster")
     given = {f.name: values.pop(f.name) for f in fields(WorkloadConfig) if f.name in values}
     workload = replace(RUNTIME_WORKLOAD, cluster=cluster or RUNTIME_WORKLOAD.cluster, **given)
+    check_input_digests({k: v for k, v in recorded.items() if k != "cluster" or cluster}, workload)
     execution = ExecOptions(**{key: values.pop(key) for key in EXEC_FLAGS})
     args = TrainArgs(
         planner=name, planner_options=options, workload=workload, cluster=cluster, execution=execution, **values
@@ -350,6 +355,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
             inputs=(workload.trace, workload.profile),
             siblings=(".config.json", ".plans.jsonl"),
             make_parent=True,
+            writer=PROG,
         )
     get_planner(args.planner, **args.planner_options)  # unknown names and options fail before any set-up
     return args

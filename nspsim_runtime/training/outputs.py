@@ -31,7 +31,7 @@ from nspsim.output_files import OutputLock
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.specs.memory import MemoryModel
-from nspsim.workload import Workload
+from nspsim.workload import Workload, input_digests
 from nspsim_runtime.prediction import recompute_policy
 from nspsim_runtime.records import MeasuredStep
 from nspsim_runtime.training.args import PROG, TrainArgs
@@ -144,6 +144,7 @@ def resolved_config(args: TrainArgs, d: Dist, workload: Workload) -> dict[str, A
     return {
         COMMAND_KEY: PROG,
         "workload": workload.config.to_dict(),
+        "inputs": input_digests(workload.config),
         "runtime": runtime,
         "world": d.world,
         "device": str(d.device),

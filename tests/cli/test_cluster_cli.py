@@ -59,7 +59,7 @@ def test_a_plan_remembers_its_cluster_file_and_refuses_an_edited_one(
     code, _, _ = run(
         ["plan", "--cluster", "lab.toml", "--gpus", "96", *SMALL, "--planner", "nsp", "-o", "p.json"], capsys
     )
-    assert code == 0 and json.loads(Path("p.json").read_text())["cluster"]["file"] == "lab.toml"
+    assert code == 0 and json.loads(Path("p.json").read_text())["cluster"]["file"] == str(lab.resolve())
     code, out, _ = run(["simulate", "p.json", "--json"], capsys)
     assert code == 0 and json.loads(out)["step_time_s"] > 0
     lab.write_text(LAB.replace("200 Gb/s", "100 Gb/s"))

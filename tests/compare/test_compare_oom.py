@@ -164,8 +164,12 @@ def test_static_best_never_picks_a_degree_that_ran_out_of_memory() -> None:
     assert best == 4 and [r.step_time_s for r in records] == [2.0, 2.0, 2.0]
     assert ineligible == {2: "out of memory on 1 of 3 batches (batch 1)"}
     assert "not eligible: SP2 out of memory on 1 of 3 batches (batch 1)" in note
-    with pytest.raises(ValueError, match=r"no fixed SP degree runs every batch.*SP2 out of memory on 1 of 3 batches"):
-        _static_best({d: [1.0, None, 1.0] for d in (1, 2, 4, 8, 16)})
+    # no degree runs every batch: the one out of memory least is shown, its out-of-memory rows kept, so the
+    # other planners' results stand (it used to end the whole comparison)
+    every = {d: [5.0, None, 5.0] for d in build_workload(SMALL).tree.degrees}
+    records, note, best, _ = _static_best(every | {1: [1.0, None, None], 2: [3.0, None, 3.0], 4: [1.0, None, 1.0]})
+    assert best == 4 and [r.step_time_s for r in records] == [1.0, None, 1.0]
+    assert note.startswith("no fixed SP degree runs every batch; shown: SP4, the one out of memory least")
 
 
 def test_static_best_says_which_degrees_cannot_hold_a_sample() -> None:

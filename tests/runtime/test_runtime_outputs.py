@@ -60,7 +60,12 @@ def test_a_runs_config_reads_back_as_the_same_arguments(tmp_path: Path) -> None:
     (tmp_path / "p.config.json").write_text('{"command": "nspsim plan", "planner": "nsp"}')
     with pytest.raises(ValueError, match="written by nspsim plan, but nspsim_runtime.train reads only its own configs"):
         parse_args(["--config", str(tmp_path / "p.config.json")])
-    bad = {"command": "nspsim_runtime.train", "runtime": {"planner": "nsp", "execution": {"lookahead": "all"}}}
+    bad = json.loads(Path(config).read_text())
+    bad["runtime"]["execution"]["lookahead"] = "all"
     (tmp_path / "bad.config.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"runtime.execution.lookahead: 'all' is not a value --lookahead writes"):
+        parse_args(["--config", str(tmp_path / "bad.config.json")])
+    del bad["runtime"]["execution"]["lookahead"]  # an edited config missing a setting: never today's default
+    (tmp_path / "bad.config.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"runtime.execution.lookahead: missing"):
         parse_args(["--config", str(tmp_path / "bad.config.json")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -122,14 +123,21 @@ def test_a_users_file_extends_a_preset_and_a_file(tmp_path: Path) -> None:
         ('extends = "h100"\nnvlnk_bw = "370 GB/s"\n', "unknown key 'nvlnk_bw'"),
         ('extends = "h100"\n[gpu]\nhbm = "80 GiB"\n', r"\[gpu\]: unknown key 'hbm'"),
         ('name = "x"\n', "missing 'nvlink_bw'"),
-        ('extends = "h100"\n[gpu]\nmatmul_flops = "2 PFLOP/s"\n', "exceeds the peak"),
+        ('extends = "h100"\n[gpu]\nmatmul_flops = "2 PFLOP/s"\n', "matmul_flops exceed.s. peak_flops"),
         ('extends = "h999"\n', "names no preset 'h999'"),
         ('extends = "h100"\ngpus_per_node = true\n', "gpus_per_node must be an integer"),
         ('extends = "h100"\ngpu = 5\n', "must be a table"),
-        ('extends = "h100"\n[gpu]\nhbm_bytes = "1.5 B"\n', "not a whole number of bytes"),
+        ('extends = "h100"\n[gpu]\nhbm_bytes = "1048576.5 B"\n', "not a whole number of bytes"),
+        ('extends = "h100"\nnic_bw = "1e-300 GB/s"\n', "outside the plausible range of a bandwidth"),
+        ('extends = "h100"\ninter_latency_s = "1e300 s"\n', "outside the plausible range of a time"),
+        ('extends = "h100"\n[gpu]\ngemm_tile_rows = 99999999999999\n', "integer from 1 to 4096"),
+        ('extends = "h100"\n[gpu]\nhbm_bytes = "4 kB"\n', "1 MiB to 1 PiB"),
+        ('extends = "h100"\nname = "a\\nb"\n', "one line of printable text"),
+        ('extends = "h100"\n[gpu]\nname = "g\\u001b[2Jx"\n', "one line of printable text"),
+        ('extends = "nope/none.toml"\n', "'extends' names 'nope/none.toml', which does not exist"),
         ('extends = "h100"\n[gpu]\nkernel_scale = "0.5"\n', "kernel_scale must be a number"),
         ('extends = "h100"\n[gpu]\nkernel_scale = nan\n', "kernel_scale and hbm_stream_efficiency"),
-        ('extends = "h100"\nname = ""\n', "name must be non-empty text"),
+        ('extends = "h100"\nname = ""\n', "name must be one line of printable text"),
         ('extends = "h100"\ngpus_per_node = 5\n', "not a whole number of 5-GPU hosts"),
         ('extends = "self.toml"\n', "loops back to itself"),
         ("name = \n", "not valid TOML"),
@@ -153,3 +161,25 @@ def test_missing_files_and_names_say_so(tmp_path: Path) -> None:
         get_cluster(str(tmp_path) + "/")
     with pytest.raises(ValueError, match="unknown cluster preset 'tpu'.*cluster file ending in .toml"):
         get_cluster("tpu")
+
+
+def test_a_variant_names_itself_or_takes_its_file_name(tmp_path: Path) -> None:
+    """A file that extends a preset is not that preset (a profile measured on ``cpu`` must not match it)."""
+    path = tmp_path / "fast-cpu.toml"
+    path.write_text('extends = "cpu"\nnvlink_bw = "100 GB/s"\n')
+    assert get_cluster(str(path), 4).name == "fast-cpu" and get_cluster("cpu", 4).name == "cpu"
+
+
+def test_extends_is_relative_to_the_file_a_link_points_at(tmp_path: Path) -> None:
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "base.toml").write_text('extends = "h100"\nname = "base"\n')
+    (tmp_path / "deep" / "c.toml").write_text('extends = "base.toml"\nname = "c"\n')
+    (tmp_path / "link.toml").symlink_to(tmp_path / "deep" / "c.toml")
+    assert get_cluster(str(tmp_path / "link.toml"), 8).name == "c"
+
+
+def test_a_fifo_is_refused_without_reading_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "ff.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="is not a regular file"):
+        get_cluster(str(fifo), 8)

@@ -37,10 +37,12 @@ from tqdm import tqdm
 
 from nspsim.cli.config_file import (
     COMMAND_KEY,
+    INPUTS_KEY,
     WORKLOAD_FIELDS,
     ConfigFormat,
     Settings,
     add_config_flag,
+    inputs_setting,
     keys,
     section,
     stamped,
@@ -78,7 +80,7 @@ from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator.modes import MODES
 from nspsim.sweep.results import ROW_SCHEMA, compare_rows, table
 from nspsim.units import format_seconds
-from nspsim.workload import WorkloadConfig, build_workload
+from nspsim.workload import WorkloadConfig, build_workload, check_input_digests
 
 RUN_DEFAULTS = RunSpec()  # the flags' defaults are RunSpec's own fields
 SIDE_FILES = (".config.json", ".results.parquet")  # written beside -o X.html: X.config.json, X.results.parquet
@@ -153,12 +155,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     config = CompareConfig(
         workload=workload_config(args), run=run, timeline_iteration=WIDEST if args.output is not None else None
     )
+    check_input_digests(getattr(args, "config_inputs", {}), config.workload)  # --config: the same files
     path = None
     if args.output is not None:
         if Path(args.output).suffix.lower() not in (".html", ".htm"):
             raise ValueError(f"report path {args.output!r} must end with .html after a file name, e.g. report.html")
         path = output_file(
-            args.output, flag="-o", inputs=(args.trace, args.profile), siblings=SIDE_FILES, make_parent=True
+            args.output,
+            flag="-o",
+            inputs=(args.trace, args.profile),
+            siblings=SIDE_FILES,
+            make_parent=True,
+            writer=COMMAND,
         )
     report = _report_module() if path is not None else None
     warn_token_budget(build_workload(config.workload))
@@ -183,9 +191,10 @@ def config_settings(data: dict[str, Any]) -> Settings:
     """The flags of a written compare config (:mod:`nspsim.cli.config_file`): ``workload`` and ``run``
     are the inputs; the rest was resolved by the run (:data:`DERIVED`). compare's only planner option
     flag is ``--flexsp-time-limit``; other options belong in the labels (``name:key=value``)."""
-    keys(data, (COMMAND_KEY, "workload", "run", *DERIVED))
+    keys(data, (COMMAND_KEY, "workload", "run", INPUTS_KEY, *DERIVED))
     run = section(data, "run", RUN_FIELDS)
     out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FIELDS, "workload.")
+    out |= inputs_setting(data)
     out |= {
         name: (f"run.{name}", run[name])
         for name in ("iters", "first_batch", "mode", "baseline", "prepare")

@@ -18,12 +18,15 @@ from typing import Any
 from nspsim.api import prepared
 from nspsim.cli.config_file import (
     COMMAND_KEY,
+    INPUTS_KEY,
     WORKLOAD_FIELDS,
     ConfigFormat,
     Settings,
     add_config_flag,
+    inputs_setting,
     keys,
     option_strings,
+    require,
     workload_settings,
 )
 from nspsim.cli.flags import (
@@ -45,7 +48,7 @@ from nspsim.options import parse_options
 from nspsim.plan import Plan
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.units import format_tokens
-from nspsim.workload import build_workload
+from nspsim.workload import build_workload, check_input_digests, input_digests
 
 COMMAND = "nspsim plan"
 
@@ -118,12 +121,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         None
         if args.output is None
         else output_file(
-            args.output, flag="-o", inputs=(args.trace, args.profile), siblings=(".config.json",), make_parent=True
+            args.output,
+            flag="-o",
+            inputs=(args.trace, args.profile),
+            siblings=(".config.json",),
+            make_parent=True,
+            writer=COMMAND,
         )
     )
     # the --config file's options are its planner's; --option replaces one of the same key
     options = {**args.planner_options.get(args.planner, {}), **parse_options(args.option)}
     planner = get_planner(args.planner, **options)
+    check_input_digests(getattr(args, "config_inputs", {}), workload_config(args))  # --config: the same files
     workload = build_workload(workload_config(args))
     warn_token_budget(workload)
     batch = workload.sampler.batch(args.batch_index)
@@ -139,6 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "batch_index": args.batch_index,
         "prepare": args.prepare,
         "preparation": recorded_preparation(plan) or "none",
+        "inputs": input_digests(workload.config),
     }
     data = {"config": config, **plan_summary(plan)}
     if path is not None:
@@ -157,8 +167,10 @@ def config_settings(data: dict[str, Any]) -> Settings:
     options (kept by planner: they apply when the file's planner plans, under ``--option`` of the same
     key), batch index and ``--prepare``; ``preparation`` is what ``--prepare`` resolved to."""
     inputs = ("planner", "batch_index", "prepare")
-    keys(data, (COMMAND_KEY, *WORKLOAD_FIELDS, *inputs, "planner_options", "preparation"))
-    out = workload_settings(data, WORKLOAD_FIELDS) | {name: (name, data[name]) for name in inputs if name in data}
+    keys(data, (COMMAND_KEY, *WORKLOAD_FIELDS, *inputs, "planner_options", "preparation", INPUTS_KEY))
+    require(data, (*WORKLOAD_FIELDS, *inputs, "planner_options"))
+    out = workload_settings(data, WORKLOAD_FIELDS) | {name: (name, data[name]) for name in inputs}
+    out |= inputs_setting(data)
     if "planner_options" in data:
         option_strings(data["planner_options"], "planner_options")  # plain values only
         if not isinstance(data.get("planner"), str):

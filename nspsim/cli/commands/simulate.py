@@ -30,7 +30,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli.config_file import COMMAND_KEY, ConfigFormat, Settings, add_config_flag, keys, section
+from nspsim.cli.config_file import COMMAND_KEY, ConfigFormat, Settings, add_config_flag, keys, require, section
 from nspsim.cli.flags import (
     add_prepare_flag,
     add_training_flags,
@@ -146,11 +146,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             siblings=(".config.json",),
             inputs=(args.plan, str(Path(args.plan).with_suffix(".config.json")), args.profile),
             make_parent=True,
+            writer=COMMAND,
         )
     )  # the plan's sidecar too
     is_log = str(args.plan).endswith(PLAN_LOG_SUFFIX)
     plans = load_plans(args.plan)
     picked = pick_plans(plans, args.index, args.plan)
+    check_config_plan(args, [plan for _, plan in picked])
     table = is_log and args.index is None
     if timeline is not None and table:
         raise ValueError(
@@ -339,14 +341,32 @@ RESOLVED = (  # what the plan and the run resolved: read back, not set (the work
 )
 
 
+def check_config_plan(args: argparse.Namespace, plans: list[Plan]) -> None:
+    """With ``--config``, the plan file it names must still hold the plan it simulated (its recorded
+    ``plan_hash``); a plan file given on the command line instead is the user's choice."""
+    recorded = getattr(args, "config_plan", None)
+    if recorded is None or args.plan != recorded[0]:
+        return
+    hashes = {plan.content_hash for plan in plans}
+    if recorded[1] not in hashes:
+        raise ValueError(
+            f"--config: {shown(args.plan)} now holds plan {', '.join(sorted(hashes))}, not plan {recorded[1]} "
+            "that the config simulated; give the plan file as an argument to simulate it anyway"
+        )
+
+
 def config_settings(data: dict[str, Any]) -> Settings:
     """The flags of a written simulate config (:mod:`nspsim.cli.config_file`): the plan file (and
     ``--index``), the cost profile, the training settings it was simulated with, ``--prepare`` and the
     simulation options; the rest came from the plan (:data:`RESOLVED`)."""
     inputs = ("profile", "training", *TRAINING_FIELDS, "prepare")
     keys(data, (COMMAND_KEY, "plan", "plan_index", *inputs, "simulation", *RESOLVED))
+    require(data, ("plan", "plan_hash", *inputs))
     simulation = section(data, "simulation", (*(f.name for f in fields(SimOptions)), "seed"))
-    out = {name: (name, data[name]) for name in ("plan", *inputs) if name in data}
+    out = {name: (name, data[name]) for name in ("plan", *inputs)}
+    if not isinstance(data["plan_hash"], str):
+        raise ValueError(f"plan_hash: a plan's content hash, got {data['plan_hash']!r}")
+    out["config_plan"] = ("plan_hash", (data["plan"], data["plan_hash"]))
     if "plan_index" in data:
         out["index"] = ("plan_index", data["plan_index"])
     out |= {dest: (f"simulation.{key}", simulation[key]) for key, dest in SIMULATION_FLAGS.items() if key in simulation}

@@ -24,10 +24,29 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.specs.cluster import ClusterSpec, GpuSpec
-from nspsim.specs.quantity import parse_quantity
+from nspsim.specs.quantity import UNIT_WORDS, parse_quantity
 
 PRESET_DIR = Path(__file__).parent
 """Where the built-in presets live: ``<name>.toml``, read by the same code as a user's file."""
+
+PLAUSIBLE = {
+    "B": (2.0**20, 2.0**50),
+    "B/s": (1e3, 1e16),
+    "FLOP/s": (1e6, 1e19),
+    "s": (1e-9, 10.0),
+}
+"""The range a quantity read from a file must lie in (a latency may also be 0): from 1 MiB to 1 PiB of
+memory, 1 kB/s to 10 PB/s, 1 MFLOP/s to 10 EFLOP/s, 1 ns to 10 s, orders of magnitude around every
+device nspsim prices, so a unit slip ("0.35 GB/s" as "0.35 B/s") is refused where it enters."""
+RANGE_TEXT = {
+    "B": "1 MiB to 1 PiB",
+    "B/s": "1 kB/s to 10 PB/s",
+    "FLOP/s": "1 MFLOP/s to 10 EFLOP/s",
+    "s": "0 or 1 ns to 10 s",
+}
+MAX_COUNT = 4096
+"""The largest integer field (``gpus_per_node``, ``gemm_tile_rows``): no host or GEMM tile is larger."""
+MAX_TEXT = 200
 
 _NOT_IN_FILE = frozenset({"gpu", "num_gpus"})
 """ClusterSpec fields a file does not give: ``[gpu]`` is a table, the GPU count is the run's."""
@@ -72,6 +91,7 @@ def _resolved(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     top = _values(data, ClusterSpec, where, skip=_NOT_IN_FILE | {"extends"})
     gpu = _values(gpu_table, GpuSpec, f"{where}: [gpu]", skip=frozenset())
     merged = {**base, **top, "gpu": {**base["gpu"], **gpu}}
+    merged["name"] = top.get("name", path.stem)  # never inherited: a variant is not the preset it extends
     if not seen:  # the file a run names: every required field must be there by now
         _check_complete(merged, where)
     return merged
@@ -81,6 +101,8 @@ def _load(path: Path) -> dict[str, Any]:
     where = f"cluster file {path}"
     if path.suffix.lower() != ".toml":
         raise ValueError(f"{where}: a cluster file is TOML and its name ends with .toml")
+    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block the read
+        raise ValueError(f"{where} is not a regular file")
     try:
         text = path.read_bytes().decode("utf-8-sig")  # a leading byte-order mark is not content
     except FileNotFoundError:
@@ -105,7 +127,10 @@ def _extended(value: object, path: Path) -> Path:
             known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.toml")))
             raise ValueError(f"cluster file {path}: 'extends' names no preset {value!r} (known: {known})")
         return preset
-    return path.parent / value
+    target = path.resolve().parent / value  # relative to the file itself, not to a link to it
+    if not target.exists():
+        raise ValueError(f"cluster file {path}: 'extends' names {value!r}, which does not exist ({target})")
+    return target
 
 
 def _values(data: Mapping[str, Any], spec: type, where: str, skip: frozenset[str]) -> dict[str, Any]:
@@ -122,6 +147,11 @@ def _typed(value: object, f: Field[Any], what: str) -> object:
     unit = f.metadata.get("unit")
     if unit is not None:
         number = parse_quantity(value, unit, what)
+        low, high = PLAUSIBLE[unit]
+        if not (low <= number <= high or (number == 0 and unit == "s")):
+            raise ValueError(
+                f"{what}: {value!r} is outside the plausible range of {UNIT_WORDS[unit][0]} ({RANGE_TEXT[unit]})"
+            )
         if unit == "B":
             if not number.is_integer():
                 raise ValueError(f"{what}: {value!r} is not a whole number of bytes")
@@ -129,12 +159,14 @@ def _typed(value: object, f: Field[Any], what: str) -> object:
         return number
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
     if kind == "str":
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{what} must be non-empty text, got {value!r}")
+        if not isinstance(value, str) or not value.strip() or not value.isprintable() or len(value) > MAX_TEXT:
+            raise ValueError(
+                f"{what} must be one line of printable text (at most {MAX_TEXT} characters), got {value!r}"
+            )
         return value
     if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{what} must be an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            raise ValueError(f"{what} must be an integer from 1 to {MAX_COUNT}, got {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{what} must be a number, got {value!r}")
