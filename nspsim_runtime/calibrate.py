@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nspsim.cli.flags import Parser, output_file, write_output
+from nspsim.cli.flags import Parser
+from nspsim.cli.outputs import output_file, write_output
 from nspsim.cost.profile import parse_profile
 from nspsim.sp_tree import is_power_of_two
 from nspsim.specs.hf import resolve_model

@@ -31,9 +31,9 @@ from nspsim.compare.specs import (
     describe_label,
     parse_planner_spec,
 )
+from nspsim.compare.spread import INTERVAL, ratio_interval
 from nspsim.compare.summary import (
     DROPPED_WARN_SHARE,
-    INTERVAL,
     LENGTH_BUCKETS,
     BatchDrops,
     CompareResult,
@@ -42,7 +42,6 @@ from nspsim.compare.summary import (
     baseline_of,
     mean_step_time,
     plan_drop_fields,
-    ratio_interval,
     routing_counts,
     summarise,
     widest_iteration,

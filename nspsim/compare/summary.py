@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from nspsim.compare.spread import INTERVAL, ratio_interval, spread
 from nspsim.plan import Plan
 from nspsim.plan.estimates import Estimates
 from nspsim.records import BREAKDOWN_CATEGORIES
@@ -45,15 +45,6 @@ from nspsim.units import format_tokens
 
 DROPPED_WARN_SHARE = 0.10
 """Share of the drawn tokens that ``max_context`` may drop before the CLI warns (README, "Concepts")."""
-
-CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 9_999
-BOOTSTRAP_SEED = 0
-INTERVAL = (
-    f"{CONFIDENCE:.0%} paired bootstrap interval (percentile method, {BOOTSTRAP_RESAMPLES:,} resamples of the "
-    f"batches, seed {BOOTSTRAP_SEED}) of the ratio of summed step times"
-)
-"""How ``normalized_ci_low`` / ``_high`` are computed (scipy.stats.bootstrap); reports print it."""
 
 LENGTH_BUCKETS = (("0-8K", 8 * 1024), ("8-32K", 32 * 1024), ("32-128K", 128 * 1024), ("128K+", None))
 
@@ -382,48 +373,14 @@ def _summary(
         mean_load_over_lower_bound=_mean_ratio(records),
         mean_estimate_error=_mean_estimate_error(records),
         note=note,
-        **_spread("normalized", ratios),
+        **spread("normalized", ratios),
         normalized_ci_low=None if ci is None else ci[0],
         normalized_ci_high=None if ci is None else ci[1],
-        **_spread("speedup", 1.0 / ratios if both and ratios.min() > 0 else np.array([])),
+        **spread("speedup", 1.0 / ratios if both and ratios.min() > 0 else np.array([])),
         speedup_ci_low=None if ci is None or ci[1] <= 0 else 1.0 / ci[1],
         speedup_ci_high=None if ci is None or ci[0] <= 0 else 1.0 / ci[0],
         saved_share=_saved_share(both, base),
     )
-
-
-def _spread(prefix: str, values: np.ndarray) -> dict[str, float | None]:
-    """``{prefix}_min``, ``_median`` and ``_max`` of ``values`` (``None`` each when empty)."""
-    keys = (f"{prefix}_min", f"{prefix}_median", f"{prefix}_max")
-    if not values.size:
-        return dict.fromkeys(keys)
-    return dict(zip(keys, (float(np.min(values)), float(np.median(values)), float(np.max(values)))))
-
-
-def _ratio_of_sums(ours: np.ndarray, theirs: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.asarray(np.sum(ours, axis=axis) / np.sum(theirs, axis=axis))
-
-
-def ratio_interval(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float] | None:
-    """The :data:`INTERVAL` of ``sum(ours) / sum(theirs)``, resampling the batches as pairs (scipy's
-    bootstrap); ``None`` below two batches, where there is nothing to resample."""
-    if len(ours) < 2:
-        return None
-    if np.allclose(ours / theirs, ours[0] / theirs[0], rtol=1e-12, atol=0.0):  # every resample gives the same ratio
-        value = float(ours.sum() / theirs.sum())
-        return value, value
-    result = stats.bootstrap(
-        (ours, theirs),
-        _ratio_of_sums,
-        paired=True,
-        vectorized=True,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
-    low, high = result.confidence_interval
-    return float(low), float(high)
 
 
 def _saved_share(both: list[tuple[IterationRecord, float]], base: dict[int, IterationRecord]) -> dict[str, float]:

@@ -13,7 +13,7 @@ that error. A failed unit's row carries the error and NaNs.
 Summary (``summary.parquet`` and ``summary.csv``): per point and planner, ``normalized`` is compare's
 ratio of sums over the batches where both the planner and the baseline ran, ``normalized_min`` /
 ``_median`` / ``_max`` the spread of the per-batch ratios, ``normalized_ci_low`` / ``_high`` compare's
-interval of the ratio (:data:`nspsim.compare.summary.INTERVAL`), ``speedup`` = 1 / normalized. Trade-off:
+interval of the ratio (:data:`nspsim.compare.spread.INTERVAL`), ``speedup`` = 1 / normalized. Trade-off:
 the tables are built in memory (a 12 x 6 x 20 sweep is 1,440 rows), typed with an explicit Arrow
 schema so an all-null column (``profile``) still has its type in every reader (pandas, polars, DuckDB).
 
@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nspsim.compare.specs import SWEPT_STATIC
-from nspsim.compare.summary import CompareResult, ratio_interval
+from nspsim.compare.spread import ratio_interval
+from nspsim.compare.summary import CompareResult
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import commit_files
 from nspsim.records import BREAKDOWN_CATEGORIES

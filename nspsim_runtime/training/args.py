@@ -38,7 +38,8 @@ from nspsim.cli.config_file import (
     section,
     workload_settings,
 )
-from nspsim.cli.flags import Parser, add_prepare_flag, add_workload_args, output_file
+from nspsim.cli.flags import Parser, add_prepare_flag, add_workload_args
+from nspsim.cli.outputs import output_file
 from nspsim.execution.prepare import Preparation, resolve_preparation
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.options import parse_options, positive_float

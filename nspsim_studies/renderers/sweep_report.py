@@ -51,10 +51,10 @@ from nspsim.compare import INTERVAL, describe_label
 from nspsim.units import format_tokens
 from nspsim.workload import WorkloadConfig
 from nspsim_studies.palette import planner_color
+from nspsim_studies.renderers.sweep_tables import TOKEN_AXES, cell, config_block, errors_list, summary_table
 
 WORKLOAD_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(WorkloadConfig))
 NUMERIC_AXES = frozenset({"gpus", "max_context", "tokens_per_batch", "token_budget", "spmax", "seed"})
-TOKEN_AXES = frozenset({"max_context", "tokens_per_batch", "token_budget"})
 LOG_SPAN = 4.0  # a numeric axis spanning at least this factor is drawn on a log scale
 DODGE = 0.012  # sideways offset of one planner's whiskers, as a share of the axis span
 STYLE = (
@@ -167,7 +167,7 @@ def _axis_values(frame: pd.DataFrame, axis: str, numeric: bool) -> pd.Series:
     ``default`` for a missing one."""
     if numeric:
         return frame[axis].astype(float)
-    return frame[axis].map(lambda v: _cell(axis, v))
+    return frame[axis].map(lambda v: cell(axis, v))
 
 
 def _is_numeric_axis(col: pd.Series, axis: str) -> bool:
@@ -384,101 +384,12 @@ def planning_figure(results: pd.DataFrame, planners: Sequence[str], colors: dict
     return _no_data(fig, rows.empty)
 
 
-def summary_table(summary: pd.DataFrame, axes: Sequence[str], planners: Sequence[str]) -> str:
-    """One row per point x planner: the swept values, speedup, per-batch spread and counts."""
-    if summary.empty:
-        return "<h2>Summary</h2><p>No summary rows.</p>"
-    order = {p: i for i, p in enumerate(planners)}
-    frame = summary.assign(_o=summary["planner"].map(lambda p: order.get(p, len(order))))
-    frame = frame.sort_values(["point", "_o"])
-    cols = [a for a in axes if a in frame.columns]
-    head = [
-        "point",
-        *cols,
-        "planner",
-        "speedup",
-        "speedup 95% interval",
-        "normalised",
-        "per batch min / med / max",
-        "ran",
-        "OOM",
-        "failed",
-    ]
-    body = []
-    for _, r in frame.iterrows():
-        cells = [str(r["point"]), *(_cell(a, r[a]) for a in cols), str(r["planner"])]
-        cells += [
-            _num(r.get("speedup"), ".2f", "x"),
-            _interval(r.get("normalized_ci_low"), r.get("normalized_ci_high")),
-            _num(r.get("normalized"), ".3f"),
-            " / ".join(_num(r.get(k), ".3f") for k in ("normalized_min", "normalized_median", "normalized_max")),
-            f"{_int(r.get('ok_batches'))}/{_int(r.get('batches'))}",
-            _int(r.get("oom_count")),
-            _int(r.get("failed")),
-        ]
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    return f"<h2>Summary</h2><div class='table'><table><tr>{header}</tr>{''.join(body)}</table></div>"
-
-
-def _interval(low: Any, high: Any) -> str:
-    """The speedup interval from the normalised one (``-`` for a summary written before it existed,
-    or below two batches)."""
-    if not isinstance(low, float) or not isinstance(high, float) or not (math.isfinite(low) and math.isfinite(high)):
-        return "-"
-    return f"{1 / high:.2f}-{1 / low:.2f}x" if low > 0 else "-"
-
-
-def errors_list(results: pd.DataFrame) -> str:
-    """The failed units (rows with an error), at most 20 listed."""
-    if "error" not in results:
-        return ""
-    failed = results[results["error"].fillna("") != ""]
-    if failed.empty:
-        return ""
-    items = "".join(
-        f"<li>point {r['point']}, {html.escape(str(r['planner']))}, batch {r['batch_index']}: "
-        f"{html.escape(str(r['error']))}</li>"
-        for _, r in failed.head(20).iterrows()
-    )
-    more = f"<li>... and {len(failed) - 20} more</li>" if len(failed) > 20 else ""
-    return f"<h2 style='color:#c00'>{len(failed)} failed unit(s)</h2><ul class='errors'>{items}{more}</ul>"
-
-
-def config_block(config: dict[str, Any]) -> str:
-    """The resolved sweep config, collapsed."""
-    rows = "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td class='l'>{html.escape(str(v))}</td></tr>" for k, v in config.items()
-    )
-    return f"<details><summary>Configuration</summary><table>{rows}</table></details>"
-
-
 def _baselines(results: pd.DataFrame) -> list[str]:
     return [str(b) for b in pd.unique(results["baseline"])] if "baseline" in results else []
 
 
 def _baseline_text(results: pd.DataFrame) -> str:
     return "/".join(_baselines(results)) or "the baseline"
-
-
-def _cell(axis: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "default"
-    if axis in TOKEN_AXES and isinstance(value, int | float | np.integer | np.floating):
-        return format_tokens(float(value))
-    if isinstance(value, float | np.floating) and float(value).is_integer():
-        return str(int(value))  # an integer column with a missing value reads as floats
-    return str(value)
-
-
-def _num(value: Any, spec: str, suffix: str = "") -> str:
-    if value is None or not np.isfinite(value):
-        return "-"
-    return f"{format(float(value), spec)}{suffix}"
-
-
-def _int(value: Any) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else str(int(value))
 
 
 def _no_data(fig: go.Figure, empty: bool) -> go.Figure:

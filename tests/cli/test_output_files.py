@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from nspsim.cli.flags import write_output
 from nspsim.cli.main import main
+from nspsim.cli.outputs import write_output
 from nspsim.output_files import OutputLock, commit_files, output_lock
 
 SPEC = (

@@ -1,4 +1,4 @@
-"""Output paths (issue 15, item 16): ``nspsim.cli.flags.output_file`` checks a path before any work and
+"""Output paths (issue 15, item 16): ``nspsim.cli.outputs.output_file`` checks a path before any work and
 ``write_output`` writes it and its siblings. Standard output (``-``), a trailing ``/``, FIFOs and
 unwritable (pseudo) filesystems are refused up front; a character device such as /dev/null is
 written to without siblings beside it; a late failure names the flag."""
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nspsim.cli.flags import output_file, shown, write_output
+from nspsim.cli.flags import shown
 from nspsim.cli.main import main
+from nspsim.cli.outputs import output_file, write_output
 
 pytestmark = pytest.mark.timeout(120)  # an output check that opened a FIFO would block forever
 

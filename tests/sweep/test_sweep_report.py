@@ -13,7 +13,7 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.workload import WorkloadConfig
 
 pytest.importorskip("plotly")
-from nspsim_studies.renderers import sweep_report  # noqa: E402
+from nspsim_studies.renderers import sweep_report, sweep_tables  # noqa: E402
 
 NAN = float("nan")
 
@@ -188,8 +188,8 @@ def test_speedup_axes_start_at_zero_and_the_summary_gives_the_interval_and_what_
     ):
         assert fig.layout.yaxis.rangemode == "tozero"
     with_ci = summary.assign(normalized_ci_low=0.5, normalized_ci_high=0.8)
-    table = sweep_report.summary_table(with_ci, ["gpus"], ["static-best", "nsp"])
+    table = sweep_tables.summary_table(with_ci, ["gpus"], ["static-best", "nsp"])
     assert "speedup 95% interval" in table and f"<td>{1 / 0.8:.2f}-{1 / 0.5:.2f}x</td>" in table
-    assert "<td>-</td>" in sweep_report.summary_table(summary, ["gpus"], ["static-best", "nsp"])
+    assert "<td>-</td>" in sweep_tables.summary_table(summary, ["gpus"], ["static-best", "nsp"])
     page = sweep_report.render(results, with_ci, config)
     assert "<b>static-best</b>: Static SP at the one fixed degree" in page and "bootstrap" in page

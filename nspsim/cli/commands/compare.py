@@ -52,13 +52,12 @@ from nspsim.cli.flags import (
     add_prepare_flag,
     add_workload_args,
     emit,
-    output_file,
     positive_int,
     warn,
     warn_token_budget,
     workload_config,
-    write_output,
 )
+from nspsim.cli.outputs import output_file, write_output
 from nspsim.cli.progress import Bar
 from nspsim.cli.renderer_error import renderer_error
 from nspsim.compare import (

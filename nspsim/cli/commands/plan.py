@@ -34,13 +34,12 @@ from nspsim.cli.flags import (
     add_workload_args,
     emit,
     non_negative_int,
-    output_file,
     shown,
     warn,
     warn_token_budget,
     workload_config,
-    write_output,
 )
+from nspsim.cli.outputs import output_file, write_output
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
 from nspsim.execution.prepare import recorded_preparation
 from nspsim.jsonfile import dumps_json

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nspsim.cli.flags import emit, output_file, write_output
+from nspsim.cli.flags import emit
+from nspsim.cli.outputs import output_file, write_output
 from nspsim.cli.renderer_error import renderer_error
 from nspsim.jsonfile import dumps_json, read_bytes, read_json
 

@@ -36,14 +36,13 @@ from nspsim.cli.flags import (
     add_training_flags,
     emit,
     non_negative_int,
-    output_file,
     positive_int,
     seed_arg,
     shown,
     training_settings,
     warn,
-    write_output,
 )
+from nspsim.cli.outputs import output_file, write_output
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
 from nspsim.cost.profile import load_profile
 from nspsim.execution.prepare import AS_PLANNED, prepare_plan, recorded_preparation, resolve_preparation

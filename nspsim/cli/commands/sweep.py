@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.cli.commands.plot import write_report
-from nspsim.cli.flags import emit, positive_int, shown, warn, wrote
+from nspsim.cli.flags import emit, positive_int, shown, warn
+from nspsim.cli.outputs import wrote
 from nspsim.cli.progress import Bar
 from nspsim.jsonfile import read_json
 from nspsim.output_files import output_lock

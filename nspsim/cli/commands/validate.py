@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nspsim.cli.flags import emit, output_file, shown, write_output
+from nspsim.cli.flags import emit, shown
+from nspsim.cli.outputs import output_file, write_output
 from nspsim.cli.renderer_error import renderer_error
 from nspsim.jsonfile import dumps_json
 from nspsim.options import fraction
