@@ -152,18 +152,23 @@ class Workload:
 def input_digests(config: WorkloadConfig) -> dict[str, list[str]]:
     """For each input of ``config`` that is a file (not a built-in name): ``[the path as given, its
     digest]``, the SHA-256 of its bytes (a cluster file: its resolved fingerprint, which covers what it
-    extends). A written config records them so that a re-run from it (``--config``) can refuse files
-    that changed or that a relative path now finds elsewhere (:func:`check_input_digests`)."""
+    extends). Written configs record them, so that a re-run from one (``--config``) refuses files that
+    changed or that a relative path now finds elsewhere (:func:`check_input_digests`), and sweep cache
+    keys hash them. A file that cannot be read gets no entry: building the workload then says why."""
     out: dict[str, list[str]] = {}
-    named = {"trace": config.trace, "profile": config.profile, "model": config.model, "cluster": config.cluster}
-    for key, value in named.items():
-        if not value or value in BUILTIN_TRACES or value in MODEL_PRESETS or value in HF_CONFIGS:
+    builtin = {"trace": BUILTIN_TRACES, "model": {*MODEL_PRESETS, *HF_CONFIGS}, "profile": (), "cluster": ()}
+    for key, names in builtin.items():
+        value = getattr(config, key)
+        if not value or value in names:
             continue
-        if key == "cluster":
-            if is_cluster_file(value):
-                out[key] = [value, get_cluster(value, config.gpus).fingerprint()]
-        elif Path(value).is_file():
-            out[key] = [value, hashlib.sha256(Path(value).read_bytes()).hexdigest()[:16]]
+        try:
+            if key == "cluster":
+                if is_cluster_file(value):
+                    out[key] = [value, get_cluster(value, config.gpus).fingerprint()]
+            elif Path(value).is_file():
+                out[key] = [value, hashlib.sha256(Path(value).read_bytes()).hexdigest()[:16]]
+        except (OSError, ValueError):
+            continue
     return out
 
 
@@ -249,8 +254,8 @@ def build_workload(config: WorkloadConfig) -> Workload:
     training = config.training_spec(**overrides)
     check_training(model, training)
     check_expert_groups(training.expert_parallel, cluster)
-    if cluster.gpu.family and training.attention_kernel is not AttentionKernel.SPEC:  # a cluster file's GPU
-        attention_curves(cluster.gpu.family, training.attention_kernel, 128)  # (a preset's: checked above)
+    if is_cluster_file(config.cluster) and cluster.gpu.family and training.attention_kernel is not AttentionKernel.SPEC:
+        attention_curves(cluster.gpu.family, training.attention_kernel, 128)  # a preset's GPU: checked by the config
     if profile.nonattn_fwd_s_by_tokens is not None and (
         config.checkpointing is not None or config.fused_elementwise is not None
     ):

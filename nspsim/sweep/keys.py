@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.compare.specs import PlannerSpec
-from nspsim.specs.clusters import get_cluster, is_cluster_file
-from nspsim.workload import WorkloadConfig
+from nspsim.workload import WorkloadConfig, input_digests
 
 PACKAGE = Path(__file__).resolve().parents[1]  # nspsim/
 ROOT = PACKAGE.parent
@@ -88,27 +87,12 @@ def code_versions(package: Path = PACKAGE) -> CodeVersions:
     )
 
 
-def file_digest(value: str | None) -> str | None:
-    """sha256 of the file ``value`` names (``None`` when it names no file: a built-in name, or unset)."""
-    if not value:
-        return None
-    path = Path(value)
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-    except OSError:
-        return None
-
-
 def workload_identity(config: WorkloadConfig) -> dict[str, Any]:
-    """The config's plain values plus the content hash of every file it names (trace, profile, model)
-    and, for a cluster file, the fingerprint of the cluster it resolves to (a file it ``extends``
-    counts too)."""
+    """The config's plain values plus the digest of every file it names (trace, profile, model, cluster:
+    :func:`nspsim.workload.input_digests`)."""
     data = config.to_dict()
     data["backend"] = str(config.backend)
-    files = {k: file_digest(data[k]) for k in ("trace", "profile", "model")}
-    data["files_sha256"] = {k: v for k, v in files.items() if v is not None}
-    if is_cluster_file(config.cluster):
-        data["cluster_fingerprint"] = get_cluster(config.cluster, config.gpus).fingerprint()
+    data["inputs"] = input_digests(config)
     return data
 
 

@@ -32,8 +32,18 @@ def write_spec(tmp_path: Path, text: str = SPEC) -> Path:
     return path
 
 
-def test_a_point_that_cannot_be_built_fails_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = write_spec(tmp_path, SPEC.replace("gpus = [2, 4]", "gpus = [2, 12]"))  # 12: not whole 8-rank hosts
+@pytest.mark.parametrize("cluster", ["cpu", "FILE"])
+def test_a_point_that_cannot_be_built_fails_the_sweep(
+    cluster: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """12 ranks are no whole number of 8-rank hosts: that point fails, the other is written (a cluster
+    file's point used to end the whole sweep, from computing its cache key)."""
+    hosts = tmp_path / "hosts-of-8.toml"
+    hosts.write_text('extends = "cpu"\nname = "eight"\n')
+    text = SPEC.replace("gpus = [2, 4]", "gpus = [8, 12]").replace(
+        "'cpu'", repr(str(hosts) if cluster == "FILE" else "cpu")
+    )
+    spec = write_spec(tmp_path, text)
     assert main(["sweep", str(spec), "-o", str(tmp_path / "o"), "--jobs", "1", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["failed_points"] == 1 and Path(data["results_path"]).is_file()  # the rest still written

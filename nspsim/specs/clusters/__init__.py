@@ -8,11 +8,11 @@ H20 hosts, link variants, and ``cpu`` for the gloo runtime. A preset is parsed o
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from nspsim.specs.cluster import ClusterSpec
-from nspsim.specs.clusters.file import PRESET_DIR, describe_cluster, read_cluster_file
+from nspsim.specs.clusters.file import PRESET_DIR, cluster_of, cluster_values, describe_cluster, read_cluster_file
 
 __all__ = ["CLUSTER_PRESETS", "PRESET_DIR", "describe_cluster", "get_cluster", "is_cluster_file", "read_cluster_file"]
 
@@ -34,15 +34,10 @@ def get_cluster(name: str, num_gpus: int = 64) -> ClusterSpec:
         raise ValueError(
             f"unknown cluster preset {name!r} (known: {', '.join(CLUSTER_PRESETS)}; or a cluster file ending in .toml)"
         )
-    base = _preset(name)
-    try:
-        return replace(base, num_gpus=num_gpus, gpus_per_node=min(base.gpus_per_node, num_gpus))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(str(exc)) from None
+    return cluster_of(_preset(name), num_gpus)
 
 
 @functools.cache
-def _preset(name: str) -> ClusterSpec:
-    """The preset's hardware at its host size (the GPU count is replaced per call)."""
-    spec = read_cluster_file(PRESET_DIR / f"{name}.toml", 8)
-    return replace(spec, num_gpus=spec.gpus_per_node)
+def _preset(name: str) -> dict[str, Any]:
+    """The preset's fields, read once per process (:func:`cluster_of` copies them per call)."""
+    return cluster_values(PRESET_DIR / f"{name}.toml")

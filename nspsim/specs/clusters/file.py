@@ -54,16 +54,27 @@ _NOT_IN_FILE = frozenset({"gpu", "num_gpus"})
 
 def read_cluster_file(path: Path, num_gpus: int) -> ClusterSpec:
     """The cluster ``path`` describes, with ``num_gpus`` GPUs; ``ValueError`` (one line) otherwise."""
-    values = _resolved(path, ())
+    return cluster_of(cluster_values(path), num_gpus, f"cluster file {path}")
+
+
+def cluster_values(path: Path) -> dict[str, Any]:
+    """The fields ``path`` gives (``[gpu]`` as a nested dict), over those of what it extends, checked
+    and complete; :func:`cluster_of` turns them into a spec of any GPU count."""
+    return _resolved(path, ())
+
+
+def cluster_of(values: Mapping[str, Any], num_gpus: int, where: str | None = None) -> ClusterSpec:
+    """The spec of ``values`` (:func:`cluster_values`) with ``num_gpus`` GPUs; a cluster smaller than one
+    host is one host of that many GPUs. A ``ValueError`` of the specs is prefixed with ``where``."""
     top = {k: v for k, v in values.items() if k != "gpu"}
     gpus_per_node = top.pop("gpus_per_node", _default(ClusterSpec, "gpus_per_node"))
     if isinstance(num_gpus, int) and 0 < num_gpus < gpus_per_node:
-        gpus_per_node = num_gpus  # a cluster smaller than one host is one host of that many GPUs
+        gpus_per_node = num_gpus
     try:
         gpu = GpuSpec(**values["gpu"])
         return ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpus_per_node, **top)
-    except ValueError as exc:
-        raise ValueError(f"cluster file {path}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc) if where is None else f"{where}: {exc}") from None
 
 
 def describe_cluster(cluster: ClusterSpec) -> dict[str, Any]:
