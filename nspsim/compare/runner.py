@@ -40,9 +40,13 @@ from nspsim.compare.summary import (
     summarise,
     widest_iteration,
 )
+from nspsim.compare.windows import WindowRecord, window_record
 from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
+from nspsim.plan.window import WindowPlan, pass_batches
 from nspsim.planners import get_planner
+from nspsim.planners.base import Planner
+from nspsim.planners.window import WindowPlanner
 from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.simulator.modes import SimMode
 from nspsim.trace.batching import Batch
@@ -67,6 +71,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     for label in sorted(run.planners, key=lambda p: p not in SWEPT_STATIC):  # a failing sweep fails first
         runs[label] = runner.run(specs[label])
     records = [r for label in run.planners for r in runs[label][0]]
+    windows = [w for label in run.planners for w in runner.window_records(label, runs[label][0])]
     baseline = baseline_of(run.planners, run.baseline)
     chosen = config.timeline_iteration
     shown = widest_iteration(records) if chosen == WIDEST else chosen
@@ -96,6 +101,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         static_paper_ineligible=dict(runner.ineligible_by.get("static-paper", {})),
         batches=tuple(batches),
         timeline_iteration=None if shown is None else int(shown),
+        windows=tuple(windows),
     )
 
 
@@ -117,7 +123,8 @@ class _Runner:
         self.best_degrees: dict[str, int] = {}  # static-best, static-paper: the chosen degree
         self.ineligible_by: dict[str, dict[int, str]] = {}  # the same: degree -> why it was passed over
         self.simulators: dict[tuple[str, bool], Simulator] = {}
-        self.results: dict[tuple[str, str], tuple[StepResult, bool]] = {}
+        self.results: dict[tuple[str, str, bool], tuple[StepResult, bool]] = {}
+        self.windows: dict[str, list[WindowPlan]] = {}  # label -> its window plans (window > 1)
 
     @property
     def best_degree(self) -> int | None:
@@ -147,13 +154,14 @@ class _Runner:
             self.simulators[key] = Simulator.for_workload(self.workload, options)
         return self.simulators[key]
 
-    def simulate(self, plan: Plan, mode: str, timeline: bool) -> StepResult:
-        """The simulated step of ``plan`` (memoised; a result with a timeline serves both kinds)."""
-        key = (plan.content_hash, mode)
+    def simulate(self, plan: Plan, mode: str, timeline: bool, optimizer_step: bool = True) -> StepResult:
+        """The simulated step of ``plan`` (memoised; a result with a timeline serves both kinds); without
+        ``optimizer_step``, a window's pass that accumulates its gradients."""
+        key = (plan.content_hash, mode, optimizer_step)
         cached = self.results.get(key)
         if cached is not None and (cached[1] or not timeline):
             return cached[0]
-        result = self.simulator(mode, timeline).simulate(plan)
+        result = self.simulator(mode, timeline).simulate(plan, optimizer_step=optimizer_step)
         self.results[key] = (result, timeline)
         return result
 
@@ -161,27 +169,75 @@ class _Runner:
         """Each spec's step on ``iteration`` simulated again with its timeline (none for ``None``)."""
         if iteration is None:
             return {}
-        return {s.label: self.simulate(self.prepared[s.label][iteration], s.mode, timeline=True) for s in specs}
+        last = (iteration + 1) % self.config.run.window == 0  # the pass that ends its window steps the optimizer
+        return {
+            s.label: self.simulate(self.prepared[s.label][iteration], s.mode, timeline=True, optimizer_step=last)
+            for s in specs
+        }
+
+    def window_records(self, label: str, records: list[IterationRecord]) -> list[WindowRecord]:
+        """The window records of ``label`` (none without windows), from its window plans and records."""
+        size = self.config.run.window
+        return [
+            window_record(
+                label, w, window, [None if r.oom else r.step_time_s for r in records[w * size : (w + 1) * size]]
+            )
+            for w, window in enumerate(self.windows.get(label, []))
+        ]
 
     def run(self, spec: PlannerSpec) -> tuple[list[IterationRecord], str]:
         """Records of ``spec`` on every batch, and a note (how static-best or static-paper chose its degree)."""
         if spec.label in SWEPT_STATIC:
             records, plans, note = self._static_best(spec)
         else:
-            (records, plans), note = self._run_fixed(spec), ""
+            (records, plans, windows), note = self._run_fixed(spec), ""
+            self.windows[spec.label] = windows
         self.prepared[spec.label] = plans
         return records, note
 
-    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], list[Plan]]:
-        """Every batch planned and simulated, with the prepared plans."""
+    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], list[Plan], list[WindowPlan]]:
+        """Every batch planned and simulated, with the prepared plans (and the window plans, by windows)."""
         planner = get_planner(spec.planner, **spec.options)
+        if self.config.run.window > 1:
+            return self._run_windows(spec, planner)
         out, plans = [], []
         for i, batch in enumerate(self.batches):
             record, prepared = self._simulate(spec, i, batch, planner.plan(batch, self.workload))
             out.append(record)
             plans.append(prepared)
             self._tick(spec.label)
-        return out, plans
+        return out, plans, []
+
+    def _run_windows(
+        self, spec: PlannerSpec, planner: Planner
+    ) -> tuple[list[IterationRecord], list[Plan], list[WindowPlan]]:
+        """Every window planned (the simulator judges per-step against the best-estimated candidate), then
+        its passes simulated; every pass but the last of a window without the optimizer step."""
+        size = self.config.run.window
+        window_planner = WindowPlanner(step=planner)
+        out, plans, windows = [], [], []
+        for first in range(0, len(self.batches), size):
+            sources = self.batches[first : first + size]
+            window = window_planner.plan(sources, self.workload, judge=lambda ps: self._window_time(spec, ps))
+            for k, (batch, plan) in enumerate(zip(pass_batches(sources, window.assignment), window.plans)):
+                record, prepared = self._simulate(spec, first + k, batch, plan, optimizer_step=k == size - 1)
+                out.append(record)
+                plans.append(prepared)
+                self._tick(spec.label)
+            windows.append(window)
+        return out, plans, windows
+
+    def _window_time(self, spec: PlannerSpec, plans: Sequence[Plan]) -> float:
+        """Simulated seconds of a window whose passes run ``plans`` (each prepared as ``spec`` says)."""
+        total = 0.0
+        for k, plan in enumerate(plans):
+            last = k == len(plans) - 1
+            evaluate = self._evaluator(spec, optimizer_step=last)
+            total += evaluate(prepare_for(spec, self.workload, plan, evaluate=evaluate))
+        return total
+
+    def _evaluator(self, spec: PlannerSpec, optimizer_step: bool) -> Callable[[Plan], float]:
+        return lambda p: self.simulate(p, spec.mode, False, optimizer_step).step_time_or_inf
 
     def _static_best(self, spec: PlannerSpec) -> tuple[list[IterationRecord], list[Plan], str]:
         """The fastest fixed degree among those that run every batch (an out-of-memory batch means the
@@ -190,7 +246,7 @@ class _Runner:
         note says so), so the other planners' results stand; ``ValueError`` only when no degree ran at
         all. Every degree passed over is in ``self.ineligible_by[spec.label]`` with the reason, and in
         the note."""
-        runs: dict[int, tuple[list[IterationRecord], list[Plan]]] = {}
+        runs: dict[int, tuple[list[IterationRecord], list[Plan], list[WindowPlan]]] = {}
         ineligible = self.ineligible_by.setdefault(spec.label, {})
         for degree in self.workload.tree.degrees:
             ticks = self.done
@@ -204,13 +260,13 @@ class _Runner:
                 ineligible[degree] = reason
                 while self.done < ticks + len(self.batches):
                     self._tick(spec.label)
-        for d, (recs, _) in runs.items():
+        for d, (recs, _, _) in runs.items():
             failed = [r.batch_index for r in recs if r.oom]
             if failed:
                 listed = ", ".join(map(str, failed[:5])) + (", ..." if len(failed) > 5 else "")
                 ineligible[d] = f"out of memory on {len(failed)} of {len(recs)} batches (batch {listed})"
         means = {
-            d: m for d, (recs, _) in runs.items() if d not in ineligible and (m := mean_step_time(recs)) is not None
+            d: m for d, (recs, _, _) in runs.items() if d not in ineligible and (m := mean_step_time(recs)) is not None
         }
         passed_over = "; ".join(f"SP{d} {why}" for d, why in sorted(ineligible.items()))
         if not means and not runs:
@@ -218,25 +274,26 @@ class _Runner:
         if not means:  # every degree ran out of memory somewhere: shown as the one that fails least, its OOM rows kept
             fewest = min(runs, key=lambda d: (sum(r.oom for r in runs[d][0]), mean_step_time(runs[d][0]) or 0.0))
             self.best_degrees[spec.label] = fewest
-            records, kept = runs[fewest]
+            records, kept, self.windows[spec.label] = runs[fewest]
             note = (
                 f"no fixed SP degree runs every batch; shown: SP{fewest}, the one out of memory least ({passed_over})"
             )
             return [replace(r, planner=spec.label) for r in records], kept, note
         best = self.best_degrees[spec.label] = min(means, key=lambda d: means[d])
         tried = ", ".join(f"SP{d} {format_seconds(m)}" for d, m in sorted(means.items()))
-        records, kept = runs[best]
+        records, kept, self.windows[spec.label] = runs[best]
         note = f"fastest fixed degree SP{best} ({tried})" + (f"; not eligible: {passed_over}" if passed_over else "")
         return [replace(r, planner=spec.label) for r in records], kept, note
 
     def _cannot_hold(self, degree: int) -> str | None:
         return cannot_hold(self.workload, self.batches, degree)
 
-    def _simulate(self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan) -> tuple[IterationRecord, Plan]:
-        prepared = prepare_for(
-            spec, self.workload, plan, evaluate=lambda p: self.simulate(p, spec.mode, False).step_time_or_inf
-        )
-        result = self.simulate(prepared, spec.mode, False)
+    def _simulate(
+        self, spec: PlannerSpec, i: int, batch: Batch, plan: Plan, optimizer_step: bool = True
+    ) -> tuple[IterationRecord, Plan]:
+        evaluate = self._evaluator(spec, optimizer_step)
+        prepared = prepare_for(spec, self.workload, plan, evaluate=evaluate)
+        result = self.simulate(prepared, spec.mode, False, optimizer_step)
         return iteration_record(spec.label, i, batch, plan, prepared, result), prepared
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, resolve_preparation
 from nspsim.options import parse_options
+from nspsim.plan.window import MAX_WINDOW
 from nspsim.planners import HEADLINE_PLANNERS, PLANNER_NAMES, declared_preparation, get_planner, planner_summary
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.workload import WorkloadConfig
@@ -223,8 +224,13 @@ class RunSpec:
     mode: str = SimMode.STREAM
     baseline: str | None = None  # the label to normalise to; None: compare's rule (summary.baseline_of)
     prepare: str = "planner"  # nspsim.execution.prepare.PREPARE_CHOICES; "planner": each planner's declaration
+    window: int = 1  # batches per optimizer step, planned as one window (nspsim.compare.windows); 1: per step
 
     def __post_init__(self) -> None:
+        if not _is_int(self.window) or not 1 <= self.window <= MAX_WINDOW:
+            raise ValueError(
+                f"window must be an integer in [1, {MAX_WINDOW}] batches per optimizer step, got {self.window!r}"
+            )
         if not _is_int(self.iters) or self.iters <= 0 or not _is_int(self.first_batch) or self.first_batch < 0:
             raise ValueError(
                 f"iters must be a positive integer and first_batch an integer >= 0, got {self.iters!r} "
@@ -234,6 +240,11 @@ class RunSpec:
             raise ValueError(
                 f"iters must be at most {MAX_ITERS:,} batches per comparison, got {self.iters:,} "
                 "(split a longer sweep with --first-batch)"
+            )
+        if self.iters % self.window:
+            raise ValueError(
+                f"iters ({self.iters}) must be a multiple of window ({self.window}): a window is {self.window} "
+                f"consecutive batches, e.g. --iters {self.window * max(1, round(self.iters / self.window))}"
             )
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from nspsim.compare.spread import INTERVAL, ratio_interval, spread
+from nspsim.compare.windows import WindowRecord, window_summaries
 from nspsim.plan import Plan
 from nspsim.plan.estimates import Estimates
 from nspsim.records import BREAKDOWN_CATEGORIES
@@ -239,6 +240,7 @@ class CompareResult:
     static_paper_ineligible: dict[int, str] = field(default_factory=dict)  # the same for static-paper
     batches: tuple[Batch, ...] = ()  # the compared batches, in iteration order (not in to_dict: the records name them)
     timeline_iteration: int | None = None  # the iteration whose timelines ``timelines`` holds
+    windows: tuple[WindowRecord, ...] = ()  # per planner and window, with windows (RunSpec.window > 1)
 
     @property
     def winner(self) -> PlannerSummary | None:
@@ -282,6 +284,13 @@ class CompareResult:
             "static_paper_ineligible": {str(d): why for d, why in sorted(self.static_paper_ineligible.items())},
             "all_out_of_memory": self.all_out_of_memory,
             "no_result": self.no_result,
+        } | (self._windows_dict() if self.windows else {})  # without windows the document is as it was
+
+    def _windows_dict(self) -> dict[str, Any]:
+        planners = list(dict.fromkeys(w.planner for w in self.windows))
+        return {
+            "windows": [asdict(w) for w in self.windows],
+            "window_results": window_summaries(planners, self.windows),
         }
 
 

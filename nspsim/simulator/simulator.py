@@ -141,18 +141,20 @@ class Simulator:
             seed=seed,
         )
 
-    def simulate(self, plan: Plan) -> StepResult:
-        """Predict one step of ``plan``; an out-of-memory plan gives a result with ``oom=True``."""
+    def simulate(self, plan: Plan, *, optimizer_step: bool = True) -> StepResult:
+        """Predict one step of ``plan``; an out-of-memory plan gives a result with ``oom=True``. With
+        ``optimizer_step=False`` the plan is a pass of a gradient-accumulation window that another pass
+        ends: it ends with its gradients reduced, without the optimizer step."""
         with _cyclic_gc_paused_if_alone():
-            return self._simulate(plan)
+            return self._simulate(plan, optimizer_step)
 
-    def _simulate(self, plan: Plan) -> StepResult:
+    def _simulate(self, plan: Plan, optimizer_step: bool = True) -> StepResult:
         started = time.perf_counter()
         self._check(plan)
         act = plan_activations(plan, self.memory)
         if act.oom is not None:
             return self._oom_result(plan, act, started)
-        work = step_work(plan, self.cost, self.model, self.training, act.remat)
+        work = step_work(plan, self.cost, self.model, self.training, act.remat, optimizer_step=optimizer_step)
         if self.options.symmetry and self.options.jitter == 0:
             work = reduce_to_units(work)
         slots = self.cost.compute_slots()

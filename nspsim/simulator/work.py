@@ -92,8 +92,17 @@ class StepWork:
         return out
 
 
-def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingSpec, remat: np.ndarray) -> StepWork:
-    """Phase times of every micro-batch of ``plan``; ``remat[j]`` marks samples recomputed in backward."""
+def step_work(
+    plan: Plan,
+    cost: CostModel,
+    model: ModelSpec,
+    training: TrainingSpec,
+    remat: np.ndarray,
+    *,
+    optimizer_step: bool = True,
+) -> StepWork:
+    """Phase times of every micro-batch of ``plan``; ``remat[j]`` marks samples recomputed in backward;
+    without ``optimizer_step`` the step ends after its gradients (a pass a later pass of its window ends)."""
     layout = not _uniform_degree(plan)
     mbs = tuple(
         _micro_batch_work(plan, cost, model, training, mb, remat, layout) for mb in range(plan.num_micro_batches)
@@ -106,7 +115,7 @@ def step_work(plan: Plan, cost: CostModel, model: ModelSpec, training: TrainingS
         fsdp_prefetch_layers=training.fsdp_prefetch_layers,
         micro_batches=mbs,
         fsdp=cost.fsdp(),
-        optimizer_s=cost.optimizer_time() + cost.step_overhead(),
+        optimizer_s=(cost.optimizer_time() if optimizer_step else 0.0) + cost.step_overhead(),
         micro_batch_s=cost.micro_batch_overhead(),
         gpu_unit=tuple(range(p)),
         ep_units=tuple((b, b + ep) for b in range(0, p, ep)) if ep > 1 else (),

@@ -262,9 +262,9 @@ def test_nsp_executor_and_ablations_run_on_the_same_batch(monkeypatch: pytest.Mo
     simulated: list[tuple[str, str]] = []
     original = Simulator.simulate
 
-    def counting(self: Simulator, plan: Plan) -> StepResult:
+    def counting(self: Simulator, plan: Plan, *, optimizer_step: bool = True) -> StepResult:
         simulated.append((plan.content_hash, self.options.mode))
-        return original(self, plan)
+        return original(self, plan, optimizer_step=optimizer_step)
 
     monkeypatch.setattr(Simulator, "simulate", counting)
     result = run_compare(

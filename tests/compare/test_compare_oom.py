@@ -142,9 +142,9 @@ class _FakeRunner(_Runner):
 
     canned: dict[int, list[float | None]]
 
-    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], Any]:
+    def _run_fixed(self, spec: PlannerSpec) -> tuple[list[IterationRecord], Any, Any]:
         steps = self.canned[spec.options["degree"]]
-        return [record(spec.label, i, step) for i, step in enumerate(steps)], None
+        return [record(spec.label, i, step) for i, step in enumerate(steps)], None, []
 
 
 def _static_best(

@@ -150,6 +150,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         planner_options={"flexsp": {"time_limit": args.flexsp_time_limit}},
         baseline=args.baseline,
         prepare=args.prepare,
+        window=args.window,
     )
     config = CompareConfig(
         workload=workload_config(args), run=run, timeline_iteration=WIDEST if args.output is not None else None
@@ -196,7 +197,7 @@ def config_settings(data: dict[str, Any]) -> Settings:
     out |= inputs_setting(data)
     out |= {
         name: (f"run.{name}", run[name])
-        for name in ("iters", "first_batch", "mode", "baseline", "prepare")
+        for name in ("iters", "first_batch", "mode", "baseline", "prepare", "window")
         if name in run
     }
     if "planners" in run:
@@ -284,9 +285,29 @@ def format_table(result: CompareResult) -> str:
     if result.drops is not None:
         lines.append(f"batches: {result.drops.kept_samples} samples kept; {result.drops.describe()} dropped")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
+    lines.extend(_window_lines(result))
     if result.no_result is not None:
         lines.append(f"NO RESULT: {result.no_result}")
     return "\n".join(lines)
+
+
+def _window_lines(result: CompareResult) -> list[str]:
+    """Per planner, what window planning did (nothing without windows): the step column above is a
+    window's time / W."""
+    if not result.windows:
+        return []
+    size = result.windows[0].passes
+    lines = [f"windows of {size} batches per optimizer step (step = window time / {size}):"]
+    for row in result.to_dict()["window_results"]:
+        ratio = row["window_over_per_step"]
+        gain = "-" if ratio is None else f"{ratio:.4f} of the per-step assignment's time"
+        window = row["mean_window_time_s"]
+        lines.append(
+            f"  {row['planner']}: window {format_seconds(window) if window is not None else 'OOM'}, {gain}; "
+            f"{row['windows_rearranged']} of {row['windows']} windows moved samples; "
+            f"window planning {1e3 * row['mean_planning_time_s']:.1f} ms"
+        )
+    return lines
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -299,6 +320,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--iters", type=positive_int, default=RUN_DEFAULTS.iters, help=f"batches to compare on (at most {MAX_ITERS:,})"
     )
     p.add_argument("--first-batch", type=int, default=RUN_DEFAULTS.first_batch, help="index of the first batch")
+    p.add_argument(
+        "--window",
+        type=positive_int,
+        default=RUN_DEFAULTS.window,
+        metavar="W",
+        help="batches per optimizer step (gradient accumulation), each W consecutive batches planned as one "
+        "window whose samples may move between its passes; --iters must be a multiple of W (default: 1, per step)",
+    )
     p.add_argument(
         "--planners",
         default=None,
