@@ -74,6 +74,13 @@ def fill_kernel() -> Callable[..., None]:
 
 @cache
 def warm() -> None:
-    """Compile (or load from the disk cache) the fill for the types the planners pass, once per process."""
+    """Compile (or load from the disk cache) the fill and the beam search
+    (:mod:`nspsim.planners.nsp.beam_kernel`) for the types the planners pass, once per process."""
+    from nspsim.planners.nsp.beam import Prefix, node_layout
+    from nspsim.planners.nsp.beam_kernel import search_compiled
+
     units = np.zeros(2)
     fill_kernel()(units.copy(), units.copy(), np.ones(1), np.ones(1), 1.0, units.copy(), np.zeros(1, dtype=np.int64))
+    one = np.ones((1, 2))
+    prefix = Prefix(np.ones(1, dtype=np.int64), one, np.zeros(2), np.zeros(1), one, one, 1.0)
+    search_compiled(prefix, node_layout(2, (2, 1)), 4, 2, False, True)
