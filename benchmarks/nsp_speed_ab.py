@@ -16,20 +16,42 @@ import os
 import platform
 import statistics
 import sys
+from typing import Any
 
 import nspsim.planners.nsp.planner as nsp_planner
 from nspsim.planners import get_planner
+from nspsim.planners.estimate import recompute_aware_step
 from nspsim.planners.nsp.beam import search_reference
 from nspsim.planners.nsp.beam_kernel import search_compiled
+from nspsim.planners.proxy import CostTable
 from nspsim.workload import WorkloadConfig, build_workload
 
 MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))
 TRACES = ("wikipedia", "code", "commoncrawl")
 
 
+def _estimate_every_candidate(ctx: Any, select: Any, route: Any, best: Any) -> Any:
+    """The reference of ``_better``: every candidate estimated (no Load pruning), as before."""
+    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
+    return (estimate, route) if best is None or estimate < best[0] else best
+
+
+def _recompute_pass_unmemoised(self: CostTable, lengths: Any, degree: int) -> float:
+    """The reference of ``CostTable.recompute_pass``: the cost model asked every time, as before."""
+    redo = self._cost.recompute_attention(lengths, degree)
+    return float(self._cost.num_layers * (redo.prologue + redo.compute))
+
+
+FAST = (search_compiled, nsp_planner._better, CostTable.recompute_pass)
+REFERENCE = (search_reference, _estimate_every_candidate, _recompute_pass_unmemoised)
+
+
 def use(fast: bool) -> None:
-    """Route every swapped path of the planner to its fast form or to its reference."""
-    nsp_planner.SEARCH = search_compiled if fast else search_reference
+    """Route every swapped path of the planner to its fast form or to its reference (the code before)."""
+    search, better, recompute_pass = FAST if fast else REFERENCE
+    nsp_planner.SEARCH = search
+    nsp_planner._better = better  # type: ignore[assignment]
+    CostTable.recompute_pass = recompute_pass  # type: ignore[method-assign]
 
 
 def configurations() -> list[tuple[str, WorkloadConfig]]:
@@ -45,7 +67,7 @@ def configurations() -> list[tuple[str, WorkloadConfig]]:
     return out
 
 
-def main(batches: int = 5) -> None:
+def main(batches: int = 5, only: str = "") -> None:
     """Plan every batch both ways, alternating which goes first, and print one row per configuration."""
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
     print("| configuration | batches | identical | before median / max ms | after median / max ms | ratio |")
@@ -53,6 +75,8 @@ def main(batches: int = 5) -> None:
     planner = get_planner("nsp")
     every: dict[str, list[float]] = {"before": [], "after": []}
     for label, cfg in configurations():
+        if only not in label:
+            continue
         wl = build_workload(cfg)
         times: dict[str, list[float]] = {"before": [], "after": []}
         same = 0
@@ -79,4 +103,4 @@ def main(batches: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5, sys.argv[2] if len(sys.argv) > 2 else "")

@@ -108,15 +108,14 @@ def remat_per_gpu(
     micro-batch holding ``tokens`` sharded tokens per GPU: the executor's top-down marking
     (:func:`nspsim.execution.recompute.saved_samples`, same free bytes per GPU) replayed on the arrays,
     every node's unkept samples adding their recompute pass (the cost model's ``recompute_attention``
-    of their forward attention, times the layers) to each GPU of the node."""
+    of their forward attention, times the layers, :meth:`CostTable.recompute_pass`) to each GPU of the node."""
     table, memory, cost = ctx.table, ctx.workload.memory, ctx.workload.cost
     lengths = table.lengths[select].astype(np.float64)
     free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
     lost = ~saved_samples(lengths, degrees, firsts, free, memory, cost)
     remat = np.zeros(table.tree.num_gpus)
     for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
-        redo = cost.recompute_attention(lengths[lost][members], d)
-        remat[first : first + d] += cost.num_layers * (redo.prologue + redo.compute)
+        remat[first : first + d] += table.recompute_pass(lengths[lost][members], d)
     return remat
 
 
