@@ -18,7 +18,9 @@ import statistics
 import sys
 from typing import Any
 
+import nspsim.planners.estimate as estimate
 import nspsim.planners.nsp.planner as nsp_planner
+from nspsim.execution.recompute import saved_samples
 from nspsim.planners import get_planner
 from nspsim.planners.estimate import recompute_aware_step
 from nspsim.planners.nsp.beam import search_reference
@@ -42,13 +44,19 @@ def _recompute_pass_unmemoised(self: CostTable, lengths: Any, degree: int) -> fl
     return float(self._cost.num_layers * (redo.prologue + redo.compute))
 
 
-FAST = (search_compiled, nsp_planner._better, CostTable.recompute_pass)
-REFERENCE = (search_reference, _estimate_every_candidate, _recompute_pass_unmemoised)
+def _saved_numpy(table: CostTable, memory: Any, select: Any, lengths: Any, degrees: Any, firsts: Any, free: Any) -> Any:
+    """The reference of ``estimate._saved``: the executor's numpy marking, as before."""
+    return saved_samples(lengths, degrees, firsts, free, memory, table._cost)
+
+
+FAST = (search_compiled, nsp_planner._better, CostTable.recompute_pass, estimate._saved)
+REFERENCE = (search_reference, _estimate_every_candidate, _recompute_pass_unmemoised, _saved_numpy)
 
 
 def use(fast: bool) -> None:
     """Route every swapped path of the planner to its fast form or to its reference (the code before)."""
-    search, better, recompute_pass = FAST if fast else REFERENCE
+    search, better, recompute_pass, saved = FAST if fast else REFERENCE
+    estimate._saved = saved
     nsp_planner.SEARCH = search
     nsp_planner._better = better  # type: ignore[assignment]
     CostTable.recompute_pass = recompute_pass  # type: ignore[method-assign]
