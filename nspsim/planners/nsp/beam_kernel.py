@@ -25,7 +25,7 @@ from functools import cache
 
 import numpy as np
 
-from nspsim.planners.nsp.beam import BoolArray, FloatArray, IntArray, NodeLayout, Prefix, Searched
+from nspsim.planners.nsp.beam import BoolArray, FloatArray, IntArray, NodeLayout, Prefix, Searched, node_layout
 from nspsim.planners.packing import BUDGET_RTOL
 
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
@@ -275,3 +275,12 @@ def search_compiled(
         return None
     chosen = nodes[:count]
     return Searched(loads[:count], tokens[:count], idle[:count], layout.degree[chosen], layout.first[chosen])
+
+
+@cache
+def warm_search() -> None:
+    """Compile (or load from the disk cache) the search once per process, before a planner's clock starts."""
+    one = np.ones((1, 2))
+    prefix = Prefix(np.ones(1, dtype=np.int64), one, np.zeros(2), np.zeros(1), one, one, 1.0)
+    layout = node_layout(2, (2, 1))
+    search_compiled(prefix, layout, 4, 2, False, True)
