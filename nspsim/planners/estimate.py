@@ -40,7 +40,9 @@ from nspsim.execution.recompute import nodes_top_down, saved_samples
 from nspsim.plan.estimates import Estimates
 from nspsim.planners.base import Context, IntArray, Placement
 from nspsim.planners.lower_bound import lower_bound
+from nspsim.planners.marking import saved_compiled
 from nspsim.planners.proxy import CostTable, FloatArray, ProxyLoad
+from nspsim.specs.memory import MemoryModel
 
 
 @dataclass(frozen=True)
@@ -108,16 +110,39 @@ def remat_per_gpu(
     micro-batch holding ``tokens`` sharded tokens per GPU: the executor's top-down marking
     (:func:`nspsim.execution.recompute.saved_samples`, same free bytes per GPU) replayed on the arrays,
     every node's unkept samples adding their recompute pass (the cost model's ``recompute_attention``
-    of their forward attention, times the layers) to each GPU of the node."""
+    of their forward attention, times the layers, :meth:`CostTable.recompute_pass`) to each GPU of the node."""
     table, memory, cost = ctx.table, ctx.workload.memory, ctx.workload.cost
     lengths = table.lengths[select].astype(np.float64)
     free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
-    lost = ~saved_samples(lengths, degrees, firsts, free, memory, cost)
+    lost = ~(
+        saved_samples(lengths, degrees, firsts, free, memory, cost)
+        if not memory.keeps_attention
+        else _saved(table, memory, select, lengths, degrees, firsts, free)
+    )
     remat = np.zeros(table.tree.num_gpus)
     for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
-        redo = cost.recompute_attention(lengths[lost][members], d)
-        remat[first : first + d] += cost.num_layers * (redo.prologue + redo.compute)
+        remat[first : first + d] += table.recompute_pass(lengths[lost][members], d)
     return remat
+
+
+def _saved(
+    table: CostTable,
+    memory: MemoryModel,
+    select: IntArray,
+    lengths: FloatArray,
+    degrees: IntArray,
+    firsts: IntArray,
+    free: FloatArray,
+) -> npt.NDArray[np.bool_]:
+    """:func:`~nspsim.execution.recompute.saved_samples` compiled (:mod:`nspsim.planners.marking`), its
+    per-sample inputs at each sample's degree."""
+    unit, per_token, fwd = np.empty(select.size), np.empty(select.size), np.empty(select.size)
+    for d in np.unique(degrees).tolist():
+        at = degrees == d
+        unit[at] = memory.node_attention_bytes(1.0, d)
+        per_token[at] = memory.attention_bytes_per_token(d)
+        fwd[at] = table.attention_fwd(d)[select[at]]
+    return saved_compiled(lengths, degrees, firsts, free, unit, per_token, fwd)
 
 
 def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray, expert_parallel: int) -> Stages:

@@ -123,6 +123,8 @@ class CostTable:
         self._distinct, self._inverse = _distinct_sorted(self.lengths)
         self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
         self._totals: dict[int, FloatArray] = {}
+        self._recompute: dict[tuple[int, str, bytes], float] = {}
+        self._attention_fwd: dict[int, FloatArray] = {}
 
     @property
     def num_samples(self) -> int:
@@ -161,6 +163,28 @@ class CostTable:
         fwd = layers * (np.asarray(att.fwd, dtype=np.float64) + self.fit.fwd_slope * per_gpu_tokens)
         bwd = layers * (np.asarray(att.bwd, dtype=np.float64) + self.fit.bwd_slope * per_gpu_tokens)
         return fwd[self._inverse], bwd[self._inverse]
+
+    def attention_fwd(self, degree: int) -> FloatArray:
+        """Forward attention seconds of each sorted sample at ``degree``, one layer: the cost model's
+        per-sample costs (element-wise, computed once per distinct length; cached, read-only)."""
+        if degree not in self._attention_fwd:
+            fwd = np.asarray(self._cost.attention_sample_costs(self._distinct, degree).fwd, dtype=np.float64)
+            out = fwd[self._inverse]
+            out.flags.writeable = False
+            self._attention_fwd[degree] = out
+        return self._attention_fwd[degree]
+
+    def recompute_pass(self, lengths: npt.NDArray[np.generic], degree: int) -> float:
+        """Seconds each GPU of a node of ``degree`` spends recomputing the attention of ``lengths``
+        (in that order), all layers: the cost model's ``recompute_attention`` prologue and compute,
+        memoised per table (shared by :meth:`with_budget` copies) on the exact array, its dtype
+        included, so a repeated node costs a dictionary look-up and the same float."""
+        key = (degree, lengths.dtype.str, lengths.tobytes())
+        value = self._recompute.get(key)
+        if value is None:
+            redo = self._cost.recompute_attention(lengths, degree)
+            value = self._recompute[key] = self._cost.num_layers * (redo.prologue + redo.compute)
+        return value
 
     def overhead(self, degree: int) -> tuple[float, float]:
         """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers."""

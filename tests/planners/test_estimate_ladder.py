@@ -17,11 +17,13 @@ from nspsim.planners.estimate import (
     Stages,
     proxy_load,
     recompute_aware_estimate,
+    recompute_aware_step,
     stage_step,
     static_floor,
     step_estimate,
 )
 from nspsim.planners.lower_bound import lower_bound
+from nspsim.planners.nsp.planner import LOAD_MARGIN
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 from planner_fixtures import batch_of
 
@@ -118,3 +120,19 @@ def test_a_record_refuses_what_no_plan_can_have() -> None:
     with pytest.raises(ValueError, match="finite non-negative"):
         Estimates(**{**good, "chosen_estimate_s": float("nan")})  # type: ignore[arg-type]
     assert Estimates.of({"load_s": 1.0}) is None  # a plan made before the record existed
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(placements())
+def test_a_micro_batch_estimate_never_falls_below_its_load_beyond_the_pruning_margin(
+    case: tuple[str, Context, Placement],
+) -> None:
+    """NSP skips estimating a candidate whose Load reaches the best estimate so far
+    (``nspsim.planners.nsp.planner._better``): sound only if every micro-batch's recompute-aware
+    estimate is at least its Load times 1 - LOAD_MARGIN, the phase-wise (EP) form included."""
+    _, ctx, placement = case
+    for mb in range(placement.num_micro_batches):
+        select = np.flatnonzero(placement.micro_batches == mb)
+        load = ctx.table.evaluate(placement.degrees, placement.firsts, placement.micro_batches == mb).load
+        aware = recompute_aware_step(ctx, select, placement.degrees[select], placement.firsts[select])
+        assert aware >= load * (1 - LOAD_MARGIN)

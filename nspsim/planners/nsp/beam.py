@@ -161,6 +161,70 @@ class Placing:
         return cost, idle, fits
 
 
+@dataclass(frozen=True)
+class Prefix:
+    """The prefix samples of one search as arrays, rows in placement order, columns in layout level
+    order: lengths, per-GPU cost, latency per level, the single-GPU cost after each sample, and for
+    the recompute-aware search the attention bytes kept and recompute pass per GPU and the free bytes
+    (:class:`SampleMemory`; ``attn``/``remat`` ``None`` otherwise)."""
+
+    lengths: IntArray
+    cost: FloatArray
+    latency: FloatArray
+    rest: FloatArray
+    attn: FloatArray | None = None
+    remat: FloatArray | None = None
+    free: float = 0.0
+
+    def placings(self) -> list[Placing]:
+        """The samples as :class:`Placing` items, in order."""
+        return [
+            Placing(
+                int(self.lengths[i]),
+                self.cost[i],
+                self.latency,
+                float(self.rest[i]),
+                None
+                if self.attn is None or self.remat is None
+                else SampleMemory(self.attn[i], self.remat[i], self.free),
+            )
+            for i in range(self.lengths.size)
+        ]
+
+
+@dataclass(frozen=True)
+class Searched:
+    """The final beam: per state (rows) the per-GPU loads and tokens, the idle nodes, and per prefix
+    sample its node's degree and first rank."""
+
+    loads: FloatArray
+    tokens: FloatArray
+    idle: BoolArray
+    degrees: IntArray
+    firsts: IntArray
+
+
+def search_reference(
+    prefix: Prefix, layout: NodeLayout, budget: int, width: int, monotone: bool, lookahead: bool
+) -> Searched | None:
+    """The final beam of placing the ``prefix`` samples in order with :func:`expand` (``None`` when
+    one of them fits no state): the numpy reference the compiled search
+    (:mod:`~nspsim.planners.nsp.beam_kernel`) equals."""
+    num_gpus = int(layout.ranks.size)
+    beam: Beam | None = Beam.empty(num_gpus, layout, track_memory=prefix.attn is not None)
+    for item in prefix.placings():
+        assert beam is not None
+        beam = expand(beam, item, layout, budget, width, monotone, lookahead)
+        if beam is None:
+            return None
+    assert beam is not None
+    pairs = [beam.assignment(s, layout) for s in range(beam.size)]
+    k = prefix.lengths.size
+    degrees = np.array([d for d, _ in pairs], dtype=np.int64).reshape(beam.size, k)
+    firsts = np.array([f for _, f in pairs], dtype=np.int64).reshape(beam.size, k)
+    return Searched(beam.loads, beam.tokens, beam.idle, degrees, firsts)
+
+
 def _block_max(values: FloatArray, layout: NodeLayout) -> FloatArray:
     """(S, nodes): max of ``values`` over every node's ranks; level 2d is the pairwise max of level d."""
     out = np.empty((values.shape[0], layout.size))

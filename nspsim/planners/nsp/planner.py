@@ -41,6 +41,7 @@ one micro-batch when one pass cannot hold the batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -52,12 +53,13 @@ from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_
 from nspsim.planners.estimate import recompute_aware_step, static_floor
 from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import candidate_splits, min_micro_batches, token_split
-from nspsim.planners.nsp.beam import Beam, NodeLayout, Placing, SampleMemory, expand, node_layout
+from nspsim.planners.nsp.beam import NodeLayout, Prefix, Searched, node_layout
+from nspsim.planners.nsp.beam_kernel import search_compiled, warm_search
 from nspsim.planners.nsp.route import Route, candidate_levels
 from nspsim.planners.nsp.tail import TreeStates, complete
 from nspsim.planners.nsp.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
 from nspsim.planners.packing import BUDGET_RTOL
-from nspsim.planners.proxy import PROXIES, CostTable
+from nspsim.planners.proxy import PROXIES, CostTable, FloatArray
 from nspsim.planners.static.planner import pack_single_pass
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
@@ -118,6 +120,7 @@ class NSPPlanner:
 
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route the batch (see the module docstring)."""
+        warm_search()
         started = Stopwatch.start()
         ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
         search = (
@@ -230,16 +233,35 @@ class NSPPlanner:
     ) -> Route | None:
         """The candidate (``beams``, then the static seeds) with the least recompute-aware estimate,
         the first on ties. A seed degree whose Load floor already reaches the best beam's estimate is
-        not packed: the estimate is never below Load (every stage is at least its Load stage, with
-        non-negative recompute and floors), and Load never below the floor."""
-        scored = [(recompute_aware_step(ctx, select, r.degrees, r.firsts), r) for r in beams]
+        not packed, and a candidate whose Load reaches the best estimate so far is not estimated: the
+        estimate is never below Load (every stage is at least its Load stage, with non-negative
+        recompute and floors; :data:`LOAD_MARGIN` covers the rounding of the phase-wise form), and
+        Load never below the floor."""
+        best: tuple[float, Route] | None = None
+        for r in beams:
+            best = _better(ctx, select, r, best)
         if self.seed_static:
-            beaten = min((e for e, _ in scored), default=np.inf)
-            scored += [
-                (recompute_aware_step(ctx, select, r.degrees, r.firsts), r)
-                for r in _static_routes(ctx, select, levels, beaten)
-            ]
-        return min(scored, key=lambda item: item[0], default=(np.inf, None))[1]  # min keeps the first on ties
+            for r in _static_routes(ctx, select, levels, np.inf if best is None else best[0]):
+                best = _better(ctx, select, r, best)
+        return None if best is None else best[1]
+
+
+LOAD_MARGIN = 1e-12
+"""Relative slack of the rule "estimate >= Load" (:func:`_better`): the phase-wise estimate re-adds a
+GPU's attention and non-attention, which can round a few units in the last place below its Load;
+1e-12 is 1000x that (``tests/planners/test_estimate_ladder.py`` checks the rule with this margin)."""
+
+
+def _better(
+    ctx: Context, select: IntArray, route: Route, best: tuple[float, Route] | None
+) -> tuple[float, Route] | None:
+    """``route`` with its recompute-aware estimate if there is no ``best`` yet or the estimate is
+    strictly lower, else ``best``; a route whose Load already reaches ``best`` is not estimated (its
+    estimate cannot be lower, :meth:`NSPPlanner._least_estimate`)."""
+    if best is not None and route.load * (1 - LOAD_MARGIN) >= best[0]:
+        return best
+    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
+    return (estimate, route) if best is None or estimate < best[0] else best
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,13 +302,15 @@ def prefix_share(num_gpus: int) -> float:
     return AUTO_PREFIX_SHARE if num_gpus <= AUTO_WIDE_BEAM_MAX_GPUS else AUTO_PREFIX_SHARE_LARGE
 
 
-def _prefix_memory(ctx: Context, search: CostTable, prefix: IntArray, layout: NodeLayout) -> list[SampleMemory]:
-    """The recompute-aware search's memory side of every prefix sample (:class:`SampleMemory`): at
-    each level, the attention bytes a GPU keeps for it and the recompute pass it runs otherwise, in
-    the search proxy's units (the ``attn-fwd`` ablation never gets here); free bytes are what every
-    GPU has once filled to the routing budget."""
+def _prefix_memory(
+    ctx: Context, search: CostTable, prefix: IntArray, layout: NodeLayout
+) -> tuple[FloatArray, FloatArray, float]:
+    """The recompute-aware search's memory side of the prefix samples (:class:`Prefix` ``attn``,
+    ``remat``, ``free``): at each level, the attention bytes a GPU keeps for a sample and the
+    recompute pass it runs otherwise, in the search proxy's units (the ``attn-fwd`` ablation never
+    gets here); free bytes are what every GPU has once filled to the routing budget."""
     wl = ctx.workload
-    memory, cost = wl.memory, wl.cost
+    memory = wl.memory
     free = memory.activation_capacity - memory.base_bytes(float(search.token_budget))
     distinct, inverse = np.unique(search.lengths[prefix], return_inverse=True)
     attn = np.empty((distinct.size, len(layout.levels)))
@@ -294,25 +318,28 @@ def _prefix_memory(ctx: Context, search: CostTable, prefix: IntArray, layout: No
     for col, d in enumerate(layout.levels):
         for row, length in enumerate(distinct.tolist()):
             attn[row, col] = memory.node_attention_bytes(float(length), d)
-            redo = cost.recompute_attention(np.array([length], dtype=np.int64), d)
-            remat[row, col] = cost.num_layers * (redo.prologue + redo.compute)
-    return [SampleMemory(attn[i], remat[i], free) for i in inverse.tolist()]
+            remat[row, col] = search.recompute_pass(np.array([length], dtype=np.int64), d)
+    return attn[inverse], remat[inverse], free
 
 
-def _placings(
-    search: CostTable, select: IntArray, layout: NodeLayout, k: int, memory: list[SampleMemory] | None = None
-) -> list[Placing]:
-    """Per prefix sample: per-level cost and latency, the remaining single-GPU work after it, and
-    (recompute-aware search) its memory side."""
+def _prefix(
+    search: CostTable, select: IntArray, layout: NodeLayout, k: int, memory: tuple[FloatArray, FloatArray, float] | None
+) -> Prefix:
+    """The first ``k`` selected samples as a :class:`Prefix`: per-level cost and latency, the
+    remaining single-GPU work after each, and (recompute-aware search) their memory side."""
     prefix = select[:k]
     per_level = np.stack([search.total(d)[prefix] for d in layout.levels], axis=1)
     latency = np.array([search.overhead_total(d) for d in layout.levels])
     leaf = search.total(min(layout.levels))[select]
     rest = np.concatenate([np.cumsum(leaf[::-1])[::-1], [0.0]])[1 : k + 1]
-    return [
-        Placing(int(search.lengths[j]), per_level[i], latency, float(rest[i]), None if memory is None else memory[i])
-        for i, j in enumerate(prefix.tolist())
-    ]
+    lengths = search.lengths[prefix].astype(np.int64)
+    if memory is None:
+        return Prefix(lengths, per_level, latency, rest)
+    return Prefix(lengths, per_level, latency, rest, *memory)
+
+
+SEARCH: Callable[[Prefix, NodeLayout, int, int, bool, bool], Searched | None] = search_compiled
+"""The prefix search the planner runs (compiled; the A/B benchmark swaps in the numpy reference)."""
 
 
 def _beam_routes(
@@ -321,20 +348,23 @@ def _beam_routes(
     layout: NodeLayout,
     k: int,
     options: NSPPlanner,
-    memory: list[SampleMemory] | None = None,
+    memory: tuple[FloatArray, FloatArray, float] | None = None,
 ) -> list[Route]:
     """Prefix beam search, greedy tail completion of every surviving state (all at once), then the
     completed token-feasible state with the smallest Load (evaluated in order of max_p C_p, which
     bounds Load from below, until no later state can win)."""
-    beam: Beam | None = Beam.empty(search.tree.num_gpus, layout, track_memory=memory is not None)
     width = beam_width(options.beam_width, search.tree.num_gpus)
-    for item in _placings(search, select, layout, k, memory):
-        assert beam is not None
-        beam = expand(beam, item, layout, search.token_budget, width, options.monotone, options.lookahead)
-        if beam is None:
-            return []
-    assert beam is not None
-    states = TreeStates(beam.loads.copy(), beam.tokens.copy(), ~beam.idle, layout)
+    found = SEARCH(
+        _prefix(search, select, layout, k, memory),
+        layout,
+        search.token_budget,
+        width,
+        options.monotone,
+        options.lookahead,
+    )
+    if found is None:
+        return []
+    states = TreeStates(found.loads.copy(), found.tokens.copy(), ~found.idle, layout)
     tail_deg, tail_first = complete(states, search, select[k:])
     mask = np.zeros(search.num_samples, dtype=bool)
     mask[select] = True
@@ -346,11 +376,10 @@ def _beam_routes(
             continue
         if best is not None and critical[s] >= best.load:
             break  # Load >= max_p C_p: no later state can win
-        pre_deg, pre_first = beam.assignment(s, layout)
         degrees = np.zeros(search.num_samples, dtype=np.int64)
         firsts = np.zeros(search.num_samples, dtype=np.int64)
-        degrees[select] = np.concatenate([pre_deg, tail_deg[s]])
-        firsts[select] = np.concatenate([pre_first, tail_first[s]])
+        degrees[select] = np.concatenate([found.degrees[s], tail_deg[s]])
+        firsts[select] = np.concatenate([found.firsts[s], tail_first[s]])
         load = search.evaluate(degrees, firsts, mask).load
         if best is None or load < best.load:
             best = Route(degrees[select], firsts[select], load, "beam")

@@ -1,0 +1,114 @@
+"""A/B in one process: NSP's routing with its compiled and pruned paths against the numpy reference
+paths they replaced (issue 26 item 2), per Figure 7 configuration (both Qwen3 MoE models on 64 GPUs x
+192K / 384K x wikipedia, code, commoncrawl; 2M-token batches) plus Qwen3-30B-A3B with 4M-token batches
+(memory-bound at 64 H100s); 5 batches each, the two sides alternating per batch. Prints CPU
+milliseconds of routing (``planning_cpu_s``) per configuration, median and max of each side, and
+whether every plan is identical (content hash and chosen estimate).
+
+    python benchmarks/nsp_speed_ab.py [batches]
+
+Results: benchmarks/results/nsp_speed.md.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+from typing import Any
+
+import nspsim.planners.estimate as estimate
+import nspsim.planners.nsp.planner as nsp_planner
+from nspsim.execution.recompute import saved_samples
+from nspsim.planners import get_planner
+from nspsim.planners.estimate import recompute_aware_step
+from nspsim.planners.nsp.beam import search_reference
+from nspsim.planners.nsp.beam_kernel import search_compiled
+from nspsim.planners.proxy import CostTable
+from nspsim.workload import WorkloadConfig, build_workload
+
+MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-235b"))
+TRACES = ("wikipedia", "code", "commoncrawl")
+
+
+def _estimate_every_candidate(ctx: Any, select: Any, route: Any, best: Any) -> Any:
+    """The reference of ``_better``: every candidate estimated (no Load pruning), as before."""
+    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
+    return (estimate, route) if best is None or estimate < best[0] else best
+
+
+def _recompute_pass_unmemoised(self: CostTable, lengths: Any, degree: int) -> float:
+    """The reference of ``CostTable.recompute_pass``: the cost model asked every time, as before."""
+    redo = self._cost.recompute_attention(lengths, degree)
+    return float(self._cost.num_layers * (redo.prologue + redo.compute))
+
+
+def _saved_numpy(table: CostTable, memory: Any, select: Any, lengths: Any, degrees: Any, firsts: Any, free: Any) -> Any:
+    """The reference of ``estimate._saved``: the executor's numpy marking, as before."""
+    return saved_samples(lengths, degrees, firsts, free, memory, table._cost)
+
+
+FAST = (search_compiled, nsp_planner._better, CostTable.recompute_pass, estimate._saved)
+REFERENCE = (search_reference, _estimate_every_candidate, _recompute_pass_unmemoised, _saved_numpy)
+
+
+def use(fast: bool) -> None:
+    """Route every swapped path of the planner to its fast form or to its reference (the code before)."""
+    search, better, recompute_pass, saved = FAST if fast else REFERENCE
+    estimate._saved = saved
+    nsp_planner.SEARCH = search
+    nsp_planner._better = better  # type: ignore[assignment]
+    CostTable.recompute_pass = recompute_pass  # type: ignore[method-assign]
+
+
+def configurations() -> list[tuple[str, WorkloadConfig]]:
+    """Figure 7's 12 configurations, then the 4M-token Qwen3-30B-A3B batches."""
+    out = []
+    for model, cluster, training in MODELS:
+        for context in (192 * 1024, 384 * 1024):
+            for trace in TRACES:
+                cfg = WorkloadConfig(model=model, cluster=cluster, training=training, max_context=context, trace=trace)
+                out.append((f"{model} {context // 1024}K {trace}", cfg))
+    for trace in TRACES:
+        out.append((f"qwen3-30b-a3b 4M-token 192K {trace}", WorkloadConfig(tokens_per_batch=4 * 1024**2, trace=trace)))
+    return out
+
+
+def main(batches: int = 5, only: str = "") -> None:
+    """Plan every batch both ways, alternating which goes first, and print one row per configuration."""
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    print("| configuration | batches | identical | before median / max ms | after median / max ms | ratio |")
+    print("|---|---|---|---|---|---|")
+    planner = get_planner("nsp")
+    every: dict[str, list[float]] = {"before": [], "after": []}
+    for label, cfg in configurations():
+        if only not in label:
+            continue
+        wl = build_workload(cfg)
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        same = 0
+        for index in range(batches):
+            batch = wl.sampler.batch(index)
+            result = {}
+            order = ("before", "after") if index % 2 == 0 else ("after", "before")
+            for side in order:
+                use(side == "after")
+                plan = planner.plan(batch, wl)
+                times[side].append(1e3 * float(plan.metadata["planning_cpu_s"]))
+                result[side] = (plan.content_hash, plan.estimates)
+            same += result["before"] == result["after"]
+        use(True)
+        b, a = times["before"], times["after"]
+        every["before"] += b
+        every["after"] += a
+        print(
+            f"| {label} | {batches} | {same} | {statistics.median(b):.1f} / {max(b):.1f} | "
+            f"{statistics.median(a):.1f} / {max(a):.1f} | {statistics.median(b) / statistics.median(a):.1f}x |",
+            flush=True,
+        )
+    print(f"# load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5, sys.argv[2] if len(sys.argv) > 2 else "")
