@@ -118,4 +118,3 @@ def summarise(samples: Sequence[dict[str, Any]], *, busy_ranks: int, cores: int 
     mhz = [s["mhz"] for s in samples if s.get("mhz") is not None]
     out["mhz_min"], out["mhz_max"] = (min(mhz), max(mhz)) if mhz else (None, None)
     return out
-
