@@ -103,8 +103,8 @@ def steal_share(a: dict[str, Any], b: dict[str, Any]) -> float | None:
 
 def summarise(samples: Sequence[dict[str, Any]], *, busy_ranks: int, cores: int | None = None) -> dict[str, Any]:
     """What ``samples`` (snapshots in time order, taken while ``busy_ranks`` ranks computed) say:
-    the steal share over the whole span and the worst between consecutive samples, the median and
-    maximum foreign load per core (``(load1 - busy_ranks) / cores``, at least 0), the CPU frequency's
+    the steal share over the whole span and the worst between consecutive samples, the median load
+    average, the median and maximum foreign load per core (``(load1 - busy_ranks) / cores``, at least 0), the CPU frequency's
     range, and how many samples; ``None`` for what no sample could read."""
     cores = cores or os.cpu_count() or 1
     out: dict[str, Any] = {"samples": len(samples), "busy_ranks": busy_ranks, "cores": cores}
@@ -112,6 +112,8 @@ def summarise(samples: Sequence[dict[str, Any]], *, busy_ranks: int, cores: int 
     steps = [steal_share(a, b) for a, b in zip(samples, samples[1:], strict=False)]
     known = [s for s in steps if s is not None]
     out["steal_max"] = max(known) if known else None
+    raw = sorted(s["load1"] for s in samples if s.get("load1") is not None)
+    out["load1"] = raw[len(raw) // 2] if raw else None
     loads = sorted(max(s["load1"] - busy_ranks, 0.0) / cores for s in samples if s.get("load1") is not None)
     out["foreign_load"] = loads[len(loads) // 2] if loads else None
     out["foreign_load_max"] = loads[-1] if loads else None

@@ -12,10 +12,11 @@ records, same predictions from the same profile), then the reference again, whic
 next block. Rank 0 takes a machine snapshot (:mod:`nspsim_runtime.machine`) at every reference and
 writes ``{"blocks": [...], "references": [...], "machine": [...]}``.
 
-Why one group rather than a launch per block: a launch of ``nspsim_runtime.run`` with 2 ranks costs
-~10 s on the 2-core development VM before its first step (imports, rendezvous, model build, plans),
-and a relaunched case needs its warm-up step again (1-3 s), against 1-3 s of measured step: a
-11-case suite in 3 rounds would spend ~5 minutes launching instead of ~10 s. Trade-off: the cases
+Why one group rather than a launch per block: a launch of ``nspsim_runtime.run`` with 2 ranks cost
+8.1 s on the 2-core development VM from the plan file to the first reference (imports, rendezvous,
+model builds, plans of two tiny cases; measured with the machine busy), and a relaunched case needs
+its warm-up step again (1-3 s for the suites' cases), against 1-3 s of measured step: an 11-case
+suite in 3 measured rounds would spend ~5 minutes launching instead of ~10 s. Trade-off: the cases
 share a process, so one allocator, thread pool and cache see every strategy in turn (each case
 still drops its own first step as warm-up), and a case that fails mid-run ends the whole group
 (cases the train options would refuse are refused before the launch, ``precheck_case``).

@@ -52,7 +52,7 @@ def test_steal_share_and_machine_summary() -> None:
     got = machine_summary([a, b, c], busy_ranks=2, cores=2)
     assert got["steal"] == pytest.approx(70 / 400) and got["steal_max"] == pytest.approx(0.25)
     assert got["foreign_load"] == pytest.approx(0.25) and got["foreign_load_max"] == pytest.approx(0.5)  # (l-2)/2
-    assert (got["mhz_min"], got["mhz_max"]) == (2400.0, 2600.0) and got["samples"] == 3
+    assert (got["mhz_min"], got["mhz_max"]) == (2400.0, 2600.0) and got["samples"] == 3 and got["load1"] == 2.5
 
 
 def test_speed_factors_and_corrected_error_hand_computed() -> None:
