@@ -104,8 +104,8 @@ def steal_share(a: dict[str, Any], b: dict[str, Any]) -> float | None:
 def summarise(samples: Sequence[dict[str, Any]], *, busy_ranks: int, cores: int | None = None) -> dict[str, Any]:
     """What ``samples`` (snapshots in time order, taken while ``busy_ranks`` ranks computed) say:
     the steal share over the whole span and the worst between consecutive samples, the median load
-    average, the median and maximum foreign load per core (``(load1 - busy_ranks) / cores``, at least 0), the CPU frequency's
-    range, and how many samples; ``None`` for what no sample could read."""
+    average, the median and maximum foreign load per core (``(load1 - busy_ranks) / cores``, at
+    least 0), the CPU frequency's range, and how many samples; ``None`` for what no sample could read."""
     cores = cores or os.cpu_count() or 1
     out: dict[str, Any] = {"samples": len(samples), "busy_ranks": busy_ranks, "cores": cores}
     out["steal"] = steal_share(samples[0], samples[-1]) if len(samples) > 1 else None
