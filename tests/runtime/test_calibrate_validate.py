@@ -171,6 +171,8 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
         (["nspsim_runtime.validate", "--max-mape", "-1"], "argument --max-mape: must be a positive finite number"),
         (["nspsim_runtime.validate", "--max-mape", "inf"], "argument --max-mape: must be a positive finite number"),
         (["nspsim_runtime.validate", "-o", ""], "-o: the output folder is empty"),
+        (["nspsim_runtime.validate", "--block-steps", "0"], "--block-steps must be at least 1"),
+        (["nspsim_runtime.validate", "--seed", "-1"], "--seed must be an integer from 0 to 2**32 - 1"),
         (
             ["nspsim_runtime.run", "--nproc-per-node", "0", "-m", "nspsim_runtime.train"],
             "--nproc-per-node must be at least 1",
