@@ -6,7 +6,10 @@ length and heads per rank, non-attention and head time by tokens, the optimizer,
 ring-hop / all-gather / reduce-scatter per group size, the overlap slowdown, real executor steps
 whose time beyond the isolated tables becomes ``micro_batch_s`` and a per-token layer cost), fits it
 (:mod:`nspsim_runtime.calibration.fit`) and writes a version-2 nspsim cost profile with its provenance (host,
-CPU, torch, threads, ranks, date, command). Compute figures are the mean over ranks of each rank's
+CPU, torch, threads, ranks, date, command) and how fast the machine was while measured: the speed
+reference (:mod:`nspsim_runtime.calibration.reference`) taken before, between and after the phases,
+and the load, steal and CPU frequency before and during (:mod:`nspsim_runtime.machine`), which
+``nspsim_runtime.validate`` compares its own runs with. Compute figures are the mean over ranks of each rank's
 median; collective figures the slowest rank's (a collective ends when its last member does).
 
 Use the profile wherever a cost profile is accepted: ``nspsim_runtime.train --profile``, ``nspsim
@@ -39,9 +42,12 @@ from nspsim.specs.hf import resolve_model
 from nspsim.specs.model import MODEL_PRESETS
 from nspsim_runtime.calibration.fit import LinkMeasurement, Measurements, build_profile, lockstep_table
 from nspsim_runtime.calibration.measure import CalibrationConfig, calibrate_rank
+from nspsim_runtime.calibration.reference import reference_summary
 from nspsim_runtime.cli import EXIT_USAGE, exit_on_interrupt, fail
 from nspsim_runtime.kernels import select_kernel
 from nspsim_runtime.launch import LaunchError, RankEnv, run_ranks
+from nspsim_runtime.machine import snapshot
+from nspsim_runtime.machine import summarise as machine_summary
 
 PROG = "nspsim_runtime.calibrate"
 MAX_RANKS = 8
@@ -89,6 +95,16 @@ def provenance(args: Any, argv: list[str]) -> dict[str, Any]:
         "kernel": args.kernel,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python -m nspsim_runtime.calibrate", *argv]),
+    }
+
+
+def drift_provenance(rank0: dict[str, Any], before: dict[str, Any], ranks: int) -> dict[str, Any]:
+    """The provenance of how fast the machine was: the speed reference's samples and median (what a
+    validation scales its predictions by), and the machine before (idle) and during the measurements."""
+    during = rank0["machine"]
+    return {
+        "speed_reference": reference_summary(rank0["speed_reference"]),
+        "machine": {"before": before, "during": machine_summary(during, busy_ranks=ranks), "samples": during},
     }
 
 
@@ -216,7 +232,18 @@ def summary(profile: dict[str, Any]) -> str:
     lines.append(f"  overlap slowdown {profile['overlap_slowdown']:.2f}x (recorded, not applied)")
     curve = ", ".join(f"{n} at once {s:.2f}x" for n, s in profile["fit"]["sharing_curve"].items())
     lines.append(f"  core sharing: {curve} -> {profile['host_cores']:.2f} cores")
+    ref, machine = profile["provenance"].get("speed_reference"), profile["provenance"].get("machine")
+    if ref and machine:
+        during = machine["during"]
+        lines.append(
+            f"  speed reference {ref['median_s'] * 1e3:.1f} ms, moved {ref['drift']:.0%} during calibration; "
+            f"steal {_share(during['steal'])}, foreign load {_share(during['foreign_load'])} per core"
+        )
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -230,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     exit_on_interrupt(PROG)  # Ctrl-C during the measurements: one line, status 130
     cfg = CalibrationConfig(model=args.model, kernel=args.kernel, quick=args.quick)
     started = time.perf_counter()
+    before = snapshot()
     print(f"{PROG}: measuring on {args.ranks} rank(s) at once ...", file=sys.stderr, flush=True)
     # ranks wait at a barrier while rank 0 measures kernels alone (a minute or more): a long group timeout
     try:
@@ -239,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     name = args.name or f"{CLUSTER}-{args.ranks}ranks-{args.model}"
     profile = build_profile(combine(results, args.model), name=name, provenance=provenance(args, argv), cluster=CLUSTER)
     profile["provenance"]["wall_s"] = round(time.perf_counter() - started, 1)
+    profile["provenance"].update(drift_provenance(results[0], before, args.ranks))
     parse_profile(profile, name)  # what we write must load
     text = json.dumps(profile, indent=1)
     if args.output is None:

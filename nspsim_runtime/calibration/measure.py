@@ -16,6 +16,8 @@ collectives. Each rank returns median seconds per point; the caller averages the
 * overlap: one decoder layer's forward with an all-to-all in flight against alone;
 * lockstep: how long ranks that ran equal work wait for each other at a collective
   (:mod:`nspsim_runtime.calibration.lockstep`);
+* speed reference and machine: :mod:`nspsim_runtime.calibration.reference` and a load / steal /
+  frequency snapshot (:mod:`nspsim_runtime.machine`) before, between and after the phases;
 * executor: real executor steps minus their kernels and SP waits (:mod:`nspsim_runtime.calibration.executor_steps`),
   what the executor itself adds beyond the isolated layer and head tables.
 
@@ -42,8 +44,10 @@ from nspsim_runtime.calibration.executor_steps import barrier, executor_times
 from nspsim_runtime.calibration.fit import LinkMeasurement
 from nspsim_runtime.calibration.lockstep import lockstep_waits
 from nspsim_runtime.calibration.mix import kernel_mix, pass_through
+from nspsim_runtime.calibration.reference import SpeedReference
 from nspsim_runtime.kernels import Segments, select_kernel
 from nspsim_runtime.launch import RankEnv
+from nspsim_runtime.machine import snapshot
 from nspsim_runtime.model import DecoderLayer, DecoderLM, fsdp_shard
 
 ATTN_LENGTHS = (64, 256, 1024, 4096, 8192)
@@ -327,20 +331,36 @@ def sharing_curve(spec: ModelSpec, env: RankEnv, quick: bool, kernel_name: str =
 def calibrate_rank(env: RankEnv, cfg: CalibrationConfig) -> dict[str, Any]:
     """Every measurement of one rank (called on all ranks at once by :func:`nspsim_runtime.launch.run_ranks`):
     kernels and layers with every rank busy at once, the sharing curve, the optimizer, control
-    traffic and collectives."""
+    traffic and collectives; the speed reference (:mod:`nspsim_runtime.calibration.reference`) and a
+    machine snapshot (:mod:`nspsim_runtime.machine`, rank 0) before, between and after the phases."""
     torch.set_num_threads(cfg.threads)
     pin_to_core(env.rank, env.world)  # as nspsim_runtime.train pins its ranks (nspsim_runtime.affinity)
     spec = resolve_model(cfg.model)
     started = time.perf_counter()
+    reference = SpeedReference(spec, cfg.kernel)
+    machine: list[dict[str, Any]] = []
+
+    def checkpoint() -> None:  # the speed reference (every rank) and the machine (rank 0) between phases
+        reference.measure()
+        if env.rank == 0:
+            machine.append(snapshot())
+
+    checkpoint()
     result: dict[str, Any] = {"attention": attention_times(spec, cfg, env.world)}
+    checkpoint()
     result["layers"] = layer_times(spec, cfg)
-    barrier()
+    checkpoint()
     result["sharing"] = sharing_curve(spec, env, cfg.quick, cfg.kernel)
     result["optimizer_s"] = optimizer_time(spec, env)
     result["step_s"] = step_overhead(env)
     result["links"] = link_times(env, cfg.quick) if env.world > 1 else []
+    checkpoint()
     result["overlap_slowdown"] = overlap_slowdown(spec, env, cfg.quick)
     result["lockstep"] = lockstep_waits(spec, env, cfg.quick, cfg.kernel)
+    checkpoint()
     result["executor"] = executor_times(spec, env, model=cfg.model, kernel=cfg.kernel, quick=cfg.quick)
+    checkpoint()
+    result["speed_reference"] = reference.samples
+    result["machine"] = machine
     result["wall_s"] = time.perf_counter() - started
     return result

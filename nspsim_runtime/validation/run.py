@@ -1,33 +1,41 @@
-"""Run one validation case through the real runtime and read back what it measured and predicted.
+"""Run a rank count's validation cases through the real runtime, interleaved, and read back what they
+measured and predicted.
 
-A case is one ``python -m nspsim_runtime.run --standalone --nproc-per-node N -m nspsim_runtime.train ...
---profile P --records F --plan-ahead all`` subprocess (the path a user runs; its own process start-up is outside
-the step
-times, and every batch is planned before the first step, so that no planner shares the cores with a
-measured step: the simulator predicts execution, and planning time is recorded apart). Each
-step's prediction is the simulator's, made by ``nspsim_runtime.train`` itself for the plan it executed with
-the same profile (:mod:`nspsim_runtime.prediction`: executed recompute marks, the simulation mode matching
-``--lookahead``); the first :data:`~nspsim_runtime.validation.cases.WARMUP_STEPS` steps are left out.
-Trade-off: one subprocess per case costs ~10 s of start-up, but nothing of the validator's own state
-(threads, allocator, imported modules) can leak into what is measured.
+The cases of one rank count run in one ``python -m nspsim_runtime.run --standalone --nproc-per-node N
+-m nspsim_runtime.validation.worker PLAN`` process group (:mod:`nspsim_runtime.validation.worker`: why one
+group, and its measured cost), in rounds of blocks shuffled with ``--seed``
+(:mod:`nspsim_runtime.validation.rounds`), a speed reference between consecutive blocks. Each case
+writes the records ``nspsim_runtime.train --records`` writes, with every batch planned before the
+first step (``--plan-ahead all``: no planner shares the cores with a measured step). Each step's
+prediction is the simulator's, made in the run for the plan it executed with the same profile
+(:mod:`nspsim_runtime.prediction`); the first :data:`~nspsim_runtime.validation.cases.WARMUP_STEPS`
+steps of a case are left out. With a profile that carries a calibration speed reference, each step
+also gets its block's speed factor (:mod:`nspsim_runtime.validation.drift`). Trade-off: one process
+group for all cases saves a ~10 s launch per case and lets rounds interleave them, but a case that
+fails mid-run fails the group's remaining cases with it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nspsim.cost.profile import load_profile
 from nspsim.jsonfile import read_json
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim_runtime.report import load_step_records
 from nspsim_runtime.validation.cases import WARMUP_STEPS, Case
+from nspsim_runtime.validation.drift import case_drift, step_factors
+from nspsim_runtime.validation.rounds import schedule
 from nspsim_runtime.validation.stats import CaseResult
 
 ANALYTIC = "analytic"
@@ -43,27 +51,88 @@ def slug(case: Case, index: int) -> str:
     return f"{index:02d}-" + re.sub(r"[^A-Za-z0-9]+", "-", case.name).strip("-")
 
 
-def run_case(case: Case, index: int, profile: str, out_dir: Path, timeout_s: float) -> CaseResult:
-    """Run ``case`` and return its :class:`CaseResult`; :class:`CaseFailed` with the reason otherwise."""
-    records = out_dir / f"{slug(case, index)}.jsonl"
-    log = records.with_suffix(".log")
+@dataclass(frozen=True, kw_only=True)
+class GroupOutcome:
+    """What a group of cases gave: results, failures, its blocks, references and machine snapshots."""
+
+    results: list[CaseResult]
+    failed: dict[str, str]
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    references: list[list[float]] = field(default_factory=list)
+    machine: list[dict[str, Any]] = field(default_factory=list)
+
+
+def calibration_reference(profile: str) -> tuple[float | None, str, str]:
+    """The profile's calibration speed reference in seconds (``None`` if it has none: an older profile
+    or ``analytic``), and the model and kernel the reference must time to compare with it."""
+    if profile == ANALYTIC:
+        return None, "tiny", "auto"
+    loaded = load_profile(profile)
+    ref = loaded.provenance.get("speed_reference")
+    median = ref.get("median_s") if isinstance(ref, dict) else None
+    model, kernel = loaded.model or "tiny", str(loaded.provenance.get("kernel", "auto"))
+    if isinstance(median, (int, float)) and not isinstance(median, bool) and 0 < median < math.inf:
+        return float(median), model, kernel
+    return None, model, kernel
+
+
+def run_group(
+    cases: list[tuple[int, Case]], profile: str, out_dir: Path, timeout_s: float, *, seed: int, block_steps: int
+) -> GroupOutcome:
+    """Run ``cases`` (``(index, case)``, all at one rank count) interleaved in one process group
+    (module docstring); a case whose records are missing or unusable is in ``failed``, and when the
+    group itself fails every case is, with the group's reason."""
+    ranks = cases[0][1].ranks
+    calibration_s, model, kernel = calibration_reference(profile)
+    rounds = schedule([c.steps for _, c in cases], block_steps=block_steps, warmup=WARMUP_STEPS, seed=seed)
+    records = [out_dir / f"{slug(case, i)}.jsonl" for i, case in cases]
+    extra = ["--profile", profile] if profile != ANALYTIC else []
+    blocks_path = out_dir / f"blocks-{ranks}ranks.json"
+    plan = {
+        "cases": [
+            {"train_args": [*case.train_args(), *extra, "--records", str(rec)]}
+            for (_, case), rec in zip(cases, records, strict=True)
+        ],
+        "schedule": [[[b.case, b.first, b.count, b.warmup] for b in members] for members in rounds],
+        "reference_model": model,
+        "reference_kernel": kernel,
+        "blocks": str(blocks_path),
+        "comm_timeout_s": timeout_s,
+    }
+    plan_path = out_dir / f"plan-{ranks}ranks.json"
+    plan_path.write_text(json.dumps(plan, indent=1))
+    log = out_dir / f"group-{ranks}ranks.log"
     cmd = [
-        sys.executable, "-m", "nspsim_runtime.run", "--standalone", "--nproc-per-node", str(case.ranks),
-        "-m", "nspsim_runtime.train", *case.train_args(), "--records", str(records),
+        sys.executable, "-m", "nspsim_runtime.run", "--standalone", "--nproc-per-node", str(ranks),
+        "-m", "nspsim_runtime.validation.worker", str(plan_path),
     ]  # fmt: skip
-    if profile != ANALYTIC:
-        cmd += ["--profile", profile]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    total_s = timeout_s * len(cases)
+    blocks_path.unlink(missing_ok=True)
     try:
         with log.open("w") as sink:
-            done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s, env=env, check=False)
+            done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=total_s, env=env, check=False)
+        why = None if done.returncode == 0 else f"exited {done.returncode}: {_last_error(log)} (log: {log})"
     except subprocess.TimeoutExpired:
-        raise CaseFailed(f"case {case.name}: nspsim_runtime.train ran past {timeout_s:.0f} s (log: {log})") from None
-    if done.returncode != 0:
-        raise CaseFailed(
-            f"case {case.name}: nspsim_runtime.train exited {done.returncode}: {_last_error(log)} (log: {log})"
-        )
-    return read_case(case, records)
+        why = f"ran past {total_s:.0f} s ({len(cases)} cases x --case-timeout; log: {log})"
+    if why is not None or not blocks_path.exists():
+        reason = f"the {ranks}-rank group " + (why or f"wrote no {blocks_path.name} (log: {log})")
+        return GroupOutcome(results=[], failed={case.name: reason for _, case in cases})
+    written = read_json(blocks_path, "validation blocks")
+    outcome = GroupOutcome(
+        results=[], failed={}, blocks=written["blocks"], references=written["references"], machine=written["machine"]
+    )
+    for number, ((_, case), rec) in enumerate(zip(cases, records, strict=True)):
+        try:
+            result = read_case(case, rec)
+        except (CaseFailed, ValueError) as exc:
+            outcome.failed[case.name] = str(exc)
+            continue
+        mine = [b for b in outcome.blocks if b["case"] == number]
+        steps = [WARMUP_STEPS + i for i in range(len(result.measured_s))]
+        factors = step_factors(mine, steps, calibration_s) if calibration_s is not None else ()
+        outcome.results.append(replace(result, speed_factors=factors, reference_drift=case_drift(mine)))
+    return outcome
 
 
 def precheck_case(case: Case, profile: str | None) -> None:
@@ -85,9 +154,9 @@ def precheck_case(case: Case, profile: str | None) -> None:
 
 def _last_error(log: Path) -> str:
     text = log.read_text(errors="replace").splitlines()
-    lines = [ln for ln in text if ln.startswith("nspsim_runtime.train") and "error" in ln] or [
-        ln for ln in text if "error" in ln.lower()
-    ]
+    lines = [
+        ln for ln in text if ln.startswith(("nspsim_runtime.train", "nspsim_runtime.validation")) and "error" in ln
+    ] or [ln for ln in text if "error" in ln.lower()]
     return lines[-1].strip()[:300] if lines else "no error line in its output"
 
 

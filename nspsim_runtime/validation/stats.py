@@ -6,7 +6,10 @@ predictions of the same steps; the error is signed, ``(predicted - measured) / m
 per-category error is ``(predicted - measured) / measured step`` for every breakdown category, so
 categories add up to the step's error.
 
-Overall: MAPE (mean absolute error), the maximum and the geometric mean of the absolute errors.
+Overall: MAPE (mean absolute error), the maximum and the geometric mean of the absolute errors; with
+speed factors (:mod:`nspsim_runtime.validation.drift`) also each case's corrected prediction and error
+and the corrected MAPE, beside the raw ones. Pairs and Kendall's tau use the raw predictions (the
+cases of a suite run interleaved, so a drift scales every strategy's blocks alike).
 
 Order: two cases *on the same batches* (same trace, model, sizes, seed, steps and ranks; different
 strategies) are *resolved* when their measured means differ by more than two standard errors of the
@@ -33,6 +36,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau
 
+from nspsim_runtime.validation.drift import DRIFT_FLAG, corrected_mean
+
 
 @dataclass(frozen=True, kw_only=True)
 class CaseResult:
@@ -47,10 +52,35 @@ class CaseResult:
     measured_breakdown_s: dict[str, float] = field(default_factory=dict)  # mean per category
     predicted_breakdown_s: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    speed_factors: tuple[float, ...] = ()  # per step, the machine's speed against calibration (empty: unknown)
+    reference_drift: float | None = None  # the largest move of the speed reference within a block of the case
 
     def __post_init__(self) -> None:
         if len(self.measured_s) != len(self.predicted_s) or not self.measured_s:
             raise ValueError(f"case {self.label}: needs one prediction per measured step and at least one step")
+        if self.speed_factors and len(self.speed_factors) != len(self.measured_s):
+            raise ValueError(f"case {self.label}: needs one speed factor per measured step or none")
+
+    @property
+    def speed_factor(self) -> float | None:
+        """Mean speed factor over the steps (:mod:`nspsim_runtime.validation.drift`), ``None`` if unknown."""
+        return float(np.mean(self.speed_factors)) if self.speed_factors else None
+
+    @property
+    def corrected_predicted_step_s(self) -> float | None:
+        """Mean prediction with each step scaled by its speed factor (``None`` without factors)."""
+        return corrected_mean(self.predicted_s, self.speed_factors) if self.speed_factors else None
+
+    @property
+    def corrected_error(self) -> float | None:
+        """Signed relative error of the corrected prediction (``None`` without factors)."""
+        c = self.corrected_predicted_step_s
+        return None if c is None else (c - self.measured_step_s) / self.measured_step_s
+
+    @property
+    def flagged(self) -> bool:
+        """The speed reference moved more than :data:`~nspsim_runtime.validation.drift.DRIFT_FLAG` within a block."""
+        return self.reference_drift is not None and self.reference_drift > DRIFT_FLAG
 
     @property
     def measured_step_s(self) -> float:
@@ -96,6 +126,12 @@ class CaseResult:
             "measured_breakdown_s": self.measured_breakdown_s,
             "predicted_breakdown_s": self.predicted_breakdown_s,
             "note": self.note,
+            "speed_factor": self.speed_factor,
+            "corrected_predicted_step_s": self.corrected_predicted_step_s,
+            "corrected_error": self.corrected_error,
+            "speed_factors": list(self.speed_factors),
+            "reference_drift": self.reference_drift,
+            "drift_flagged": self.flagged,
         }
 
 
@@ -144,6 +180,7 @@ class Summary:
     geomean_abs_error: float
     pairs: tuple[PairResult, ...]
     kendall_tau: float | None
+    corrected_mape: float | None = None  # MAPE of the speed-corrected predictions (None: some case has no factors)
 
     @property
     def pairs_resolved(self) -> int:
@@ -164,6 +201,7 @@ class Summary:
             "pairs_resolved": self.pairs_resolved,
             "pairs_agree": self.pairs_agree,
             "kendall_tau": self.kendall_tau,
+            "corrected_mape": self.corrected_mape,
             "pairs": [{**p.__dict__, "resolved": p.resolved, "agrees": p.agrees} for p in self.pairs],
         }
 
@@ -173,6 +211,7 @@ def summarise(cases: Sequence[CaseResult]) -> Summary:
     if not cases:
         raise ValueError("no case has a prediction to compare")
     errors = np.abs([c.error for c in cases])
+    known = [e for e in (c.corrected_error for c in cases) if e is not None]
     groups: dict[tuple[Any, ...], list[CaseResult]] = {}
     for c in cases:
         groups.setdefault(c.batches, []).append(c)
@@ -194,4 +233,5 @@ def summarise(cases: Sequence[CaseResult]) -> Summary:
         geomean_abs_error=float(np.exp(np.mean(np.log(np.maximum(errors, 1e-12))))),
         pairs=tuple(pairs),
         kendall_tau=sum(t * w for t, w in taus) / weight if weight else None,
+        corrected_mape=float(np.mean([abs(e) for e in known])) if len(known) == len(cases) else None,
     )

@@ -36,6 +36,9 @@ def test_calibration_writes_a_profile_with_provenance(profile: Path) -> None:
     prov = data["provenance"]
     assert prov["ranks"] == 2 and prov["threads"] == 1 and prov["torch"] and prov["date"] and prov["host"]
     assert "nspsim_runtime.calibrate" in prov["command"]
+    ref = prov["speed_reference"]  # issue 28: how fast the machine was while calibrated
+    assert len(ref["samples"]) == 6 and ref["median_s"] > 0 and ref["drift"] >= 0 and ref["tokens"] == 512
+    assert prov["machine"]["during"]["samples"] == 6 and "load1" in prov["machine"]["before"]
     assert set(data["collectives"]) == {"alltoall", "p2p", "allgather", "reduce_scatter"}
     assert set(data["attn_fwd_flops_by_heads"]) == {"8", "4"}  # heads per rank at degrees 1 and 2
     assert set(data["lockstep_wait_by_size"]) == {"2"}
@@ -49,9 +52,11 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
     spec = {"ranks": 2, "steps": 3, "tokens_per_batch": "2k", "max_context": "1k", "trace": "code"}
     cases.write_text(json.dumps([{**spec, "planner": "static:degree=2"}, {**spec, "planner": "static:degree=1"}]))
     out = tmp_path / "v"
-    done = _run("nspsim_runtime.validate", "--cases", str(cases), "--profile", str(profile), "-o", str(out), "--json")
+    done = _run("nspsim_runtime.validate", "--cases", str(cases), "--profile", str(profile), "-o", str(out), "--json",
+                "--seed", "7")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
+    _check_drift_fields(result, out)
     for key in ("cases", "mape", "max_abs_error", "geomean_abs_error", "pairs_resolved", "pairs_agree",
                 "kendall_tau", "profile"):  # fmt: skip
         assert key in result
@@ -91,7 +96,35 @@ def test_validation_runs_a_case_and_reports_its_error(profile: Path, tmp_path: P
     one.write_text(json.dumps([{**spec, "planner": "static:degree=2"}]))
     limit = _run("nspsim_runtime.validate", "--cases", str(one), "--profile", str(profile), "-o", str(out / "w"),
                  "--max-mape", "1e-9")  # fmt: skip
-    assert limit.returncode == 1 and "above --max-mape" in limit.stderr
+    assert limit.returncode in (1, 4) and "above --max-mape" in limit.stderr  # 4: this busy machine moved
+    cause = "the model is wrong" if limit.returncode == 1 else "the machine moved"
+    assert cause in limit.stderr and limit.stdout.startswith(f"verdict: {cause}")  # the cause comes first
+
+
+def _check_drift_fields(result: dict, out: Path) -> None:
+    """Issue 28: the verdict first, raw and speed-corrected side by side, the rounds and the machine."""
+    assert next(iter(result)) == "verdict" and result["verdict"]["line"].startswith("verdict: ")
+    assert result["verdict"]["status"] in ("machine", "steady") and result["seed"] == 7
+    assert json.loads((out / "validation.config.json").read_text())["seed"] == 7
+    for case in result["cases"]:
+        assert case["speed_factor"] > 0 and len(case["speed_factors"]) == case["steps"]
+        assert case["corrected_predicted_step_s"] == pytest.approx(
+            sum(p * f for p, f in zip(case["predicted_steps_s"], case["speed_factors"], strict=True)) / case["steps"]
+        )
+        assert case["corrected_error"] == pytest.approx(
+            (case["corrected_predicted_step_s"] - case["measured_step_s"]) / case["measured_step_s"]
+        )
+        assert case["reference_drift"] >= 0 and isinstance(case["drift_flagged"], bool)
+    assert result["corrected_mape"] == pytest.approx(sum(abs(c["corrected_error"]) for c in result["cases"]) / 2)
+    drift = result["drift"]
+    blocks = drift["rounds"]["2"]
+    assert sorted((b["case"], b["first"]) for b in blocks) == [(c, s) for c in (0, 1) for s in (0, 1, 2)]
+    assert [b["round"] for b in blocks] == [0, 0, 1, 1, 2, 2]  # interleaved: one block of each case per round
+    assert len(drift["references"]["2"]) == len(blocks) + 1  # one before the first block, one after each
+    assert drift["calibration"]["2"]["reference_s"] > 0 and drift["machine"]["during"]["samples"] >= len(blocks)
+    assert set(drift["machine"]["before"]) >= {"load1", "cpu_steal", "mhz"}
+    page = (out / "report.html").read_text()
+    assert "verdict: " in page and "speed factor" in page and "corrected error" in page and "foreign load" in page
 
 
 def _bad_records(tmp_path: Path, good: Path) -> list[Path]:
@@ -138,6 +171,8 @@ def test_a_case_runtime_train_would_refuse_fails_before_anything_runs(tmp_path: 
         (["nspsim_runtime.validate", "--max-mape", "-1"], "argument --max-mape: must be a positive finite number"),
         (["nspsim_runtime.validate", "--max-mape", "inf"], "argument --max-mape: must be a positive finite number"),
         (["nspsim_runtime.validate", "-o", ""], "-o: the output folder is empty"),
+        (["nspsim_runtime.validate", "--block-steps", "0"], "--block-steps must be at least 1"),
+        (["nspsim_runtime.validate", "--seed", "-1"], "--seed must be an integer from 0 to 2**32 - 1"),
         (
             ["nspsim_runtime.run", "--nproc-per-node", "0", "-m", "nspsim_runtime.train"],
             "--nproc-per-node must be at least 1",

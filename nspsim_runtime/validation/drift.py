@@ -1,0 +1,159 @@
+"""Correcting a validation for the machine's speed, and the verdict that names the cause of its error.
+
+**Correction.** Every block of steps runs between two speed references (:mod:`nspsim_runtime.calibration.reference`);
+the block's *speed factor* is the mean of the two over the calibration's reference median (the
+profile's ``provenance.speed_reference.median_s``): 1.3 means the same work took 1.3x as long as
+when the profile was measured. A step's *corrected prediction* is its raw prediction times its
+block's factor; a case's corrected error compares the mean corrected prediction with the measured
+mean. Both errors are reported side by side, never one in place of the other. A case is *flagged*
+when the reference moved by more than :data:`DRIFT_FLAG` within one of its measured blocks,
+``|after - before| / min(before, after)``: its steps ran at a speed that neither end describes.
+
+**Verdict** (:func:`verdict`), with ``T`` = ``--max-mape``, ``raw`` and ``corrected`` the MAPEs, and the
+*machine signals*: the reference moved more than :data:`RUN_DRIFT_LIMIT` over the run
+(``max / min - 1`` of all its samples), or the median speed factor is off 1 by more than
+:data:`RUN_DRIFT_LIMIT`, or a case is flagged, or CPU steal above :data:`STEAL_LIMIT`, or a foreign
+load above :data:`LOAD_LIMIT` per core (:mod:`nspsim_runtime.machine`):
+
+1. ``raw <= T``: within (exit 0), the signals noted;
+2. else ``corrected <= T``: *the machine moved* (the correction explains the error; exit 4);
+3. else any machine signal: *the machine moved* (the run cannot judge the model; exit 4);
+4. else *the model is wrong* (exit 1).
+
+Without ``--max-mape`` the verdict line names the machine as the cause when there is a signal or the
+correction removes at least :data:`EXPLAINS_SHARE` of the MAPE, and says the machine was steady
+otherwise. Trade-off: rule 3 lets a wrong model hide behind a busy machine, but never as a pass: it
+exits non-zero and asks for a run on a quiet machine, where rule 4 can speak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DRIFT_FLAG = 0.10
+"""A case is flagged when the speed reference moved more than this within one of its blocks: the
+validation aims at errors of ~10%, and a step whose machine changed speed by more than that while
+it ran cannot be priced to 10% by any single speed (the reference itself repeats to a few percent)."""
+RUN_DRIFT_LIMIT = 0.10
+"""The machine moved when the reference spread over the run, or its median speed against calibration,
+exceeds this: the same 10% scale (a 1.5x drift gave 23% MAPE on the held-out suite)."""
+STEAL_LIMIT = 0.05
+"""CPU steal above this share takes half the 10% budget from the ranks outright, unevenly in time."""
+LOAD_LIMIT = 0.25
+"""Foreign load (1-minute load average less the run's own ranks) per core above this: another job
+wants a quarter of every core; a 2-rank run on 2 cores then loses a share of its slices."""
+EXPLAINS_SHARE = 1.0 / 3.0
+"""The correction *explains* the error when it removes at least this share of the MAPE."""
+EXIT_MACHINE_MOVED = 4
+"""``--max-mape`` failed but the machine moved (rules 2 and 3): distinct from the model's exit 1."""
+
+
+def block_drift(before_s: float, after_s: float) -> float:
+    """How far the reference moved across a block, ``|after - before| / min(before, after)``."""
+    return abs(after_s - before_s) / min(before_s, after_s)
+
+
+def step_factors(blocks: Sequence[dict[str, Any]], steps: Sequence[int], calibration_s: float) -> tuple[float, ...]:
+    """The speed factor of each of ``steps`` (a case's step numbers) from its ``blocks`` (``first``,
+    ``count``, ``before_s``, ``after_s``): the block's mean reference over ``calibration_s``.
+    ``ValueError`` for a step no block covers."""
+    out = []
+    for step in steps:
+        block = next((b for b in blocks if b["first"] <= step < b["first"] + b["count"]), None)
+        if block is None:
+            raise ValueError(f"step {step} is in no block of the schedule")
+        out.append((block["before_s"] + block["after_s"]) / 2.0 / calibration_s)
+    return tuple(out)
+
+
+def case_drift(blocks: Sequence[dict[str, Any]]) -> float | None:
+    """The largest :func:`block_drift` over a case's measured (not warm-up) blocks."""
+    values = [block_drift(b["before_s"], b["after_s"]) for b in blocks if not b.get("warmup")]
+    return max(values) if values else None
+
+
+def corrected_mean(predicted: Sequence[float], factors: Sequence[float]) -> float:
+    """Mean of the predictions each scaled by its step's speed factor."""
+    return sum(p * f for p, f in zip(predicted, factors, strict=True)) / len(predicted)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Machine:
+    """What the run says about the machine (``None``: not known)."""
+
+    run_drift: float | None = None  # max / min - 1 of every reference of the run
+    median_factor: float | None = None  # median over cases of their mean speed factor
+    flagged: int = 0  # cases flagged (DRIFT_FLAG)
+    steal: float | None = None  # steal share over the run
+    foreign_load: float | None = None  # median foreign load per core
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """``status``: ``within``, ``machine`` or ``model`` (with ``--max-mape``), ``machine`` or ``steady``
+    (without); ``exit_code`` the status to exit with; ``line`` the one line that says it."""
+
+    status: str
+    exit_code: int
+    line: str
+    signals: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON fields."""
+        return {"status": self.status, "exit_code": self.exit_code, "line": self.line, "signals": list(self.signals)}
+
+
+def signals(m: Machine) -> tuple[str, ...]:
+    """The machine signals above their thresholds, each a short phrase (module docstring)."""
+    out = []
+    if m.run_drift is not None and m.run_drift > RUN_DRIFT_LIMIT:
+        out.append(f"the speed reference moved {m.run_drift:.0%} during the run")
+    if m.median_factor is not None and abs(m.median_factor - 1.0) > RUN_DRIFT_LIMIT:
+        out.append(f"the machine ran at {m.median_factor:.2f}x the calibration's reference time")
+    if m.flagged:
+        out.append(f"{m.flagged} case(s) saw it move more than {DRIFT_FLAG:.0%} within a block")
+    if m.steal is not None and m.steal > STEAL_LIMIT:
+        out.append(f"CPU steal {m.steal:.0%}")
+    if m.foreign_load is not None and m.foreign_load > LOAD_LIMIT:
+        out.append(f"foreign load {m.foreign_load:.2f} per core")
+    return tuple(out)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def verdict(raw: float, corrected: float | None, machine: Machine, max_mape: float | None) -> Verdict:
+    """The verdict of a run whose MAPE is ``raw`` (``corrected`` after the speed correction, ``None``
+    without a calibration reference) on ``machine``, against ``max_mape`` (module docstring's rules)."""
+    found = signals(machine)
+    said = "; ".join(found)
+    mapes = f"corrected MAPE {_pct(corrected)}, raw {_pct(raw)}"
+    steady = (
+        f"machine steady (reference moved {_pct(machine.run_drift)}, steal {_pct(machine.steal)}, "
+        f"foreign load {'n/a' if machine.foreign_load is None else f'{machine.foreign_load:.2f}'} per core)"
+    )
+    if max_mape is None:
+        explains = corrected is not None and raw - corrected >= EXPLAINS_SHARE * raw > 0
+        if found or explains:
+            why = said or "the speed correction removes a third or more of the error"
+            return Verdict(status="machine", exit_code=0, line=f"verdict: the machine moved: {why} ({mapes})",
+                           signals=found)  # fmt: skip
+        return Verdict(status="steady", exit_code=0, line=f"verdict: {steady}; the errors are the model's ({mapes})")
+    if raw <= max_mape:
+        note = f"; note: {said}" if found else ""
+        return Verdict(status="within", exit_code=0, line=f"verdict: MAPE {_pct(raw)} within --max-mape "
+                       f"{_pct(max_mape)}{note}", signals=found)  # fmt: skip
+    if corrected is not None and corrected <= max_mape:
+        why = f"; {said}" if found else ""
+        line = f"verdict: the machine moved: {mapes}, within --max-mape {_pct(max_mape)} only once corrected{why}"
+        return Verdict(status="machine", exit_code=EXIT_MACHINE_MOVED, line=line, signals=found)
+    if found:
+        line = (
+            f"verdict: the machine moved: {said}; this run cannot judge the model ({mapes}; rerun on a quiet machine)"
+        )
+        return Verdict(status="machine", exit_code=EXIT_MACHINE_MOVED, line=line, signals=found)
+    line = f"verdict: the model is wrong: {mapes} above --max-mape {_pct(max_mape)} on a {steady}"
+    return Verdict(status="model", exit_code=1, line=line)
