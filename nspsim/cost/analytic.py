@@ -56,6 +56,7 @@ from nspsim.cost.comm import alltoall_traffic, collective_time, ring_collective_
 from nspsim.cost.elementwise import elementwise_traffic
 from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Phases, SampleCosts, recompute_phases
 from nspsim.cost.profile import Profile
+from nspsim.cost.profile.consistency import check_rates
 from nspsim.cost.profile.tables import AffineFit, lookup_degree
 from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.kernels import AttentionCurves, attention_curves
@@ -91,6 +92,9 @@ class AnalyticCostModel:
             raise ValueError("attn_half_length must be >= 0")
         if not (0 < self.dense_gemm_efficiency <= 1 and 0 < self.moe_gemm_efficiency <= 1):
             raise ValueError("GEMM efficiencies must be in (0, 1]")
+        check_rates(
+            self.profile, dense_flops_per_token=self.model.dense_flops_per_token_layer, heads=self.model.num_heads
+        )
         object.__setattr__(self, "_backend", backend_cost(self.training.backend))
         object.__setattr__(self, "_curves", self._attention_curves())
         object.__setattr__(self, "_recompute", self._recompute_flops())

@@ -120,3 +120,39 @@ def test_every_json_writer_refuses_nan() -> None:
         dumps_json({"a": {"b": [1.0, math.inf]}}, what="config")
     with pytest.raises(ValueError, match=r"--json output as JSON: the value = nan"):
         dumps_json(math.nan, what="--json output")
+
+
+def _tiny_v2(nonattn_s_at_16k: float) -> dict[str, Any]:
+    """A version-2 profile of ``tiny`` on the cpu cluster: the attention tables and the non-attention
+    time at 16K tokens of a real 2-rank calibration (1.8e9 and 1.5e9 FLOP/s)."""
+    return {
+        "format": "nspsim-profile",
+        "version": 2,
+        "name": "cpu-2ranks-tiny",
+        "cluster": "cpu",
+        "model": "tiny",
+        "attn_fwd_flops_by_heads": {"4": [[1024, 1.2e9], [16384, 1.84e9]]},
+        "nonattn_fwd_s_by_tokens": [[1024, nonattn_s_at_16k / 16], [16384, nonattn_s_at_16k]],
+    }
+
+
+@pytest.mark.parametrize(("seconds", "word"), [(742.4, "below"), (742.4e-6, "above")])
+def test_a_time_table_off_by_a_thousand_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seconds: float, word: str
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_tiny_v2(seconds)))
+    argv = ["compare", "--cluster", "cpu", "--model", "tiny", "--gpus", "2", "--profile", str(path), "--quiet"]
+    assert main([*argv, "--iters", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"x {word} the same profile's attention kernels" in err[0]
+    assert "milliseconds written as seconds" in err[0] or word == "above"
+
+
+def test_the_measured_rates_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_tiny_v2(0.7424)))  # the calibration's own 742 ms at 16K tokens
+    argv = ["compare", "--cluster", "cpu", "--model", "tiny", "--gpus", "2", "--profile", str(path), "--quiet"]
+    assert (
+        main([*argv, "--iters", "1", "--tokens-per-batch", "16K", "--max-context", "8K", "--planners", "static"]) == 0
+    )
