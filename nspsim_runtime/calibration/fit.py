@@ -198,12 +198,16 @@ def lockstep_table(
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(work, wait)`` of one group size: points after the first (``k = 0``, back-to-back collectives,
     whose time is the collective's own), the wait each one's time in the collective beyond the first
-    point's, clamped at 0 and made non-decreasing (more work never lets ranks drift apart less)."""
+    point's, clamped at 0 and made non-decreasing (more work never lets ranks drift apart less), and at
+    most the work before it: ranks that computed the same work drift apart by less than that work, so a
+    longer wait is a busy machine's neighbours, not lockstep (the profile refuses a wait above its work,
+    :class:`nspsim.cost.profile.WaitTable`; the calibration's machine record says how busy it was)."""
     if len(work_s) != len(in_collective_s) or len(work_s) < 2:
         raise ValueError("a lockstep table needs the back-to-back point and at least one point with work")
     base = float(in_collective_s[0])
     waits = np.maximum.accumulate(np.maximum(np.asarray(in_collective_s[1:], dtype=np.float64) - base, 0.0))
     work = np.maximum.accumulate(np.asarray(work_s[1:], dtype=np.float64))
+    waits = np.minimum(waits, work)  # both non-decreasing, so the minimum is too
     keep = np.concatenate([[True], np.diff(work) > 0])  # strictly increasing work
     return tuple(float(x) for x in work[keep]), tuple(float(x) for x in waits[keep])
 

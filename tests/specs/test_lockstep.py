@@ -63,6 +63,14 @@ def test_the_fit_subtracts_the_back_to_back_time_and_keeps_the_wait_non_decreasi
         lockstep_table([0.0], [0.0003])
 
 
+def test_a_busy_machines_wait_above_its_work_is_capped_so_the_profile_loads() -> None:
+    # measured under a load average of 9 on 2 cores: 8.9 ms in the all-to-all after 4.8 ms of work
+    work, wait = lockstep_table([0.0, 0.0048, 0.036, 0.19], [0.0001, 0.009, 0.0262, 0.0488])
+    assert work == (0.0048, 0.036, 0.19)
+    assert wait == pytest.approx((0.0048, 0.0261, 0.0487), rel=REL)
+    WaitTable(work_s=work, wait_s=wait)  # loads: no wait above its work
+
+
 def test_the_cost_model_looks_up_the_nearest_smaller_measured_group_size() -> None:
     model, training = get_model("tiny"), TrainingSpec()
     plain = AnalyticCostModel(model=model, cluster=get_cluster("cpu", 4), training=training)
