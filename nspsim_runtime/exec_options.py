@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 
 GRAD_SYNC_MODES = ("fsdp", "allreduce")
+ACCUMULATE_SYNC_MODES = ("pass", "window")
+"""When an accumulation window's gradients are synchronised under FSDP2: after every pass (``pass``: each
+pass reduce-scatters into the sharded gradients, as simulated) or once, after the last (``window``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
