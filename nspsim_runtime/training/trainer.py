@@ -50,6 +50,7 @@ from nspsim.specs.clusters import get_cluster
 from nspsim.workload import Workload, build_workload
 from nspsim_runtime.affinity import pin_to_core
 from nspsim_runtime.data import TokenStream, pass_streams, rank_input, synthetic_stream
+from nspsim_runtime.exec_options import pass_syncs
 from nspsim_runtime.executor import ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
 from nspsim_runtime.groups import GroupCache
 from nspsim_runtime.hf.models import model_impl, training_model
@@ -194,7 +195,7 @@ class Trainer:
             planned.plan,
             rank_input(streams[k], self.d.rank, self.d.world),
             window_tokens=planned_window.window.total_tokens,
-            sync=last or args.accumulate_sync == "pass",
+            sync=pass_syncs(last=last, accumulate_sync=args.accumulate_sync, grad_sync=self.executor.options.grad_sync),
         )
         self._window_loss += result.loss * result.num_tokens
         if last:
