@@ -7,10 +7,18 @@ needs the sample's own earlier tokens, so attention (and its per-sample boundari
 loss falls as the model learns. Tokens depend only on ``(seed, batch index, lengths)``, so every rank
 and the single-process reference see the same batch; each rank takes its input-layout slice, as a
 sharded data loader would. Every token has a target (the sample carries one extra token).
+
+A gradient-accumulation window (:mod:`nspsim.plan.window`) may route a sample in another pass than the
+batch that drew it; :func:`pass_streams` gives every sample the tokens of its *source* batch and packs
+each pass's samples in the order its plan lists them, so the window's tokens, and hence its gradient,
+do not depend on the assignment (the per-step assignment gives back the source streams, bit for bit).
+Trade-off: every source stream is generated in full and sliced, W times a batch's tokens of host
+memory for a window, in exchange for tokens that follow the sample wherever it runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,3 +72,31 @@ def rank_input(stream: TokenStream, rank: int, world: int) -> TokenStream:
     """The input-layout slice of ``rank``."""
     bounds = input_bounds(int(stream.ids.size), world)
     return stream.slice(int(bounds[rank]), int(bounds[rank + 1]))
+
+
+def pass_streams(
+    source_lengths: Sequence[Sequence[int]],
+    assignment: Sequence[Sequence[int]],
+    *,
+    seed: int,
+    first_index: int,
+    vocab: int,
+) -> list[TokenStream]:
+    """Per pass of a window, the packed stream of its samples (module docstring): source ``k`` is batch
+    ``first_index + k``; ``assignment[p]`` lists pass ``p``'s window-wide sample ids (the sources'
+    samples concatenated in order)."""
+    streams = [
+        synthetic_stream(lengths, seed=seed, index=first_index + k, vocab=vocab)
+        for k, lengths in enumerate(source_lengths)
+    ]
+    ids = np.concatenate([s.ids for s in streams])
+    targets = np.concatenate([s.targets for s in streams])
+    positions = np.concatenate([s.positions for s in streams])
+    lengths = np.concatenate([np.asarray(x, dtype=np.int64) for x in source_lengths])
+    starts = np.cumsum(lengths) - lengths
+    out = []
+    for samples in assignment:
+        picked = np.asarray(samples, dtype=np.int64)
+        rows = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in picked]).astype(np.int64)
+        out.append(TokenStream(ids=ids[rows], targets=targets[rows], positions=positions[rows]))
+    return out

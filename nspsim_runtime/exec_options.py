@@ -10,6 +10,17 @@ from dataclasses import dataclass
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 
 GRAD_SYNC_MODES = ("fsdp", "allreduce")
+ACCUMULATE_SYNC_MODES = ("pass", "window")
+"""When an accumulation window's gradients are synchronised under FSDP2: after every pass (``pass``: each
+pass reduce-scatters into the sharded gradients, as simulated) or once, after the last (``window``)."""
+
+
+def pass_syncs(*, last: bool, accumulate_sync: str, grad_sync: str) -> bool:
+    """Whether a pass of an accumulation window synchronises its gradients: the last pass always; the
+    others only under FSDP2 with ``accumulate_sync="pass"`` (FSDP2 adds each reduced shard to the sharded
+    gradient; a flat all-reduce of the running sum would count the earlier passes again, so with
+    ``grad_sync="allreduce"`` it runs once per window)."""
+    return last or (grad_sync == "fsdp" and accumulate_sync == "pass")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,13 @@ Gradients are summed over all ranks: FSDP2 (``fully_shard`` per layer and at the
 them during backward, or, with ``grad_sync="allreduce"``, one all-reduce of all gradients follows the
 last micro-batch. Trade-off: the layout changes cost two extra all-to-alls per micro-batch, in exchange
 for a data pipeline and loss that never see the plan.
+
+Gradient accumulation (``nspsim_runtime.train --accumulate W``): each pass of a window is one
+:meth:`NSPExecutor.run` with ``window_tokens`` the window's token count, so every pass's loss is
+normalised by the window's tokens and the gradients summed over the passes are the gradient of the
+mean loss over all the window's tokens. ``sync=False`` leaves this pass's gradients unsynchronised:
+FSDP2 holds them unsharded (``set_requires_gradient_sync(False)``) and the flat all-reduce is skipped,
+so the pass that synchronises (the window's last) reduces the whole window's sum once.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.fsdp import FSDPModule
 
 from nspsim.execution.layout import Exchange, MicroBatchLayout, micro_batch_layout
 from nspsim.execution.recompute import recompute_marks
@@ -173,13 +181,20 @@ class NSPExecutor:
         return self._local if node.degree == 1 else self._sp[plan.backend]
 
     # ---- one step -----------------------------------------------------------------------------------
-    def run(self, plan: Plan, data: TokenStream) -> ExecutedStep:
+    def run(
+        self, plan: Plan, data: TokenStream, *, window_tokens: int | None = None, sync: bool = True
+    ) -> ExecutedStep:
         """Forward and backward of every micro-batch of ``plan`` on this rank's input rows ``data``;
-        gradients are summed over all ranks. The caller steps the optimizer."""
+        gradients are summed over all ranks. The caller steps the optimizer. A pass of an accumulation
+        window gives the window's ``window_tokens`` (the loss normaliser; default: the plan's tokens)
+        and ``sync=False`` to leave its gradients unsynchronised (module docstring)."""
         if self.model is None:
             raise ValueError("this executor was built without a model; it can only provide nested_attention()")
+        total = int(plan.arrays[0].sum())
+        if window_tokens is not None and window_tokens < total:
+            raise ValueError(f"a window of {window_tokens} tokens cannot hold a pass of {total} tokens")
         try:
-            return self._run(plan, data)
+            return self._run(plan, data, total if window_tokens is None else window_tokens, sync)
         except RuntimeError as exc:
             if isinstance(exc, PlanMismatchError) or not is_transport_error(exc):
                 raise
@@ -189,7 +204,7 @@ class NSPExecutor:
                 f"or stalled past the process-group timeout ({str(exc).splitlines()[0]})"
             ) from exc
 
-    def _run(self, plan: Plan, data: TokenStream) -> ExecutedStep:
+    def _run(self, plan: Plan, data: TokenStream, normaliser: int, sync: bool) -> ExecutedStep:
         assert self.model is not None
         self.clock.reset()
         self.comm.log.clear()  # the log and the index cache hold the current step only
@@ -198,16 +213,19 @@ class NSPExecutor:
         self.groups.ensure(n for order in plan.issue_order for n in order)
         marks = recompute_marks(plan, self.options.recompute, self.memory)
         total = int(plan.arrays[0].sum())
+        if isinstance(self.model, FSDPModule):
+            self.model.set_requires_gradient_sync(sync)
         layouts = self.layouts(plan)  # host-side set-up, outside the measured forward/backward
         start = time.perf_counter()
         local_loss = 0.0
         for mb, mbl in enumerate(layouts):
-            local_loss += self._micro_batch(self.model, plan, mb, mbl, data, marks, total)
+            local_loss += self._micro_batch(self.model, plan, mb, mbl, data, marks, normaliser)
         fwd_bwd = self.clock.now() - start
         with self.clock.measure("comm_wait"):  # waiting here is waiting for the slowest rank
             dist.barrier(group=self.control_group)
         self.comm.log.append((tuple(range(self.world)), "barrier"))
-        self._sync_grads()
+        if sync:
+            self._sync_grads()
         loss = torch.tensor([local_loss], dtype=torch.float64)
         dist.all_reduce(loss, group=self.control_group)
         self.comm.log.append((tuple(range(self.world)), "loss-sum"))
@@ -223,7 +241,7 @@ class NSPExecutor:
         mbl: MicroBatchLayout,
         data: TokenStream,
         marks: npt.NDArray[np.bool_],
-        total: int,
+        normaliser: int,
     ) -> float:
         rows = torch.as_tensor(mbl.input_rows)
         inputs = torch.stack([torch.as_tensor(data.ids), torch.as_tensor(data.positions)], dim=1)
@@ -245,7 +263,7 @@ class NSPExecutor:
             )
         # FSDP averages gradients over the world; the step needs their sum (the loss is a global mean).
         scale = self.world if self.options.grad_sync == "fsdp" else 1
-        (loss_sum * (scale / total)).backward()
+        (loss_sum * (scale / normaliser)).backward()
         return float(loss_sum.detach().item())
 
     def _autocast(self) -> Any:

@@ -15,7 +15,10 @@ options are mapped onto the simulator's before simulating:
   ``k >= m - 1`` for the longest issue order of ``m`` nodes is the same schedule as ``all``; any
   other bounded lookahead has no simulator counterpart;
 * gradient sync: the simulator models FSDP; ``--grad-sync allreduce`` on more than one rank (one
-  all-reduce after the last backward) has no counterpart.
+  all-reduce after the last backward) has no counterpart, nor has ``--accumulate-sync window`` (FSDP2
+  reduce-scatters once per accumulation window; the simulator reduce-scatters every pass);
+* accumulation windows (``--accumulate W``): every pass is simulated as a step, and every pass but
+  the window's last without the optimizer step (``Simulator.simulate(plan, optimizer_step=False)``).
 
 A configuration without a counterpart gets no prediction (``step_time_s`` null) and a note saying
 why, rather than a number that describes something else. Trade-off: fewer predicted runs, but every
@@ -44,10 +47,17 @@ def executed_plan(plan: Plan, recompute: str) -> Plan:
     return replace(plan, recompute=(recompute == RecomputeMode.ALL,) * plan.num_samples)
 
 
-def simulated_mode(plan: Plan, *, lookahead: int | None, grad_sync: str, world: int) -> tuple[SimMode | None, str]:
+def simulated_mode(
+    plan: Plan, *, lookahead: int | None, grad_sync: str, world: int, accumulate_sync: str = "pass"
+) -> tuple[SimMode | None, str]:
     """``(mode, note)``: the simulator mode that matches the executed options, or ``None`` and why."""
     if grad_sync == "allreduce" and world > 1:
         return None, "not simulated: --grad-sync allreduce has no simulator counterpart (it models FSDP)"
+    if accumulate_sync == "window" and world > 1:
+        return None, (
+            "not simulated: --accumulate-sync window has no simulator counterpart "
+            "(it reduce-scatters every pass, as FSDP2 does by default)"
+        )
     if lookahead == 0:
         return SimMode.NO_STREAM, ""
     longest = max((len(order) for order in plan.issue_order), default=0)

@@ -22,6 +22,15 @@ collectives, overlapped or not.
 ``simulated_*`` is the simulator's prediction of the executed configuration (``simulated_mode``: the
 simulation mode that matches the executed options); when there is none, ``simulated_step_time_s`` is
 null and ``simulated_note`` says why (``nspsim_runtime.prediction``).
+
+A run with ``--accumulate W`` (W > 1) writes one record per *pass* (``step`` counts passes, ``batch_index``
+is the pass's batch, ``num_samples``/``num_tokens``/``loss`` are the pass's own) and adds the window
+fields :data:`WINDOW_FIELDS`, absent from every other record (so a run without windows writes the
+records it always did): ``window`` (the window's index in the run), ``window_pass`` (0..W-1),
+``window_passes`` (W), ``optimizer_step`` (true on the last pass only: the optimizer steps once per
+window), ``window_hash`` (the content hash of the executed window plan in ``<records>.plans.jsonl``),
+``window_candidate`` (the assignment the window planner chose), ``window_tokens`` and ``window_loss``
+(the mean loss over all the window's tokens, on the last pass; null on the others).
 """
 
 from __future__ import annotations
@@ -34,6 +43,17 @@ from nspsim.records import BREAKDOWN_CATEGORIES
 
 SCHEMA = "nspsim-measured-step"
 SCHEMA_VERSION = 3
+WINDOW_FIELDS = (
+    "window",
+    "window_pass",
+    "window_passes",
+    "optimizer_step",
+    "window_hash",
+    "window_candidate",
+    "window_tokens",
+    "window_loss",
+)
+"""The fields of a pass of an accumulation window (module docstring), absent from other records."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +94,14 @@ class MeasuredStep:
     model_impl: str = ""
     profile: str = ""  # the cost profile the prediction used (its label; "" for analytic costs)
     profile_fingerprint: str = ""
+    window: int | None = None
+    window_pass: int | None = None
+    window_passes: int | None = None
+    optimizer_step: bool | None = None
+    window_hash: str | None = None
+    window_candidate: str | None = None
+    window_tokens: int | None = None
+    window_loss: float | None = None
     source: str = "measured"
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
@@ -98,10 +126,32 @@ class MeasuredStep:
             raise ValueError(f"per-GPU breakdowns must have one entry per GPU ({self.num_gpus})")
         if (self.simulated_step_time_s is None) == (not self.simulated_note):
             raise ValueError("a record has a simulated step time or a note saying why it has none")
+        self._check_window()
+
+    def _check_window(self) -> None:
+        given = [getattr(self, name) is not None for name in WINDOW_FIELDS[:-1]]
+        if any(given) and not all(given):
+            raise ValueError(f"a pass of a window has all of {', '.join(WINDOW_FIELDS[:-1])}, or none of them")
+        if self.window_passes is None:
+            if self.window_loss is not None:
+                raise ValueError("window_loss belongs to a pass of a window")
+            return
+        assert self.window_pass is not None
+        last = self.window_pass == self.window_passes - 1
+        if not 0 <= self.window_pass < self.window_passes or self.optimizer_step != last:
+            raise ValueError(
+                f"pass {self.window_pass} of a window of {self.window_passes}: "
+                "the optimizer steps on the last pass only"
+            )
+        if (self.window_loss is not None) != last:
+            raise ValueError("window_loss is on the last pass of a window only")
 
     def to_json(self) -> str:
         """One JSONL line."""
         body: dict[str, Any] = asdict(self)
+        if self.window is None:
+            for name in WINDOW_FIELDS:
+                del body[name]
         body["samples_per_degree"] = {str(k): v for k, v in self.samples_per_degree.items()}
         return json.dumps(body, separators=(",", ":"))
 

@@ -18,6 +18,11 @@ set-up, planning ahead, outputs, the trainer); this module is the entry point on
 With the same seed, batches and initial weights the loss curve does not depend on the planner: every
 plan computes the same function of the same tokens, only the placement differs.
 
+``--accumulate W`` runs gradient-accumulation windows: every W batches are planned together by the
+window planner (samples may move between the W passes), executed as W passes whose gradients
+accumulate (the loss normalised by the window's tokens) and ended by one optimizer step; one record
+per pass, one window plan per window in the plan log (:mod:`nspsim_runtime.training.trainer`).
+
 Bad arguments end with one line ``nspsim_runtime.train: error: ...`` and exit status 2. A distributed
 failure (a peer died or stalled past ``--comm-timeout``, plans differ) ends every rank with one line
 ``nspsim_runtime.train: rank R: error: ...`` and exit status 1; a rank stuck outside a collective is ended

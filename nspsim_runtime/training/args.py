@@ -13,6 +13,9 @@ is no ``--gpus``), and the cluster preset is ``--cluster`` or, without it, ``cpu
 override them; :mod:`nspsim.cli.config_file`, :func:`config_settings`): the same arguments but for
 ``--records``.
 
+``--accumulate W`` makes every W consecutive batches one gradient-accumulation window (one optimizer
+step); ``--steps`` still counts batches (passes), so it must be a multiple of W.
+
 Errors are one-line ``ValueError``\\ s (:class:`nspsim.cli.flags.Parser` turns argparse's into one);
 every rank parses, so a bad argument ends them all before any set-up.
 """
@@ -44,8 +47,10 @@ from nspsim.execution.prepare import Preparation, resolve_preparation
 from nspsim.execution.recompute import RECOMPUTE_CHOICES, RecomputeMode
 from nspsim.options import parse_options, positive_float
 from nspsim.planners import declared_preparation, get_planner
+from nspsim.planners.window import CANDIDATES
 from nspsim.workload import WorkloadConfig, check_input_digests
 from nspsim_runtime.exec_options import GRAD_SYNC_MODES, ExecOptions
+from nspsim_runtime.training.window_args import add_window_flags, candidate_names, check_window, window_settings
 
 PROG = "nspsim_runtime.train"
 
@@ -73,7 +78,9 @@ class TrainArgs:
     ``cluster`` are replaced by the machine's in :meth:`workload_on`. ``cluster`` is ``--cluster`` as
     given: ``None`` lets the device choose. ``execution`` holds the executor flags (``--lookahead``,
     ``--recompute``, ``--kernel``, ``--grad-sync``); the trainer adds what only the device decides
-    (autocast, all-reduce on one rank).
+    (autocast, all-reduce on one rank). ``accumulate`` is the window size W (1: one optimizer step per
+    batch), ``accumulate_sync`` when FSDP2 synchronises a window's gradients, ``window_candidates`` the
+    window planner's candidate assignments.
     """
 
     planner: str
@@ -83,6 +90,9 @@ class TrainArgs:
     steps: int = 10
     start_batch: int = 0
     lr: float = 1e-3
+    accumulate: int = 1
+    accumulate_sync: str = "pass"
+    window_candidates: tuple[str, ...] = CANDIDATES
     execution: ExecOptions = field(default_factory=ExecOptions)
     device: str = "auto"
     dtype: str = "auto"
@@ -116,6 +126,13 @@ class TrainArgs:
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
+        check_window(
+            self.accumulate,
+            steps=self.steps,
+            sync=self.accumulate_sync,
+            candidates=self.window_candidates,
+            grad_sync=self.execution.grad_sync,
+        )
 
     @property
     def preparation(self) -> Preparation:
@@ -220,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=10, help="training steps to run, one planned batch each")
     p.add_argument("--start-batch", type=int, default=0, help="index of the first batch")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
+    add_window_flags(p)
     p.add_argument(
         "--grad-sync",
         choices=GRAD_SYNC_MODES,
@@ -296,6 +314,8 @@ RUNTIME_FLAGS = (
     "steps",
     "start_batch",
     "lr",
+    "accumulate",
+    "accumulate_sync",
     "device",
     "dtype",
     "plan_on",
@@ -320,6 +340,7 @@ def config_settings(data: dict[str, Any]) -> Settings:
     out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FLAGS, "workload.")
     out |= inputs_setting(data)
     out |= {name: (f"runtime.{name}", runtime[name]) for name in RUNTIME_FLAGS if name in runtime}
+    out |= window_settings(runtime)
     out |= {name: (f"runtime.execution.{name}", execution[name]) for name in EXEC_FLAGS if name in execution}
     if "planner" in runtime:
         if not isinstance(runtime["planner"], str):
@@ -346,6 +367,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     workload = replace(RUNTIME_WORKLOAD, cluster=cluster or RUNTIME_WORKLOAD.cluster, **given)
     check_input_digests({k: v for k, v in recorded.items() if k != "cluster" or cluster}, workload)
     execution = ExecOptions(**{key: values.pop(key) for key in EXEC_FLAGS})
+    values["window_candidates"] = candidate_names(values["window_candidates"])
     args = TrainArgs(
         planner=name, planner_options=options, workload=workload, cluster=cluster, execution=execution, **values
     )

@@ -6,7 +6,10 @@ others waited for (every rank's is kept too). Rank 0 prints one line per step an
 ``--records``, writes the JSONL records, the resolved configuration beside them
 (``<records>.config.json``: the workload as planned, every other runtime option, world, device,
 torch version) and the executed plans (``<records>.plans.jsonl``, replayable with ``nspsim
-simulate``).
+simulate``). With ``--accumulate W`` (W > 1) a record is a pass and carries its window's fields
+(:data:`nspsim_runtime.records.WINDOW_FIELDS`), and the plan log holds one line per window, written
+with its first pass: the executed :class:`nspsim.plan.window.WindowPlan` (sources, assignment, every
+pass's plan as executed), whose content hash the records name.
 
 A run never touches an earlier run's files until it has finished: it writes the three files as
 ``<file>.partial`` beside their targets and renames each over its target (``os.replace``, atomic)
@@ -29,6 +32,7 @@ import torch
 from nspsim.cli.config_file import COMMAND_KEY
 from nspsim.output_files import OutputLock
 from nspsim.plan import Plan
+from nspsim.plan.window import WindowPlan
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.specs.memory import MemoryModel
 from nspsim.workload import Workload, input_digests
@@ -36,7 +40,7 @@ from nspsim_runtime.prediction import recompute_policy
 from nspsim_runtime.records import MeasuredStep
 from nspsim_runtime.training.args import PROG, TrainArgs
 from nspsim_runtime.training.distributed import Dist
-from nspsim_runtime.training.plan_ahead import Planned
+from nspsim_runtime.training.plan_ahead import Planned, PlannedWindow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,8 +82,10 @@ def measured_record(
     spec: str,
     memory: MemoryModel,
     model_impl: str = "",
+    window: dict[str, Any] | None = None,
 ) -> MeasuredStep:
-    """The :class:`nspsim_runtime.records.MeasuredStep` of one step from every rank's times."""
+    """The :class:`nspsim_runtime.records.MeasuredStep` of one step from every rank's times (a pass of an
+    accumulation window: with its :func:`window_fields`)."""
     plan, pred = planned.plan, planned.prediction
     crit = critical_rank(ranks)
     policy, share = recompute_policy(plan, memory)
@@ -118,7 +124,23 @@ def measured_record(
         simulated_step_time_s=pred.step_time_s,
         simulated_breakdown_s=pred.breakdown_s,
         simulated_note=pred.note,
+        **(window or {}),
     )
+
+
+def window_fields(planned: PlannedWindow, window: int, k: int, window_loss: float | None) -> dict[str, Any]:
+    """The window fields of pass ``k`` of the run's window ``window`` (``window_loss`` on the last pass)."""
+    plan = planned.window
+    return {
+        "window": window,
+        "window_pass": k,
+        "window_passes": plan.size,
+        "optimizer_step": k == plan.size - 1,
+        "window_hash": plan.content_hash,
+        "window_candidate": str(plan.metadata.get("window_candidate", "per-step")),
+        "window_tokens": plan.total_tokens,
+        "window_loss": window_loss,
+    }
 
 
 def output_paths(records: str) -> tuple[Path, Path, Path]:
@@ -189,18 +211,21 @@ class Outputs:
         config.write_text(json.dumps(resolved_config(args, d, workload), indent=1, sort_keys=True))
         return cls(records.open("w"), plans.open("w"), targets, lock)
 
-    def emit(self, line: str, plan: Plan) -> None:
-        """Append the step's record and executed plan, then print its summary line (in that order, so
-        whoever sees the line - a user about to press Ctrl-C - finds the step in the partial files)."""
+    def emit(self, line: str, plan: Plan | WindowPlan | None) -> None:
+        """Append the step's record and executed plan (a window's plan with its first pass, nothing with
+        the others), then print its summary line (in that order, so whoever sees the line - a user about
+        to press Ctrl-C - finds the step in the partial files)."""
         rec = json.loads(line)
         sim = rec["simulated_step_time_s"]
-        for f, text in ((self._records, line), (self._plans, plan.to_json())):
-            if f is not None:
+        for f, text in ((self._records, line), (self._plans, None if plan is None else plan.to_json())):
+            if f is not None and text is not None:
                 f.write(text + "\n")
                 f.flush()
         self._steps += 1
+        window = "" if "window" not in rec else f" window {rec['window']} pass {rec['window_pass']}"
         print(
-            f"step {rec['step']} batch {rec['batch_index']} planner {rec['planner_spec']} loss {rec['loss']:.5f} "
+            f"step {rec['step']}{window} batch {rec['batch_index']} planner {rec['planner_spec']} "
+            f"loss {rec['loss']:.5f} "
             f"time {rec['step_time_s']:.3f}s"
             + (f" (simulated {sim:.3f}s)" if sim is not None else "")
             + f" plan {rec['plan_hash']}",

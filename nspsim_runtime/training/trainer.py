@@ -14,6 +14,14 @@ one whose torchrun agent is gone by its watchdog. A peer that is gone when the p
 the times gathered (rank 0 failed while planning, say) ends the others with one line saying so
 (:class:`nspsim_runtime.executor.PeerFailure`), not gloo's transport error.
 
+With ``--accumulate W`` a step is a *pass* of a window of W batches: at the window's first pass rank 0
+plans (or receives) the whole window (:meth:`PlanAhead.get_window`), every rank builds the passes' token
+streams (each sample with its source batch's tokens, :func:`nspsim_runtime.data.pass_streams`), and each
+pass runs with the loss normalised by the window's tokens; ``zero_grad`` and the optimizer step run
+once, after the last pass. ``--accumulate-sync window`` leaves the gradients of every pass but the
+last unsynchronised. Trade-off: one record (and one gather of the ranks' times) per pass rather than
+per window, so the measured and simulated passes stay comparable one by one.
+
 Before any set-up every rank checks that the planner's options apply to the workload of this world
 (a fixed SP degree above the world size is refused, naming the ``torchrun --nproc-per-node`` that
 would run it), and rank 0 warns when the cluster preset does not describe the device that runs.
@@ -35,12 +43,14 @@ import torch.distributed as dist
 from nspsim.compare.summary import BatchDrops
 from nspsim.execution.recompute import RecomputeMode
 from nspsim.plan import Plan
+from nspsim.plan.window import WindowPlan
 from nspsim.planners import get_planner
 from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.clusters import get_cluster
 from nspsim.workload import Workload, build_workload
 from nspsim_runtime.affinity import pin_to_core
-from nspsim_runtime.data import rank_input, synthetic_stream
+from nspsim_runtime.data import TokenStream, pass_streams, rank_input, synthetic_stream
+from nspsim_runtime.exec_options import pass_syncs
 from nspsim_runtime.executor import ExecutedStep, NSPExecutor, PeerFailure, is_transport_error
 from nspsim_runtime.groups import GroupCache
 from nspsim_runtime.hf.models import model_impl, training_model
@@ -48,8 +58,8 @@ from nspsim_runtime.model import fsdp_shard
 from nspsim_runtime.timing import breakdown
 from nspsim_runtime.training.args import CUDA_CLUSTER, PROG, TrainArgs
 from nspsim_runtime.training.distributed import Dist, init_distributed, under_torchrun
-from nspsim_runtime.training.outputs import Outputs, RankTimes, measured_record
-from nspsim_runtime.training.plan_ahead import PlanAhead, Planned
+from nspsim_runtime.training.outputs import Outputs, RankTimes, measured_record, window_fields
+from nspsim_runtime.training.plan_ahead import PlanAhead, Planned, PlannedWindow
 from nspsim_runtime.watchdog import Watchdog
 
 
@@ -89,12 +99,18 @@ class Trainer:
         )
         self.planner = PlanAhead(args, workload) if d.rank == 0 or args.plan_on == "all" else None
         if self.planner is not None and args.plan_ahead == "all":  # before any step: never beside one
-            self.planner.make_all(range(args.start_batch, args.start_batch + args.steps))
+            self.planner.make_all(range(args.start_batch, args.start_batch + args.steps, args.accumulate))
+        self._window: tuple[PlannedWindow, list[TokenStream]] | None = None  # the window being run
+        self._window_loss = 0.0  # the running window's loss sum over its passes' tokens
         self.watchdog = Watchdog(rank=d.rank, prog=PROG, watch_parent=under_torchrun())
 
-    def _plan(self, step: int, index: int) -> tuple[Planned, float]:
+    def _plan(self, step: int, index: int) -> tuple[Any, float]:
+        """Batch ``index``'s :class:`Planned` (with ``--accumulate``, the :class:`PlannedWindow` starting
+        there), made here or received from rank 0, and the seconds waited for it."""
         start = time.perf_counter()
-        planned = self.planner.get(index) if self.planner is not None else None
+        planned: Planned | PlannedWindow | None = None
+        if self.planner is not None:
+            planned = self.planner.get(index) if self.args.accumulate == 1 else self.planner.get_window(index)
         if self.args.plan_on == "rank0" and self.d.world > 1:
             box: list[Any] = [planned]
             self._control(
@@ -127,8 +143,11 @@ class Trainer:
                 f"{peer} ended during the exchange of {what} (it {cause}; its own line says why); ending this rank"
             ) from None
 
-    def step(self, step: int) -> tuple[str, Plan] | None:
-        """One training step; returns rank 0's JSONL record and the executed plan."""
+    def step(self, step: int) -> tuple[str, Plan | WindowPlan | None] | None:
+        """One training step (with ``--accumulate``, one pass); returns rank 0's JSONL record and the
+        executed plan (a window's plan with its first pass, ``None`` with the others)."""
+        if self.args.accumulate > 1:
+            return self._pass(step)
         index = self.args.start_batch + step
         self.watchdog.arm(f"step {step}", self.args.step_timeout_s)
         start = time.perf_counter()
@@ -147,8 +166,57 @@ class Trainer:
         line = self._record(step, index, planned, plan_wait, result, end - start)
         return None if line is None else (line, plan)
 
+    def _pass(self, step: int) -> tuple[str, WindowPlan | None] | None:
+        """Pass ``k`` of window ``w`` (``step = w * W + k``): the window is planned at its first pass, the
+        optimizer steps after its last (module docstring)."""
+        args, size = self.args, self.args.accumulate
+        w, k = divmod(step, size)
+        first = args.start_batch + w * size
+        self.watchdog.arm(f"step {step}", args.step_timeout_s)
+        start = time.perf_counter()
+        plan_wait = 0.0
+        if k == 0:
+            planned_window, plan_wait = self._plan(step, first)
+            if self.planner is not None and step + size < args.steps and args.plan_ahead == "next":
+                self.planner.prefetch(first + size)
+            window = planned_window.window
+            streams = pass_streams(
+                window.source_lengths,
+                window.assignment,
+                seed=args.workload.seed,
+                first_index=first,
+                vocab=self.workload.model.vocab,
+            )
+            self._window, self._window_loss = (planned_window, streams), 0.0
+        assert self._window is not None
+        planned_window, streams = self._window
+        planned, last = planned_window.passes[k], k == size - 1
+        result = self.executor.run(
+            planned.plan,
+            rank_input(streams[k], self.d.rank, self.d.world),
+            window_tokens=planned_window.window.total_tokens,
+            sync=pass_syncs(last=last, accumulate_sync=args.accumulate_sync, grad_sync=self.executor.options.grad_sync),
+        )
+        self._window_loss += result.loss * result.num_tokens
+        if last:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        end = self.executor.clock.now()
+        self.watchdog.disarm()
+        window_loss = self._window_loss / planned_window.window.total_tokens if last else None
+        fields = window_fields(planned_window, w, k, window_loss)
+        line = self._record(step, first + k, planned, plan_wait, result, end - start, fields)
+        return None if line is None else (line, planned_window.window if k == 0 else None)
+
     def _record(
-        self, step: int, index: int, planned: Planned, plan_wait: float, result: ExecutedStep, step_s: float
+        self,
+        step: int,
+        index: int,
+        planned: Planned,
+        plan_wait: float,
+        result: ExecutedStep,
+        step_s: float,
+        window: dict[str, Any] | None = None,
     ) -> str | None:
         """Gather every rank's times to rank 0, which returns the step's JSONL record."""
         mine = RankTimes(
@@ -173,6 +241,7 @@ class Trainer:
             spec=self.args.planner_spec,
             memory=self.workload.memory,
             model_impl=self.model_impl,
+            window=window,
         ).to_json()
 
     def close(self) -> None:

@@ -324,3 +324,65 @@ def stalls_mid_step(env: RankEnv, payload: tuple[str, int, float]) -> None:
     watchdog.arm("step 0", watchdog_s)
     stream = synthetic_stream(plan.lengths, seed=0, index=0, vocab=spec.vocab)
     ex.run(plan, rank_input(stream, env.rank, env.world))
+
+
+@dataclass(frozen=True)
+class WindowCase:
+    """One accumulation check: a window plan (JSON), the executor options, the accumulate-sync mode."""
+
+    window_json: str
+    seed: int = 0
+    options: ExecOptions = field(default_factory=ExecOptions)
+    accumulate_sync: str = "pass"
+
+
+def window_parity(env: RankEnv, cases: list[WindowCase]) -> list[dict[str, Any]]:
+    """Run every pass of each case's window as ``nspsim_runtime.train --accumulate`` does (loss over the
+    window's tokens, gradients synchronised as ``pass_syncs`` says) without stepping the optimizer; rank 0
+    returns the accumulated gradients, every rank the window's loss and how many parameters held a
+    (sharded) gradient after the first pass."""
+    from datetime import timedelta
+
+    from nspsim.plan.window import WindowPlan
+    from nspsim_runtime.data import pass_streams
+    from nspsim_runtime.exec_options import pass_syncs
+
+    groups = GroupCache(world=env.world, backend=env.backend, timeout=timedelta(seconds=env.timeout_s))
+    out = []
+    for case in cases:
+        window = WindowPlan.from_json(case.window_json)
+        spec = get_model("tiny")
+        model = DecoderLM(spec, seed=case.seed).to(env.device)
+        if case.options.grad_sync == "fsdp":
+            fsdp_shard(model, model.layers)
+        ex = NSPExecutor(
+            model=model,
+            spec=spec,
+            rank=env.rank,
+            world=env.world,
+            device=env.device,
+            groups=groups,
+            options=case.options,
+        )
+        streams = pass_streams(
+            window.source_lengths,
+            window.assignment,
+            seed=case.seed,
+            first_index=window.sources[0].index,
+            vocab=spec.vocab,
+        )
+        loss, with_grad = 0.0, -1
+        for k, plan in enumerate(window.plans):
+            last = k == window.size - 1
+            sync = pass_syncs(last=last, accumulate_sync=case.accumulate_sync, grad_sync=case.options.grad_sync)
+            res = ex.run(
+                plan, rank_input(streams[k], env.rank, env.world), window_tokens=window.total_tokens, sync=sync
+            )
+            loss += res.loss * res.num_tokens
+            if k == 0:
+                with_grad = sum(p.grad is not None for p in model.parameters())
+        grads = {name: g.cpu() for name, g in full_grads(model).items()}
+        out.append(
+            {"loss": loss / window.total_tokens, "grads": grads if env.rank == 0 else None, "with_grad": with_grad}
+        )
+    return out
