@@ -18,13 +18,10 @@ import statistics
 import sys
 from typing import Any
 
-import nspsim.planners.estimate as estimate
+import numpy as np
+
 import nspsim.planners.nsp.planner as nsp_planner
-from nspsim.execution.recompute import saved_samples
 from nspsim.planners import get_planner
-from nspsim.planners.estimate import recompute_aware_step
-from nspsim.planners.nsp.beam import search_reference
-from nspsim.planners.nsp.beam_kernel import search_compiled
 from nspsim.planners.proxy import CostTable
 from nspsim.workload import WorkloadConfig, build_workload
 
@@ -32,34 +29,39 @@ MODELS = (("qwen3-30b-a3b", "h100", "fsdp"), ("qwen3-235b-a22b", "h200", "paper-
 TRACES = ("wikipedia", "code", "commoncrawl")
 
 
-def _estimate_every_candidate(ctx: Any, select: Any, route: Any, best: Any) -> Any:
-    """The reference of ``_better``: every candidate estimated (no Load pruning), as before."""
-    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
-    return (estimate, route) if best is None or estimate < best[0] else best
-
-
-def _recompute_pass_unmemoised(self: CostTable, lengths: Any, degree: int) -> float:
-    """The reference of ``CostTable.recompute_pass``: the cost model asked every time, as before."""
+def _recompute_pass_asked(self: CostTable, lengths: Any, degree: int) -> float:
+    """main's ``CostTable._recompute_pass``: the cost model asked for every node not memoised yet."""
     redo = self._cost.recompute_attention(lengths, degree)
     return float(self._cost.num_layers * (redo.prologue + redo.compute))
 
 
-def _saved_numpy(table: CostTable, memory: Any, select: Any, lengths: Any, degrees: Any, firsts: Any, free: Any) -> Any:
-    """The reference of ``estimate._saved``: the executor's numpy marking, as before."""
-    return saved_samples(lengths, degrees, firsts, free, memory, table._cost)
+def _prefix_memory_asked(ctx: Any, search: Any, prefix: Any, layout: Any) -> Any:
+    """main's ``_prefix_memory``: one memory-model and one (memoised) cost-model call per distinct
+    prefix length and level."""
+    memory = ctx.workload.memory
+    free = memory.activation_capacity - memory.base_bytes(float(search.token_budget))
+    distinct, inverse = np.unique(search.lengths[prefix], return_inverse=True)
+    attn = np.empty((distinct.size, len(layout.levels)))
+    remat = np.empty_like(attn)
+    for col, d in enumerate(layout.levels):
+        for row, length in enumerate(distinct.tolist()):
+            attn[row, col] = memory.node_attention_bytes(float(length), d)
+            remat[row, col] = search.recompute_pass(np.array([length], dtype=np.int64), d)
+    return attn[inverse], remat[inverse], free
 
 
-FAST = (search_compiled, nsp_planner._better, CostTable.recompute_pass, estimate._saved)
-REFERENCE = (search_reference, _estimate_every_candidate, _recompute_pass_unmemoised, _saved_numpy)
+SWAPS: tuple[tuple[Any, str, Any], ...] = (
+    (CostTable, "_recompute_pass", _recompute_pass_asked),
+    (nsp_planner, "_prefix_memory", _prefix_memory_asked),
+)
+"""(owner, attribute, main's form): every path this branch changed, with the code it replaced."""
+FAST = tuple(getattr(owner, name) for owner, name, _ in SWAPS)
 
 
 def use(fast: bool) -> None:
-    """Route every swapped path of the planner to its fast form or to its reference (the code before)."""
-    search, better, recompute_pass, saved = FAST if fast else REFERENCE
-    estimate._saved = saved
-    nsp_planner.SEARCH = search
-    nsp_planner._better = better  # type: ignore[assignment]
-    CostTable.recompute_pass = recompute_pass  # type: ignore[method-assign]
+    """Route every swapped path of the planner to its fast form or to main's form (the code before)."""
+    for (owner, name, before), after in zip(SWAPS, FAST):
+        setattr(owner, name, after if fast else before)
 
 
 def configurations() -> list[tuple[str, WorkloadConfig]]:

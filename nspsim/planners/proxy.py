@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -88,6 +89,17 @@ class ProxyLoad:
         return float(self.d_fwd.max() + self.d_bwd.max())
 
 
+@runtime_checkable
+class AdditiveRecompute(Protocol):
+    """A cost model whose recompute pass is a numpy sum of per-sample parts
+    (:meth:`~nspsim.cost.analytic.AnalyticCostModel.recompute_sample_parts`, which may still answer
+    ``None`` for a degree)."""
+
+    def recompute_sample_parts(self, lengths: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Per-sample (prologue, compute) and the prologue latency of the recompute pass, or ``None``."""
+        ...
+
+
 def _distinct_sorted(values: IntArray) -> tuple[IntArray, IntArray]:
     """Distinct values of a sorted array and each element's index among them (what ``np.unique``
     returns, in the array's order, without sorting again)."""
@@ -121,9 +133,12 @@ class CostTable:
         self._cost = cost
         self.fit = fit_non_attention(cost, float(max(token_budget, 2)))
         self._distinct, self._inverse = _distinct_sorted(self.lengths)
+        self._descending = -self._distinct  # ascending, for searchsorted
         self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
         self._totals: dict[int, FloatArray] = {}
         self._recompute: dict[tuple[int, str, bytes], float] = {}
+        self._recompute_parts: dict[int, tuple[FloatArray, FloatArray, float] | None] = {}
+        self._recompute_singles: dict[int, FloatArray] = {}
         self._attention_fwd: dict[int, FloatArray] = {}
 
     @property
@@ -182,9 +197,45 @@ class CostTable:
         key = (degree, lengths.dtype.str, lengths.tobytes())
         value = self._recompute.get(key)
         if value is None:
-            redo = self._cost.recompute_attention(lengths, degree)
-            value = self._recompute[key] = self._cost.num_layers * (redo.prologue + redo.compute)
+            value = self._recompute[key] = self._recompute_pass(lengths, degree)
         return value
+
+    def _recompute_pass(self, lengths: npt.NDArray[np.generic], degree: int) -> float:
+        """:meth:`recompute_pass` unmemoised: from the cost model's per-sample parts over the batch's
+        distinct lengths when it has them and ``lengths`` are the batch's (a gather and two numpy sums
+        of the same elements in the same order: the same float), else the cost model asked."""
+        parts = self._parts(degree)
+        if parts is not None and lengths.size and self._distinct.size:
+            at = np.minimum(np.searchsorted(self._descending, np.negative(lengths)), self._distinct.size - 1)
+            if np.array_equal(self._distinct[at], lengths):
+                pro, comp, latency = parts
+                return self._cost.num_layers * ((float(pro[at].sum()) + latency) + float(comp[at].sum()))
+        redo = self._cost.recompute_attention(lengths, degree)
+        return self._cost.num_layers * (redo.prologue + redo.compute)
+
+    def _parts(self, degree: int) -> tuple[FloatArray, FloatArray, float] | None:
+        """The cost model's per-sample recompute parts at ``degree`` over the distinct lengths (cached)."""
+        if degree not in self._recompute_parts:
+            cost = self._cost
+            parts = cost.recompute_sample_parts(self._distinct, degree) if isinstance(cost, AdditiveRecompute) else None
+            self._recompute_parts[degree] = parts
+        return self._recompute_parts[degree]
+
+    def recompute_singles(self, degree: int) -> FloatArray:
+        """:meth:`recompute_pass` of each sorted sample alone at ``degree`` (cached, read-only; equal to
+        the one-sample calls: a one-element sum is its element)."""
+        if degree not in self._recompute_singles:
+            parts = self._parts(degree)
+            if parts is None:
+                one = [self.recompute_pass(self._distinct[i : i + 1], degree) for i in range(self._distinct.size)]
+                each = np.array(one)
+            else:
+                pro, comp, latency = parts
+                each = self._cost.num_layers * ((pro + latency) + comp)
+            out = np.asarray(each, dtype=np.float64)[self._inverse]
+            out.flags.writeable = False
+            self._recompute_singles[degree] = out
+        return self._recompute_singles[degree]
 
     def overhead(self, degree: int) -> tuple[float, float]:
         """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers."""

@@ -309,17 +309,12 @@ def _prefix_memory(
     ``remat``, ``free``): at each level, the attention bytes a GPU keeps for a sample and the
     recompute pass it runs otherwise, in the search proxy's units (the ``attn-fwd`` ablation never
     gets here); free bytes are what every GPU has once filled to the routing budget."""
-    wl = ctx.workload
-    memory = wl.memory
+    memory = ctx.workload.memory
     free = memory.activation_capacity - memory.base_bytes(float(search.token_budget))
-    distinct, inverse = np.unique(search.lengths[prefix], return_inverse=True)
-    attn = np.empty((distinct.size, len(layout.levels)))
-    remat = np.empty_like(attn)
-    for col, d in enumerate(layout.levels):
-        for row, length in enumerate(distinct.tolist()):
-            attn[row, col] = memory.node_attention_bytes(float(length), d)
-            remat[row, col] = search.recompute_pass(np.array([length], dtype=np.int64), d)
-    return attn[inverse], remat[inverse], free
+    tokens = search.lengths[prefix].astype(np.float64)
+    attn = np.stack([tokens / d * memory.attention_bytes_per_token(d) for d in layout.levels], axis=1)
+    remat = np.stack([search.recompute_singles(d)[prefix] for d in layout.levels], axis=1)
+    return attn, remat, free
 
 
 def _prefix(
