@@ -53,6 +53,7 @@ def _prefix_memory_asked(ctx: Any, search: Any, prefix: Any, layout: Any) -> Any
 SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (CostTable, "_recompute_pass", _recompute_pass_asked),
     (nsp_planner, "_prefix_memory", _prefix_memory_asked),
+    (CostTable, "evaluate", CostTable.evaluate_reference),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""
 FAST = tuple(getattr(owner, name) for owner, name, _ in SWAPS)

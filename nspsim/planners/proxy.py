@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nspsim.cost.interface import CostModel
+from nspsim.planners.proxy_kernel import evaluate_kernel
 from nspsim.sp_tree import SPTree
 
 PROXIES = ("full", "attn-fwd")
@@ -139,6 +140,7 @@ class CostTable:
         self._recompute: dict[tuple[int, str, bytes], float] = {}
         self._recompute_parts: dict[int, tuple[FloatArray, FloatArray, float] | None] = {}
         self._recompute_singles: dict[int, FloatArray] = {}
+        self._stacked: dict[str, tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]] = {}
         self._attention_fwd: dict[int, FloatArray] = {}
 
     @property
@@ -264,7 +266,38 @@ class CostTable:
         return out
 
     def evaluate(self, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_] | None = None) -> ProxyLoad:
-        """Per-GPU stage times of the sorted samples placed on ``(degrees, firsts)`` (optionally a subset)."""
+        """Per-GPU stage times of the sorted samples placed on ``(degrees, firsts)`` (optionally a
+        subset): one compiled call (:mod:`nspsim.planners.proxy_kernel`, equal to
+        :meth:`evaluate_reference` bit for bit)."""
+        gpus = self.tree.num_gpus
+        sel = np.ones(self.num_samples, dtype=bool) if mask is None else np.ascontiguousarray(mask, dtype=bool)
+        out = np.zeros(gpus), np.zeros(gpus), np.zeros(gpus)
+        c = np.ascontiguousarray
+        ints = c(degrees, dtype=np.int64), c(firsts, dtype=np.int64)
+        if evaluate_kernel()(*ints, sel, self.lengths, *self._kernel_tables(), *out):
+            return ProxyLoad(d_fwd=out[0], d_bwd=out[1], tokens=out[2])
+        return self.evaluate_reference(degrees, firsts, mask)
+
+    def _kernel_tables(self) -> tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+        """The compiled evaluation's tables over the tree's degrees (built once per batch, shared by
+        :meth:`with_budget` copies): row of each degree, the degrees, per-sample fwd and bwd costs,
+        node latencies and the intercept."""
+        if "levels" not in self._stacked:
+            levels = sorted(self.tree.degrees)
+            row_of = np.full(max(levels) + 1, -1, dtype=np.int64)
+            row_of[levels] = np.arange(len(levels))
+            fwd = np.stack([self.sample_costs(d)[0] for d in levels])
+            bwd = np.stack([self.sample_costs(d)[1] for d in levels])
+            overhead = np.array([self.overhead(d) for d in levels], dtype=np.float64)
+            intercept = np.array(self.intercept, dtype=np.float64)
+            self._stacked["levels"] = (row_of, np.array(levels, dtype=np.int64), fwd, bwd, overhead, intercept)
+        return self._stacked["levels"]
+
+    def evaluate_reference(
+        self, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_] | None = None
+    ) -> ProxyLoad:
+        """:meth:`evaluate` in numpy (the reference the compiled form is tested against, and its
+        fallback for degrees outside the tree)."""
         tree = self.tree
         sel = np.ones(self.num_samples, dtype=bool) if mask is None else mask
         d_fwd = np.zeros(tree.num_gpus)
