@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+import nspsim.planners.estimate as estimate
 import nspsim.planners.nsp.planner as nsp_planner
 from nspsim.planners import get_planner
 from nspsim.planners.proxy import CostTable
@@ -50,10 +51,16 @@ def _prefix_memory_asked(ctx: Any, search: Any, prefix: Any, layout: Any) -> Any
     return attn[inverse], remat[inverse], free
 
 
+def _remat_numpy(*_: Any) -> None:
+    """main's ``remat_per_gpu``: no compiled path (``None`` sends it to the marking and per-node loop)."""
+    return None
+
+
 SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (CostTable, "_recompute_pass", _recompute_pass_asked),
     (nsp_planner, "_prefix_memory", _prefix_memory_asked),
     (CostTable, "evaluate", CostTable.evaluate_reference),
+    (estimate, "_remat_compiled", _remat_numpy),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""
 FAST = tuple(getattr(owner, name) for owner, name, _ in SWAPS)

@@ -74,17 +74,19 @@ def fill_kernel() -> Callable[..., None]:
 
 @cache
 def warm() -> None:
-    """Compile (or load from the disk cache) the fill, the marking (:mod:`nspsim.planners.marking`) and
+    """Compile (or load from the disk cache) the fill, the marking and recompute sums
+    (:mod:`nspsim.planners.marking`) and
     the proxy evaluation (:mod:`nspsim.planners.proxy_kernel`) for the types the planners pass, once
     per process (NSP warms its beam search itself,
     :func:`nspsim.planners.nsp.beam_kernel.warm_search`)."""
-    from nspsim.planners.marking import saved_compiled
+    from nspsim.planners.marking import recompute_kernel, saved_compiled
     from nspsim.planners.proxy_kernel import evaluate_kernel
 
     units = np.zeros(2)
     fill_kernel()(units.copy(), units.copy(), np.ones(1), np.ones(1), 1.0, units.copy(), np.zeros(1, dtype=np.int64))
     ints = np.ones(1, dtype=np.int64)
     saved_compiled(np.ones(1), ints, ints - 1, np.ones(2), np.ones(1), np.ones(1), np.ones(1))
+    recompute_kernel()(np.ones(1, dtype=bool), ints, ints - 1, np.ones(1), np.ones(1), np.ones(1), 1.0, np.zeros(2))
     table, pair = np.ones((1, 1)), np.ones(2)
     evaluate_kernel()(
         ints, ints - 1, np.ones(1, dtype=bool), ints, ints - 1, ints, table, table, table, pair, pair, pair, pair

@@ -40,7 +40,7 @@ from nspsim.execution.recompute import nodes_top_down, saved_samples
 from nspsim.plan.estimates import Estimates
 from nspsim.planners.base import Context, IntArray, Placement
 from nspsim.planners.lower_bound import lower_bound
-from nspsim.planners.marking import saved_compiled
+from nspsim.planners.marking import recompute_kernel, saved_compiled
 from nspsim.planners.proxy import CostTable, FloatArray, ProxyLoad
 from nspsim.specs.memory import MemoryModel
 
@@ -114,6 +114,9 @@ def remat_per_gpu(
     table, memory, cost = ctx.table, ctx.workload.memory, ctx.workload.cost
     lengths = table.lengths[select].astype(np.float64)
     free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
+    fast = _remat_compiled(table, memory, select, lengths, degrees, firsts, free) if memory.keeps_attention else None
+    if fast is not None:
+        return fast
     lost = ~(
         saved_samples(lengths, degrees, firsts, free, memory, cost)
         if not memory.keeps_attention
@@ -122,6 +125,45 @@ def remat_per_gpu(
     remat = np.zeros(table.tree.num_gpus)
     for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
         remat[first : first + d] += table.recompute_pass(lengths[lost][members], d)
+    return remat
+
+
+def _remat_compiled(
+    table: CostTable,
+    memory: MemoryModel,
+    select: IntArray,
+    lengths: FloatArray,
+    degrees: IntArray,
+    firsts: IntArray,
+    free: FloatArray,
+) -> FloatArray | None:
+    """:func:`remat_per_gpu` of a memory model that keeps attention in two kernel calls, the marking
+    (:func:`~nspsim.planners.marking.saved_compiled`) and the nodes' recompute sums
+    (:func:`~nspsim.planners.marking.recompute_kernel`), their per-sample inputs gathered from the
+    table's per-degree rows (:meth:`CostTable.recompute_rows`; the same floats as :func:`_saved` and
+    :meth:`CostTable.recompute_pass`); ``None`` where the table has no rows (a backend without
+    additive parts, a degree outside the tree): the caller's numpy path then decides."""
+    tables, rows = table.recompute_rows(), table.level_rows(degrees)
+    if tables is None or rows is None:
+        return None
+    pro, comp, latency, fwd = tables
+    levels = table.level_degrees.tolist()
+    unit = np.array([memory.node_attention_bytes(1.0, d) for d in levels])
+    per_token = np.array([memory.attention_bytes_per_token(d) for d in levels])
+    saved = saved_compiled(lengths, degrees, firsts, free, unit[rows], per_token[rows], fwd[rows, select])
+    remat = np.zeros(table.tree.num_gpus)
+    if not saved.all():
+        c = np.ascontiguousarray
+        recompute_kernel()(
+            ~saved,
+            c(degrees, dtype=np.int64),
+            c(firsts, dtype=np.int64),
+            pro[rows, select],
+            comp[rows, select],
+            latency[rows],
+            float(table.layers),
+            remat,
+        )
     return remat
 
 

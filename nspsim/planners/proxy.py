@@ -141,6 +141,7 @@ class CostTable:
         self._recompute_parts: dict[int, tuple[FloatArray, FloatArray, float] | None] = {}
         self._recompute_singles: dict[int, FloatArray] = {}
         self._stacked: dict[str, tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]] = {}
+        self._recompute_rows: dict[str, tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None] = {}
         self._attention_fwd: dict[int, FloatArray] = {}
 
     @property
@@ -222,6 +223,36 @@ class CostTable:
             parts = cost.recompute_sample_parts(self._distinct, degree) if isinstance(cost, AdditiveRecompute) else None
             self._recompute_parts[degree] = parts
         return self._recompute_parts[degree]
+
+    def recompute_rows(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None:
+        """Per tree degree (the rows of the compiled evaluation's tables, :meth:`level_rows`): each
+        sorted sample's recompute prologue and compute parts, the degree's prologue latency, and each
+        sample's forward attention (:meth:`attention_fwd`); ``None`` when a degree has no parts (built
+        once per batch)."""
+        if "levels" not in self._recompute_rows:
+            levels = self.level_degrees.tolist()
+            parts = [self._parts(d) for d in levels]
+            rows = None
+            if all(p is not None for p in parts):
+                pro = np.stack([p[0][self._inverse] for p in parts if p is not None])
+                comp = np.stack([p[1][self._inverse] for p in parts if p is not None])
+                latency = np.array([p[2] for p in parts if p is not None], dtype=np.float64)
+                rows = pro, comp, latency, np.stack([self.attention_fwd(d) for d in levels])
+            self._recompute_rows["levels"] = rows
+        return self._recompute_rows["levels"]
+
+    @property
+    def level_degrees(self) -> IntArray:
+        """The tree's degrees, ascending: the rows of the per-degree tables."""
+        return self._kernel_tables()[1]
+
+    def level_rows(self, degrees: IntArray) -> IntArray | None:
+        """The row of each of ``degrees`` in the per-degree tables, or ``None`` if one is not a tree degree."""
+        row_of = self._kernel_tables()[0]
+        if degrees.size and (int(degrees.min()) < 1 or int(degrees.max()) >= row_of.size):
+            return None
+        rows = row_of[degrees]
+        return None if rows.size and int(rows.min()) < 0 else rows
 
     def recompute_singles(self, degree: int) -> FloatArray:
         """:meth:`recompute_pass` of each sorted sample alone at ``degree`` (cached, read-only; equal to
