@@ -31,6 +31,7 @@ chose a plan is recorded on it (:class:`~nspsim.plan.estimates.Estimates`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,9 +148,7 @@ def _remat_compiled(
     if tables is None or rows is None:
         return None
     pro, comp, latency, fwd = tables
-    levels = table.level_degrees.tolist()
-    unit = np.array([memory.node_attention_bytes(1.0, d) for d in levels])
-    per_token = np.array([memory.attention_bytes_per_token(d) for d in levels])
+    unit, per_token = _memory_rows(memory, tuple(table.level_degrees.tolist()))
     saved = saved_compiled(lengths, degrees, firsts, free, unit[rows], per_token[rows], fwd[rows, select])
     remat = np.zeros(table.tree.num_gpus)
     if not saved.all():
@@ -165,6 +164,15 @@ def _remat_compiled(
             remat,
         )
     return remat
+
+
+@functools.lru_cache(maxsize=64)
+def _memory_rows(memory: MemoryModel, levels: tuple[int, ...]) -> tuple[FloatArray, FloatArray]:
+    """Per degree of ``levels``: attention bytes one rank keeps per token of a saved node, and per
+    sharded token (the memory model's, once per model and tree)."""
+    unit = np.array([memory.node_attention_bytes(1.0, d) for d in levels])
+    per_token = np.array([memory.attention_bytes_per_token(d) for d in levels])
+    return unit, per_token
 
 
 def _saved(

@@ -141,6 +141,7 @@ class CostTable:
         self._recompute_parts: dict[int, tuple[FloatArray, FloatArray, float] | None] = {}
         self._recompute_singles: dict[int, FloatArray] = {}
         self._stacked: dict[str, tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]] = {}
+        self._overheads: dict[int, tuple[float, float]] = {}
         self._recompute_rows: dict[str, tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None] = {}
         self._attention_fwd: dict[int, FloatArray] = {}
 
@@ -271,11 +272,11 @@ class CostTable:
         return self._recompute_singles[degree]
 
     def overhead(self, degree: int) -> tuple[float, float]:
-        """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers."""
-        fwd, bwd = self._cost.node_overhead(degree)
-        if self.kind == "attn-fwd":
-            return self.layers * fwd, 0.0
-        return self.layers * fwd, self.layers * bwd
+        """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers (cached)."""
+        if degree not in self._overheads:
+            fwd, bwd = self._cost.node_overhead(degree)
+            self._overheads[degree] = (self.layers * fwd, 0.0 if self.kind == "attn-fwd" else self.layers * bwd)
+        return self._overheads[degree]
 
     def overhead_total(self, degree: int) -> float:
         """fwd + bwd node latency per GPU (what activating a node adds to C_p)."""
