@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.cost.interface import CostModel
 from nspsim.execution.recompute import nodes_top_down, saved_samples
 from nspsim.plan.estimates import Estimates
 from nspsim.planners.base import Context, IntArray, Placement
@@ -63,10 +64,22 @@ class Stages:
 def stage_step(ctx: Context, stages: Stages) -> float:
     """Step estimate of one micro-batch: each stage floored by its FSDP collectives (hidden behind the
     pass's compute when that is longer), plus the cost model's fixed cost per micro-batch."""
-    cost = ctx.workload.cost
-    fsdp = cost.fsdp()
-    gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
-    return max(stages.fwd, gather) + max(stages.bwd, bwd_comm) + cost.micro_batch_overhead()
+    gather, bwd_comm, overhead = _step_floors(ctx.workload.cost)
+    return max(stages.fwd, gather) + max(stages.bwd, bwd_comm) + overhead
+
+
+_FLOORS: dict[int, tuple[CostModel, tuple[float, float, float]]] = {}
+
+
+def _step_floors(cost: CostModel) -> tuple[float, float, float]:
+    """The forward and backward FSDP floors of a micro-batch and its fixed cost, all layers (asked of
+    the cost model once per model: every call is batch-independent)."""
+    hit = _FLOORS.get(id(cost))
+    if hit is None or hit[0] is not cost:
+        fsdp = cost.fsdp()
+        gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
+        hit = _FLOORS[id(cost)] = (cost, (gather, bwd_comm, cost.micro_batch_overhead()))
+    return hit[1]
 
 
 def micro_batch_step(ctx: Context, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_]) -> float:

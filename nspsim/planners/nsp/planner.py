@@ -194,8 +194,7 @@ class NSPPlanner:
         token-balance ``ratio`` over the part's tokens), its beam run on each of ``level_sets``
         (default: the planner's levels); its route and recompute-aware step estimate (``inf`` when it
         cannot be routed)."""
-        lengths = tuple(ctx.table.lengths[part].tolist())
-        budget = effective_budget("off" if ratio is None else ratio, ctx.workload, lengths)
+        budget = effective_budget("off" if ratio is None else ratio, ctx.workload, ctx.table.lengths[part])
         part_ctx = replace(ctx, table=ctx.table.with_budget(budget))
         part_search = part_ctx.table if search is ctx.table else search.with_budget(budget)
         route = self.route(part_ctx, part_search, part, level_sets)
