@@ -22,6 +22,7 @@ import numpy as np
 
 import nspsim.planners.estimate as estimate
 import nspsim.planners.nsp.planner as nsp_planner
+import nspsim.planners.nsp.tail as tail
 from nspsim.planners import get_planner
 from nspsim.planners.proxy import CostTable
 from nspsim.workload import WorkloadConfig, build_workload
@@ -56,11 +57,20 @@ def _remat_numpy(*_: Any) -> None:
     return None
 
 
+def _step_floors_asked(cost: Any) -> tuple[float, float, float]:
+    """main's ``stage_step`` floors: the cost model asked every call."""
+    fsdp = cost.fsdp()
+    gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
+    return gather, bwd_comm, cost.micro_batch_overhead()
+
+
 SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (CostTable, "_recompute_pass", _recompute_pass_asked),
     (nsp_planner, "_prefix_memory", _prefix_memory_asked),
     (CostTable, "evaluate", CostTable.evaluate_reference),
     (estimate, "_remat_compiled", _remat_numpy),
+    (tail, "_fill_level", tail._fill_level_reference),
+    (estimate, "_step_floors", _step_floors_asked),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""
 FAST = tuple(getattr(owner, name) for owner, name, _ in SWAPS)

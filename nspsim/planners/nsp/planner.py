@@ -56,7 +56,7 @@ from nspsim.planners.microbatch import candidate_splits, min_micro_batches, toke
 from nspsim.planners.nsp.beam import NodeLayout, Prefix, Searched, node_layout
 from nspsim.planners.nsp.beam_kernel import search_compiled, warm_search
 from nspsim.planners.nsp.route import Route, candidate_levels
-from nspsim.planners.nsp.tail import TreeStates, complete
+from nspsim.planners.nsp.tail import TreeStates, complete, warm_tail
 from nspsim.planners.nsp.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable, FloatArray
@@ -121,6 +121,7 @@ class NSPPlanner:
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route the batch (see the module docstring)."""
         warm_search()
+        warm_tail()
         started = Stopwatch.start()
         ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
         search = (

@@ -7,19 +7,27 @@ hold the sample: degree 1 normally (the smallest level of the planner, e.g. 1 fo
 larger degree for a tail sample longer than B_tok. A unit's load is the maximum C_p over its ranks;
 placing a sample adds the same cost to all of them, so the unit's load rises by exactly that cost.
 Tail samples come sorted, so their effective degree is non-increasing: the tail is processed in
-segments of equal degree with :func:`least_loaded_fill_many`, which is exact, vectorised by rounds
-and runs all of the beam's states together.
+segments of equal degree, each one compiled call for all of the beam's states (:func:`_fill_states`:
+per state, the units' loads and tokens, the surcharge of inactive nodes, the compiled greedy fill of
+:mod:`nspsim.planners.compiled`, the units' increments added back to their GPUs). The numpy form
+(:func:`_fill_level_reference`: the same steps in numpy calls and :func:`least_loaded_fill_many`) stays
+as the reference ``tests/planners/test_tail_kernel.py`` holds it to, bit for bit, and runs the
+one-unit level (the root), which the kernel leaves to it. Trade-off: a second implementation of the
+level fill, for ~15 numpy calls per segment and state that profiled at ~10% of a memory-bound batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.planners.compiled import _fill_sequential, fill_kernel
 from nspsim.planners.nsp.beam import NodeLayout
-from nspsim.planners.packing import least_loaded_fill_many
+from nspsim.planners.packing import BUDGET_RTOL, least_loaded_fill_many
 from nspsim.planners.proxy import CostTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -63,7 +71,29 @@ def complete(states: TreeStates, table: CostTable, items: IntArray) -> tuple[Int
 
 
 def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -> IntArray:
-    """Least-loaded fill of ``items`` onto the nodes of degree ``d`` in every state; block indices."""
+    """Least-loaded fill of ``items`` onto the nodes of degree ``d`` in every state; block indices
+    (one compiled call, :func:`_fill_states`; the numpy form for a single unit)."""
+    count, units = states.loads.shape[0], states.loads.shape[1] // d
+    if units == 1:
+        return _fill_level_reference(states, table, items, d)
+    blocks = np.empty((count, items.size), dtype=np.int64)
+    fill_states_kernel()(
+        states.loads,
+        states.tokens,
+        states.active,
+        states.layout.offset[d],
+        d,
+        np.ascontiguousarray(table.total(d)[items]),
+        table.lengths[items] / d,
+        table.token_budget * (1 + BUDGET_RTOL),
+        table.overhead_total(d),
+        blocks,
+    )
+    return blocks
+
+
+def _fill_level_reference(states: TreeStates, table: CostTable, items: IntArray, d: int) -> IntArray:
+    """:func:`_fill_level` in numpy calls (the reference; the one-unit level)."""
     count, units = states.loads.shape[0], states.loads.shape[1] // d
     unit_loads = states.loads.reshape(count, units, d).max(axis=2)
     unit_tokens = states.tokens.reshape(count, units, d).max(axis=2)
@@ -77,3 +107,76 @@ def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -
     rows = np.arange(count)[:, None]
     states.active[rows, states.layout.offset[d] + blocks] = True
     return blocks
+
+
+_fill: Callable[..., None] = _fill_sequential
+"""The greedy fill :func:`_fill_states` calls: the plain function until :func:`fill_states_kernel` binds
+the compiled one (numba resolves the global when it compiles the kernel)."""
+
+
+def _fill_states(
+    loads: FloatArray,
+    tokens: FloatArray,
+    active: npt.NDArray[np.bool_],
+    offset: int,
+    d: int,
+    cost: FloatArray,
+    item_tokens: FloatArray,
+    limit: float,
+    latency: float,
+    blocks: IntArray,
+) -> None:
+    """Per state (rows of ``loads``/``tokens``/``active``/``blocks``): the units of degree ``d`` (max
+    over their GPUs), a surcharge of ``latency`` on units whose node (``offset`` + unit) is inactive,
+    the greedy fill of the items (``limit``: the budget with its tolerance) into ``blocks``, each
+    unit's increment added to its GPUs and its node marked active, in place (module doc)."""
+    units = loads.shape[1] // d
+    unit_loads, unit_tokens = np.empty(units), np.empty(units)
+    load, tok, surcharge = np.empty(units), np.empty(units), np.empty(units)
+    for s in range(loads.shape[0]):
+        for u in range(units):
+            unit_loads[u] = loads[s, u * d : (u + 1) * d].max()
+            unit_tokens[u] = tokens[s, u * d : (u + 1) * d].max()
+            surcharge[u] = 0.0 if active[s, offset + u] else latency
+        load[:] = unit_loads
+        tok[:] = unit_tokens
+        _fill(load, tok, cost, item_tokens, limit, surcharge, blocks[s])
+        for u in range(units):
+            grow_load, grow_tok = load[u] - unit_loads[u], tok[u] - unit_tokens[u]
+            for p in range(u * d, (u + 1) * d):
+                loads[s, p] += grow_load
+                tokens[s, p] += grow_tok
+        for i in range(blocks.shape[1]):
+            active[s, offset + blocks[s, i]] = True
+
+
+@cache
+def fill_states_kernel() -> Callable[..., None]:
+    """:func:`_fill_states` compiled (built on first use, cached on disk as
+    :func:`nspsim.planners.compiled.fill_kernel`), calling the compiled fill."""
+    global _fill  # noqa: PLW0603 - numba resolves the kernel's global at compile time
+    from numba import njit
+
+    _fill = fill_kernel()
+    try:
+        kernel: Callable[..., None] = njit(cache=True, nogil=True)(_fill_states)
+    except RuntimeError:
+        kernel = njit(nogil=True)(_fill_states)
+    return kernel
+
+
+def warm_tail() -> None:
+    """Compile (or load from the disk cache) the level fill once per process, before a planner's clock starts."""
+    one = np.zeros((1, 2))
+    fill_states_kernel()(
+        one,
+        one.copy(),
+        np.zeros((1, 3), dtype=bool),
+        1,
+        2,
+        np.ones(1),
+        np.ones(1),
+        1.0,
+        0.0,
+        np.zeros((1, 1), dtype=np.int64),
+    )
