@@ -74,9 +74,28 @@ def _pairwise_sum_py(
     return float(sums[0])
 
 
+def _stable_order_py(key: IntArray, bound: int) -> IntArray:
+    """``np.argsort(key, kind="stable")`` of keys in [0, ``bound``): a counting sort when the bound is
+    small next to the keys (the same permutation: equal keys keep their order), else the merge sort."""
+    n = key.size
+    if bound > 8 * n + 4096:
+        return np.argsort(key, kind="mergesort")
+    start = np.zeros(bound + 1, dtype=np.int64)
+    for j in range(n):
+        start[key[j] + 1] += 1
+    for k in range(bound):
+        start[k + 1] += start[k]
+    order = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        order[start[key[j]]] = j
+        start[key[j]] += 1
+    return order
+
+
 _pairwise_sum: Callable[..., float] = _pairwise_sum_py
-"""What the kernels call: the plain function until :func:`mark_kernel` binds its compiled form (numba
-resolves the global when it compiles a kernel)."""
+_stable_order: Callable[..., IntArray] = _stable_order_py
+"""What the kernels call: the plain functions until :func:`mark_kernel` binds their compiled forms
+(numba resolves the globals when it compiles a kernel)."""
 
 
 def _mark(  # noqa: C901, PLR0912 - one kernel for numba
@@ -96,7 +115,7 @@ def _mark(  # noqa: C901, PLR0912 - one kernel for numba
     for j in range(n):
         top = max(top, degrees[j])
     key = (top - degrees) * (free.size + 1) + firsts
-    order = np.argsort(key, kind="mergesort")
+    order = _stable_order(key, top * (free.size + 1))
     sample_bytes = np.empty(n)
     value = np.empty(n)
     stack_lo = np.empty(64, dtype=np.int64)
@@ -158,7 +177,7 @@ def _recompute(
     for q in range(n):
         top = max(top, degrees[idx[q]])
     key = (top - degrees[idx]) * (remat.size + 1) + firsts[idx]
-    order = np.argsort(key, kind="mergesort")
+    order = _stable_order(key, top * (remat.size + 1))
     pro, comp = np.empty(n), np.empty(n)
     stack_lo = np.empty(64, dtype=np.int64)
     stack_n = np.empty(64, dtype=np.int64)
@@ -195,14 +214,16 @@ def recompute_kernel() -> Callable[..., None]:
 
 
 def _compiled(function: Callable[..., None]) -> Callable[..., None]:
-    global _pairwise_sum  # noqa: PLW0603 - numba resolves the kernels' global at compile time
+    global _pairwise_sum, _stable_order  # noqa: PLW0603 - numba resolves the kernels' globals at compile time
     from numba import njit
 
     try:
         _pairwise_sum = njit(cache=True, nogil=True)(_pairwise_sum_py)
+        _stable_order = njit(cache=True, nogil=True)(_stable_order_py)
         kernel: Callable[..., None] = njit(cache=True, nogil=True)(function)
     except RuntimeError:
         _pairwise_sum = njit(nogil=True)(_pairwise_sum_py)
+        _stable_order = njit(nogil=True)(_stable_order_py)
         kernel = njit(nogil=True)(function)
     return kernel
 

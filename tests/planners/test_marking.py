@@ -111,3 +111,12 @@ def test_the_pairwise_sum_is_numpys(seed: int, size: int) -> None:
     mark_kernel()  # binds the compiled form
     for form in (marking._pairwise_sum_py, marking._pairwise_sum):
         assert form(values, size, *scratch) == float(values[:size].sum())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 400), st.sampled_from([1, 7, 64, 5000, 10**6]))
+def test_the_stable_order_is_numpys(seed: int, size: int, bound: int) -> None:
+    key = np.random.default_rng(seed).integers(0, bound, size=size).astype(np.int64)
+    mark_kernel()  # binds the compiled form
+    for form in (marking._stable_order_py, marking._stable_order):
+        assert np.array_equal(form(key, bound), np.argsort(key, kind="stable"))
