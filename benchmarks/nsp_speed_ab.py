@@ -1,5 +1,7 @@
-"""A/B in one process: NSP's routing with its compiled and pruned paths against the numpy reference
-paths they replaced (issue 26 item 2), per Figure 7 configuration (both Qwen3 MoE models on 64 GPUs x
+"""A/B in one process: NSP's routing on this branch against main's code paths (issue 26 item 2, the
+branch's changes swapped back: the numpy references kept in the tree, and main's two kernel files,
+``nspsim/planners/compiled.py`` and ``marking.py``, loaded from ``git show BASE:...``, BASE the merge
+base with ``main`` or ``$NSP_AB_BASE``), per Figure 7 configuration (both Qwen3 MoE models on 64 GPUs x
 192K / 384K x wikipedia, code, commoncrawl; 2M-token batches) plus Qwen3-30B-A3B with 4M-token batches
 (memory-bound at 64 H100s); 5 batches each, the two sides alternating per batch. Prints CPU
 milliseconds of routing (``planning_cpu_s``) per configuration, median and max of each side, and
@@ -15,7 +17,10 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import types
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ import numpy as np
 import nspsim.planners.estimate as estimate
 import nspsim.planners.nsp.planner as nsp_planner
 import nspsim.planners.nsp.tail as tail
+import nspsim.planners.packing as packing
 from nspsim.planners import get_planner
 from nspsim.planners.proxy import CostTable
 from nspsim.workload import WorkloadConfig, build_workload
@@ -64,6 +70,25 @@ def _step_floors_asked(cost: Any) -> tuple[float, float, float]:
     return gather, bwd_comm, cost.micro_batch_overhead()
 
 
+def _base_module(path: str) -> types.ModuleType:
+    """``path`` as it is at the merge base with main (a module of its own; numba compiles its kernels
+    without the disk cache, as for any source it cannot locate)."""
+    root = Path(__file__).resolve().parents[1]
+    base = (
+        os.environ.get("NSP_AB_BASE")
+        or subprocess.run(
+            ["git", "merge-base", "HEAD", "main"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    source = subprocess.run(["git", "show", f"{base}:{path}"], cwd=root, capture_output=True, text=True, check=True)
+    module = types.ModuleType(f"base_{Path(path).stem}")
+    exec(compile(source.stdout, f"<{base[:10]}:{path}>", "exec"), module.__dict__)  # noqa: S102 - main's own file
+    return module
+
+
+BASE_COMPILED = _base_module("nspsim/planners/compiled.py")
+BASE_MARKING = _base_module("nspsim/planners/marking.py")
+
 SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (CostTable, "_recompute_pass", _recompute_pass_asked),
     (nsp_planner, "_prefix_memory", _prefix_memory_asked),
@@ -71,6 +96,8 @@ SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (estimate, "_remat_compiled", _remat_numpy),
     (tail, "_fill_level", tail._fill_level_reference),
     (estimate, "_step_floors", _step_floors_asked),
+    (packing, "fill_kernel", BASE_COMPILED.fill_kernel),
+    (estimate, "saved_compiled", BASE_MARKING.saved_compiled),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""
 FAST = tuple(getattr(owner, name) for owner, name, _ in SWAPS)
@@ -101,6 +128,10 @@ def main(batches: int = 5, only: str = "") -> None:
     print("| configuration | batches | identical | before median / max ms | after median / max ms | ratio |")
     print("|---|---|---|---|---|---|")
     planner = get_planner("nsp")
+    warm = build_workload(configurations()[-1][1])  # memory-bound: every swapped path, compiled before timing
+    for fast in (False, True):
+        use(fast)
+        planner.plan(warm.sampler.batch(0), warm)
     every: dict[str, list[float]] = {"before": [], "after": []}
     for label, cfg in configurations():
         if only not in label:
