@@ -6,14 +6,12 @@ loads and tokens, bit for bit, on random inputs with ties, surcharges and full u
 The fill: each item, in order, to the least-loaded unit whose tokens stay within the
 limit (ties: the lower index), else to the unit with the fewest tokens; the unit pays its surcharge
 on its first item; every sum is formed in the numpy form's order (load + cost, then + surcharge), so
-the floats agree exactly. From :data:`TREE_MIN_UNITS` units on, the least-loaded feasible unit is
-found in a tournament tree (each node holds the less-loaded unit of its children, the lower index on
-ties, so the root is the first unit in (load, index) order): the root is taken if it keeps the limit,
-else masked out and the next root tried, the masked units restored after the item; the same unit
-the scan picks, in O(log units) per item instead of O(units) (NSP's tail fills ~800 items onto 64
-units per state). The numpy form places items in rounds of numpy calls, which wins on
+the floats agree exactly. The numpy form places items in rounds of numpy calls, which wins on
 thousands of units and loses on the dozens of the NSP tail and Static SP's head: profiled, 42% of a
-memory-bound Qwen3-235B batch's planning time went to 47 rounds per call, a few items each.
+memory-bound Qwen3-235B batch's planning time went to 47 rounds per call, a few items each. NSP's
+tail fills every level of all its states in one call (:func:`fill_states_kernel`). (A tournament tree
+over the units was tried for the fill and dropped: under NSP's tight routing budget the least-loaded
+units are mostly full, so it fell back to the scan and measured no faster.)
 
 Why numba: it compiles these plain loops over float64 arrays with no C toolchain or build step, its
 wheels cover the platforms torch's do, and it is the usual tool for this job in the field; Cython or
@@ -34,12 +32,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-TREE_MIN_UNITS = 16
-"""From this many units the fill finds each item's unit in a tournament tree (module doc) instead of a
-scan of every unit: the same unit, in O(log units) per item while the least-loaded units are feasible."""
-
-
-def _fill_sequential(  # noqa: C901, PLR0912 - one kernel for numba
+def _fill_sequential(
     load: FloatArray,
     tok: FloatArray,
     cost: FloatArray,
@@ -51,39 +44,11 @@ def _fill_sequential(  # noqa: C901, PLR0912 - one kernel for numba
     """Place every item (module doc), updating ``load``, ``tok`` and ``surcharge`` in place and writing
     each item's unit to ``out``; ``limit`` is the token budget with its tolerance."""
     units = load.size
-    size = 1
-    while size < units:
-        size *= 2
-    tree = np.full(2 * size, -1, dtype=np.int64)  # node i: the least-loaded unmasked unit below it (-1: none)
-    masked = np.zeros(units, dtype=np.bool_)
-    skipped = np.empty(units, dtype=np.int64)
-    use_tree = units >= TREE_MIN_UNITS
-    if use_tree:
-        for u in range(units):
-            tree[size + u] = u
-        for node in range(size - 1, 0, -1):
-            a, b = tree[2 * node], tree[2 * node + 1]
-            tree[node] = a if b < 0 or (a >= 0 and load[a] <= load[b]) else b
     for i in range(cost.size):
         best = -1
-        if use_tree:
-            count = 0
-            while tree[1] >= 0:
-                u = tree[1]
-                if limit - tok[u] >= item_tokens[i]:
-                    best = u
-                    break
-                masked[u] = True  # infeasible for this item: out of the tournament until it is placed
-                skipped[count] = u
-                count += 1
-                _replay(tree, load, masked, size, u)
-            for k in range(count):
-                masked[skipped[k]] = False
-                _replay(tree, load, masked, size, skipped[k])
-        else:
-            for u in range(units):
-                if limit - tok[u] >= item_tokens[i] and (best < 0 or load[u] < load[best]):
-                    best = u
+        for u in range(units):
+            if limit - tok[u] >= item_tokens[i] and (best < 0 or load[u] < load[best]):
+                best = u
         if best < 0:
             best = 0
             for u in range(1, units):
@@ -93,23 +58,6 @@ def _fill_sequential(  # noqa: C901, PLR0912 - one kernel for numba
         load[best] = load[best] + cost[i] + surcharge[best]
         tok[best] += item_tokens[i]
         surcharge[best] = 0.0
-        if use_tree:
-            _replay(tree, load, masked, size, best)
-
-
-def _replay_py(tree: IntArray, load: FloatArray, masked: npt.NDArray[np.bool_], size: int, unit: int) -> None:
-    """Replay the tournament on the path from ``unit``'s leaf to the root: each node keeps the
-    less-loaded unmasked unit of its two children, the left (lower index) on ties."""
-    tree[size + unit] = -1 if masked[unit] else unit
-    node = (size + unit) // 2
-    while node >= 1:
-        a, b = tree[2 * node], tree[2 * node + 1]
-        tree[node] = a if b < 0 or (a >= 0 and load[a] <= load[b]) else b
-        node //= 2
-
-
-_replay: Callable[..., None] = _replay_py
-"""What the fill calls: the plain function until :func:`fill_kernel` binds the compiled one."""
 
 
 @cache
@@ -120,13 +68,68 @@ def fill_kernel() -> Callable[..., None]:
     compiled per process."""
     from numba import njit
 
-    global _replay  # noqa: PLW0603 - numba resolves the kernel's global at compile time
     try:
-        _replay = njit(cache=True, nogil=True)(_replay_py)
         kernel: Callable[..., None] = njit(cache=True, nogil=True)(_fill_sequential)
     except RuntimeError:
-        _replay = njit(nogil=True)(_replay_py)
         kernel = njit(nogil=True)(_fill_sequential)
+    return kernel
+
+
+_fill: Callable[..., None] = _fill_sequential
+"""The greedy fill :func:`_fill_states` calls: the plain function until :func:`fill_states_kernel` binds
+the compiled one (numba resolves the global when it compiles the kernel)."""
+
+
+def _fill_states(
+    loads: FloatArray,
+    tokens: FloatArray,
+    active: npt.NDArray[np.bool_],
+    offset: int,
+    d: int,
+    cost: FloatArray,
+    item_tokens: FloatArray,
+    limit: float,
+    latency: float,
+    blocks: IntArray,
+) -> None:
+    """Per state (rows of ``loads``/``tokens``/``active``/``blocks``): the units of degree ``d`` (max
+    over their GPUs), a surcharge of ``latency`` on units whose node (``offset`` + unit) is inactive,
+    the greedy fill of the items (``limit``: the budget with its tolerance) into ``blocks``, each
+    unit's increment added to its GPUs and its node marked active, in place
+    (:mod:`nspsim.planners.nsp.tail`; the same steps as its numpy ``_fill_level_reference``)."""
+    units = loads.shape[1] // d
+    unit_loads, unit_tokens = np.empty(units), np.empty(units)
+    load, tok, surcharge = np.empty(units), np.empty(units), np.empty(units)
+    for s in range(loads.shape[0]):
+        for u in range(units):
+            unit_loads[u] = loads[s, u * d : (u + 1) * d].max()
+            unit_tokens[u] = tokens[s, u * d : (u + 1) * d].max()
+            surcharge[u] = 0.0 if active[s, offset + u] else latency
+        load[:] = unit_loads
+        tok[:] = unit_tokens
+        _fill(load, tok, cost, item_tokens, limit, surcharge, blocks[s])
+        for u in range(units):
+            grow_load, grow_tok = load[u] - unit_loads[u], tok[u] - unit_tokens[u]
+            for p in range(u * d, (u + 1) * d):
+                loads[s, p] += grow_load
+                tokens[s, p] += grow_tok
+        for i in range(blocks.shape[1]):
+            active[s, offset + blocks[s, i]] = True
+
+
+@cache
+def fill_states_kernel() -> Callable[..., None]:
+    """:func:`_fill_states` compiled (built on first use, cached on disk as :func:`fill_kernel`), calling
+    the compiled fill. It lives in this file with the fill so that numba's disk cache, which is keyed on
+    the source file, is renewed when either changes."""
+    global _fill  # noqa: PLW0603 - numba resolves the kernel's global at compile time
+    from numba import njit
+
+    _fill = fill_kernel()
+    try:
+        kernel: Callable[..., None] = njit(cache=True, nogil=True)(_fill_states)
+    except RuntimeError:
+        kernel = njit(nogil=True)(_fill_states)
     return kernel
 
 

@@ -1,6 +1,6 @@
 """The compiled least-loaded fill equals its numpy reference, bit for bit: units, loads and tokens, on
 random inputs with ties (integer costs), surcharges, full units and items no unit can take, on few
-units (the scan) and many (the tournament tree)."""
+units and many."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nspsim.planners.compiled import TREE_MIN_UNITS
 from nspsim.planners.packing import (
     least_loaded_fill,
     least_loaded_fill_many,
@@ -20,7 +19,7 @@ from nspsim.planners.packing import (
 @st.composite
 def fills(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
     states = draw(st.integers(1, 4))
-    units = draw(st.one_of(st.integers(1, 9), st.integers(TREE_MIN_UNITS - 1, 70)))  # scan and tree
+    units = draw(st.one_of(st.integers(1, 9), st.integers(10, 70)))
     items = draw(st.integers(0, 40))
     ints = st.integers(0, 6)  # small integers: many exact ties
     loads = np.array([[draw(ints) for _ in range(units)] for _ in range(states)], dtype=np.float64)

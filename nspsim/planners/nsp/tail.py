@@ -7,7 +7,8 @@ hold the sample: degree 1 normally (the smallest level of the planner, e.g. 1 fo
 larger degree for a tail sample longer than B_tok. A unit's load is the maximum C_p over its ranks;
 placing a sample adds the same cost to all of them, so the unit's load rises by exactly that cost.
 Tail samples come sorted, so their effective degree is non-increasing: the tail is processed in
-segments of equal degree, each one compiled call for all of the beam's states (:func:`_fill_states`:
+segments of equal degree, each one compiled call for all of the beam's states
+(:func:`~nspsim.planners.compiled.fill_states_kernel`:
 per state, the units' loads and tokens, the surcharge of inactive nodes, the compiled greedy fill of
 :mod:`nspsim.planners.compiled`, the units' increments added back to their GPUs). The numpy form
 (:func:`_fill_level_reference`: the same steps in numpy calls and :func:`least_loaded_fill_many`) stays
@@ -18,14 +19,12 @@ level fill, for ~15 numpy calls per segment and state that profiled at ~10% of a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import numpy.typing as npt
 
-from nspsim.planners.compiled import _fill_sequential, fill_kernel
+from nspsim.planners.compiled import fill_states_kernel
 from nspsim.planners.nsp.beam import NodeLayout
 from nspsim.planners.packing import BUDGET_RTOL, least_loaded_fill_many
 from nspsim.planners.proxy import CostTable
@@ -72,7 +71,8 @@ def complete(states: TreeStates, table: CostTable, items: IntArray) -> tuple[Int
 
 def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -> IntArray:
     """Least-loaded fill of ``items`` onto the nodes of degree ``d`` in every state; block indices
-    (one compiled call, :func:`_fill_states`; the numpy form for a single unit)."""
+    (one compiled call, :func:`~nspsim.planners.compiled.fill_states_kernel`; the numpy form for a
+    single unit)."""
     count, units = states.loads.shape[0], states.loads.shape[1] // d
     if units == 1:
         return _fill_level_reference(states, table, items, d)
@@ -107,62 +107,6 @@ def _fill_level_reference(states: TreeStates, table: CostTable, items: IntArray,
     rows = np.arange(count)[:, None]
     states.active[rows, states.layout.offset[d] + blocks] = True
     return blocks
-
-
-_fill: Callable[..., None] = _fill_sequential
-"""The greedy fill :func:`_fill_states` calls: the plain function until :func:`fill_states_kernel` binds
-the compiled one (numba resolves the global when it compiles the kernel)."""
-
-
-def _fill_states(
-    loads: FloatArray,
-    tokens: FloatArray,
-    active: npt.NDArray[np.bool_],
-    offset: int,
-    d: int,
-    cost: FloatArray,
-    item_tokens: FloatArray,
-    limit: float,
-    latency: float,
-    blocks: IntArray,
-) -> None:
-    """Per state (rows of ``loads``/``tokens``/``active``/``blocks``): the units of degree ``d`` (max
-    over their GPUs), a surcharge of ``latency`` on units whose node (``offset`` + unit) is inactive,
-    the greedy fill of the items (``limit``: the budget with its tolerance) into ``blocks``, each
-    unit's increment added to its GPUs and its node marked active, in place (module doc)."""
-    units = loads.shape[1] // d
-    unit_loads, unit_tokens = np.empty(units), np.empty(units)
-    load, tok, surcharge = np.empty(units), np.empty(units), np.empty(units)
-    for s in range(loads.shape[0]):
-        for u in range(units):
-            unit_loads[u] = loads[s, u * d : (u + 1) * d].max()
-            unit_tokens[u] = tokens[s, u * d : (u + 1) * d].max()
-            surcharge[u] = 0.0 if active[s, offset + u] else latency
-        load[:] = unit_loads
-        tok[:] = unit_tokens
-        _fill(load, tok, cost, item_tokens, limit, surcharge, blocks[s])
-        for u in range(units):
-            grow_load, grow_tok = load[u] - unit_loads[u], tok[u] - unit_tokens[u]
-            for p in range(u * d, (u + 1) * d):
-                loads[s, p] += grow_load
-                tokens[s, p] += grow_tok
-        for i in range(blocks.shape[1]):
-            active[s, offset + blocks[s, i]] = True
-
-
-@cache
-def fill_states_kernel() -> Callable[..., None]:
-    """:func:`_fill_states` compiled (built on first use, cached on disk as
-    :func:`nspsim.planners.compiled.fill_kernel`), calling the compiled fill."""
-    global _fill  # noqa: PLW0603 - numba resolves the kernel's global at compile time
-    from numba import njit
-
-    _fill = fill_kernel()
-    try:
-        kernel: Callable[..., None] = njit(cache=True, nogil=True)(_fill_states)
-    except RuntimeError:
-        kernel = njit(nogil=True)(_fill_states)
-    return kernel
 
 
 def warm_tail() -> None:
