@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -133,6 +132,11 @@ class CostTable:
         self.layers = cost.num_layers
         self._cost = cost
         self.fit = fit_non_attention(cost, float(max(token_budget, 2)))
+        self._intercept = (
+            (0.0, 0.0)
+            if kind == "attn-fwd"
+            else (self.layers * self.fit.fwd_intercept, self.layers * self.fit.bwd_intercept)
+        )
         self._distinct, self._inverse = _distinct_sorted(self.lengths)
         self._descending = -self._distinct  # ascending, for searchsorted
         self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
@@ -283,12 +287,10 @@ class CostTable:
         fwd, bwd = self.overhead(degree)
         return fwd + bwd
 
-    @cached_property
+    @property
     def intercept(self) -> tuple[float, float]:
         """(fwd, bwd) non-attention time every GPU holding tokens pays regardless of their number."""
-        if self.kind == "attn-fwd":
-            return 0.0, 0.0
-        return self.layers * self.fit.fwd_intercept, self.layers * self.fit.bwd_intercept
+        return self._intercept
 
     def min_degree(self, levels: tuple[int, ...]) -> IntArray:
         """Per sorted sample, the smallest degree in ``levels`` whose shard fits B_tok (0: none fits)."""

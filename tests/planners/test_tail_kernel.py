@@ -74,3 +74,15 @@ def test_the_completion_is_the_same_either_way(name: str, monkeypatch: pytest.Mo
     expected = tail.complete(slow, table, items)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
     assert np.array_equal(fast.loads, slow.loads) and np.array_equal(fast.tokens, slow.tokens)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 10**6), max_size=50),
+    st.integers(1, 5000),
+    st.sets(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), min_size=1),
+)
+def test_effective_degrees_are_the_smallest_level_that_holds(lengths: list[int], budget: int, levels: set[int]) -> None:
+    got = tail.effective_degrees(np.array(lengths, dtype=np.int64), budget, tuple(levels))
+    expected = [min((d for d in levels if length <= d * budget), default=max(levels)) for length in lengths]
+    assert got.tolist() == expected

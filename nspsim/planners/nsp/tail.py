@@ -45,9 +45,9 @@ class TreeStates:
 
 def effective_degrees(lengths: IntArray, budget: int, levels: tuple[int, ...]) -> IntArray:
     """Per sample, the smallest level whose shard fits B_tok (the largest level if none does)."""
-    out = np.full(lengths.size, max(levels), dtype=np.int64)
-    for d in sorted(levels, reverse=True):
-        out[lengths <= d * budget] = d
+    ascending = np.array(sorted(levels), dtype=np.int64)
+    at = np.searchsorted(ascending * budget, lengths, side="left")  # first level with d * budget >= length
+    out: IntArray = ascending[np.minimum(at, ascending.size - 1)]
     return out
 
 
