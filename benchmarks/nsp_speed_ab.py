@@ -89,6 +89,23 @@ def _base_module(path: str) -> types.ModuleType:
 BASE_COMPILED = _base_module("nspsim/planners/compiled.py")
 BASE_MARKING = _base_module("nspsim/planners/marking.py")
 
+
+def _estimate_asked(ctx: Any, select: Any, degrees: Any, firsts: Any, loads: Any = None) -> float:
+    """main's ``recompute_aware_step`` call: the stage times evaluated again."""
+    return float(estimate.recompute_aware_step(ctx, select, degrees, firsts))
+
+
+def _least_estimate_main(self: Any, ctx: Any, select: Any, levels: Any, beams: Any) -> Any:
+    """main's ``NSPPlanner._least_estimate``: the chosen route without its estimate (re-estimated)."""
+    best = None
+    for r in beams:
+        best = nsp_planner._better(ctx, select, r, best)
+    if self.seed_static:
+        for r in nsp_planner._static_routes(ctx, select, levels, np.inf if best is None else best[0]):
+            best = nsp_planner._better(ctx, select, r, best)
+    return None if best is None else best[1]
+
+
 SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (CostTable, "_recompute_pass", _recompute_pass_asked),
     (nsp_planner, "_prefix_memory", _prefix_memory_asked),
@@ -97,6 +114,8 @@ SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (tail, "_fill_level", tail._fill_level_reference),
     (estimate, "_step_floors", _step_floors_asked),
     (packing, "fill_kernel", BASE_COMPILED.fill_kernel),
+    (nsp_planner, "recompute_aware_step", _estimate_asked),
+    (nsp_planner.NSPPlanner, "_least_estimate", _least_estimate_main),
     (estimate, "saved_compiled", BASE_MARKING.saved_compiled),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""

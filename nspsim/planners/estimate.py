@@ -231,12 +231,16 @@ def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray, expert_par
     return Stages(fwd, bwd)
 
 
-def recompute_aware_step(ctx: Context, select: IntArray, degrees: IntArray, firsts: IntArray) -> float:
+def recompute_aware_step(
+    ctx: Context, select: IntArray, degrees: IntArray, firsts: IntArray, loads: ProxyLoad | None = None
+) -> float:
     """Step estimate of the selected samples on ``(degrees, firsts)`` as one micro-batch with the
     recomputation its tree marking implies (:func:`remat_per_gpu`; phase-wise per EP group under
-    expert parallelism, :func:`phase_wise`)."""
+    expert parallelism, :func:`phase_wise`); ``loads``: their :func:`selected_loads` under
+    ``ctx.table`` when the caller has them already."""
     wl = ctx.workload
-    loads = selected_loads(ctx.table, select, degrees, firsts)
+    if loads is None:
+        loads = selected_loads(ctx.table, select, degrees, firsts)
     extra = remat_per_gpu(ctx, select, degrees, firsts, loads.tokens)
     if wl.model.moe is not None and wl.training.expert_parallel > 1:
         return stage_step(ctx, phase_wise(ctx.table, loads, extra, wl.training.expert_parallel))

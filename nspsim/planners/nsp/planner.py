@@ -201,6 +201,8 @@ class NSPPlanner:
         route = self.route(part_ctx, part_search, part, level_sets)
         if route is None:
             return None, np.inf
+        if route.estimate is not None:  # the choice estimated it already (the same call, the same float)
+            return route, route.estimate
         return route, recompute_aware_step(part_ctx, part, route.degrees, route.firsts)
 
     def route(
@@ -219,6 +221,8 @@ class NSPPlanner:
             k = prefix_size(search, select, searched, self.prefix_k)
             memory = _prefix_memory(ctx, search, select[:k], layout) if bound else None
             found = _beam_routes(search, select, layout, k, self, memory)
+            if search is not ctx.table:  # its stage times are the search proxy's, not the estimate's
+                found = [replace(r, loads=None) for r in found]
             candidates += found if i == 0 else [replace(r, source="beam-ep") for r in found]
         # A micro-batch of a memory-bound batch (level sets given) is scored by the estimate, as its
         # batch's split is; Load decides elsewhere.
@@ -243,7 +247,7 @@ class NSPPlanner:
         if self.seed_static:
             for r in _static_routes(ctx, select, levels, np.inf if best is None else best[0]):
                 best = _better(ctx, select, r, best)
-        return None if best is None else best[1]
+        return None if best is None else replace(best[1], estimate=best[0])
 
 
 LOAD_MARGIN = 1e-12
@@ -260,7 +264,7 @@ def _better(
     estimate cannot be lower, :meth:`NSPPlanner._least_estimate`)."""
     if best is not None and route.load * (1 - LOAD_MARGIN) >= best[0]:
         return best
-    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
+    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts, route.loads)
     return (estimate, route) if best is None or estimate < best[0] else best
 
 
@@ -375,9 +379,9 @@ def _beam_routes(
         firsts = np.zeros(search.num_samples, dtype=np.int64)
         degrees[select] = np.concatenate([found.degrees[s], tail_deg[s]])
         firsts[select] = np.concatenate([found.firsts[s], tail_first[s]])
-        load = search.evaluate(degrees, firsts, mask).load
-        if best is None or load < best.load:
-            best = Route(degrees[select], firsts[select], load, "beam")
+        loads = search.evaluate(degrees, firsts, mask)
+        if best is None or loads.load < best.load:
+            best = Route(degrees[select], firsts[select], loads.load, "beam", loads)
     return [] if best is None else [best]
 
 
@@ -398,7 +402,8 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
         degrees = np.full(table.num_samples, d, dtype=np.int64)
         firsts = np.zeros(table.num_samples, dtype=np.int64)
         firsts[select] = firsts_sel
-        routes.append(Route(degrees[select], firsts_sel, table.evaluate(degrees, firsts, mask).load, f"static-{d}"))
+        loads = table.evaluate(degrees, firsts, mask)
+        routes.append(Route(degrees[select], firsts_sel, loads.load, f"static-{d}", loads))
     return routes
 
 
