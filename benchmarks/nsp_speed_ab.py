@@ -116,6 +116,7 @@ SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (packing, "fill_kernel", BASE_COMPILED.fill_kernel),
     (nsp_planner, "recompute_aware_step", _estimate_asked),
     (nsp_planner.NSPPlanner, "_least_estimate", _least_estimate_main),
+    (nsp_planner, "_beaten", lambda bound, best: False),  # main routes every micro-batch of every split
     (estimate, "saved_compiled", BASE_MARKING.saved_compiled),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""

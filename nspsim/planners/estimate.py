@@ -9,8 +9,9 @@ function of those two floats per micro-batch.
 rung               value (summed over micro-batches)                           use it to
 =================  ==========================================================  ===============================
 lower bound        max(work floor, longest-sample floor) of the batch          report a plan's gap (Load / bound)
-                   (:func:`~nspsim.planners.lower_bound.lower_bound`); also
-                   :func:`static_floor`, a floor on one degree's Load
+                   (:func:`~nspsim.planners.lower_bound.lower_bound`); also    prune candidates that cannot win
+                   :func:`static_floor`, a floor on one degree's Load, and
+                   :func:`micro_batch_floor`, on a micro-batch's step
 load               max_p D_fwd + max_p D_bwd (:func:`proxy_load`)              route: thousands of candidates
 step               max(fwd, layers * all-gather) + max(bwd, layers * (AG +     choose micro-batch counts and
                    RS)) + the fixed cost per micro-batch (:func:`stage_step`,   degrees: FSDP floors and the
@@ -98,6 +99,33 @@ def step_estimate(ctx: Context, placement: Placement) -> float:
 def proxy_load(ctx: Context, placement: Placement) -> float:
     """Proxy Load of a placement (micro-batch Loads summed)."""
     return ctx.table.load(placement.degrees, placement.firsts, placement.micro_batches)
+
+
+FLOOR_MARGIN = 1e-9
+"""Relative slack of the rule "recompute-aware estimate >= :func:`micro_batch_floor`": the two are
+formed in different orders of float sums, a few units in the last place apart; 1e-9 is far above that
+(``tests/planners/test_estimate_ladder.py`` checks the rule with this margin)."""
+
+
+def micro_batch_floor(ctx: Context, samples: IntArray) -> float:
+    """No placement of ``samples`` as one micro-batch on the tree's degrees has a step estimate, hence
+    a recompute-aware one, below this: :func:`stage_step` of each pass's work at every sample's
+    cheapest degree spread evenly over the GPUs.
+
+    Proof. The forward stage is max_p D_p^fwd >= (1/P) sum_p D_p^fwd. Each sample j on a node of
+    degree d adds fwd_j(d) to each of the node's d GPUs, so the sum over GPUs holds d fwd_j(d) >=
+    min_d' d' fwd_j(d') per sample, plus node latencies (>= 0) and the intercept once per GPU holding
+    tokens (>= P min(0, intercept)); likewise backward. :func:`stage_step` is non-decreasing in both
+    stages, so the step estimate is at least ``stage_step`` of these means; the recompute-aware estimate
+    adds non-negative recomputation to the backward stage and, phase-wise per EP group, a group's max
+    attention plus its max non-attention, at least any of its GPUs' sum (the ladder above). The floor
+    forms its sums in another order than the estimate: compare with :data:`FLOOR_MARGIN`."""
+    fwd, bwd = ctx.table.cheapest_work()
+    i_fwd, i_bwd = ctx.table.intercept
+    p = ctx.num_gpus
+    mean_fwd = float(fwd[samples].sum()) / p + min(0.0, i_fwd)
+    mean_bwd = float(bwd[samples].sum()) / p + min(0.0, i_bwd)
+    return stage_step(ctx, Stages(mean_fwd, mean_bwd))
 
 
 def static_floor(ctx: Context, samples: IntArray, degree: int) -> float:

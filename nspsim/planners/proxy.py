@@ -146,6 +146,7 @@ class CostTable:
         self._recompute_singles: dict[int, FloatArray] = {}
         self._stacked: dict[str, tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]] = {}
         self._overheads: dict[int, tuple[float, float]] = {}
+        self._cheapest: dict[str, tuple[FloatArray, FloatArray]] = {}
         self._recompute_rows: dict[str, tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None] = {}
         self._attention_fwd: dict[int, FloatArray] = {}
 
@@ -245,6 +246,15 @@ class CostTable:
                 rows = pro, comp, latency, np.stack([self.attention_fwd(d) for d in levels])
             self._recompute_rows["levels"] = rows
         return self._recompute_rows["levels"]
+
+    def cheapest_work(self) -> tuple[FloatArray, FloatArray]:
+        """Per sorted sample, min over the tree's degrees d of d x its forward cost and of d x its
+        backward cost: the least it adds to the GPUs' summed stage times (built once per batch)."""
+        if "cheapest" not in self._cheapest:
+            _, levels, fwd, bwd, _, _ = self._kernel_tables()
+            scale = levels.astype(np.float64)[:, None]
+            self._cheapest["cheapest"] = ((scale * fwd).min(axis=0), (scale * bwd).min(axis=0))
+        return self._cheapest["cheapest"]
 
     @property
     def level_degrees(self) -> IntArray:
