@@ -18,6 +18,14 @@ violates it, so the per-GPU sums below equal the direct per-GPU reference
 Two proxies exist: ``"full"`` (the paper's cost model) and ``"attn-fwd"`` (the "w/o cost model"
 ablation: attention forward only, no backward, no non-attention work). Trade-off: tables cost one
 cost-model call per degree, after which every score is array arithmetic.
+
+Scoring a placement (:meth:`CostTable.evaluate`) is one compiled call over the per-degree tables
+(:mod:`nspsim.planners.proxy_kernel`; the numpy form stays as :meth:`CostTable.evaluate_reference`).
+The recompute pass of a node (:meth:`CostTable.recompute_pass`, for the recompute-aware estimate)
+comes from the cost model's per-sample parts where it has them
+(:meth:`~nspsim.cost.analytic.AnalyticCostModel.recompute_sample_parts`: Ulysses and degree-1 nodes
+are numpy sums of element-wise parts, so a gather and two sums give the cost model's float), else
+from ``recompute_attention`` per node; both memoised per table.
 """
 
 from __future__ import annotations
