@@ -95,8 +95,8 @@ def _estimate_asked(ctx: Any, select: Any, degrees: Any, firsts: Any, loads: Any
     return float(estimate.recompute_aware_step(ctx, select, degrees, firsts))
 
 
-def _least_estimate_main(self: Any, ctx: Any, select: Any, levels: Any, beams: Any) -> Any:
-    """main's ``NSPPlanner._least_estimate``: the chosen route without its estimate (re-estimated)."""
+def _least_estimate_main(self: Any, ctx: Any, select: Any, levels: Any, beams: Any, cap: Any = None) -> Any:
+    """main's ``NSPPlanner._least_estimate``: no cap, the chosen route without its estimate (re-estimated)."""
     best = None
     for r in beams:
         best = nsp_planner._better(ctx, select, r, best)
@@ -116,7 +116,8 @@ SWAPS: tuple[tuple[Any, str, Any], ...] = (
     (packing, "fill_kernel", BASE_COMPILED.fill_kernel),
     (nsp_planner, "recompute_aware_step", _estimate_asked),
     (nsp_planner.NSPPlanner, "_least_estimate", _least_estimate_main),
-    (nsp_planner, "_beaten", lambda bound, best: False),  # main routes every micro-batch of every split
+    (nsp_planner, "beaten", lambda bound, best: False),  # main routes every micro-batch of every split
+    (nsp_planner, "part_cap", lambda best, done, later: np.inf),  # and estimates every candidate
     (estimate, "saved_compiled", BASE_MARKING.saved_compiled),
 )
 """(owner, attribute, main's form): every path this branch changed, with the code it replaced."""

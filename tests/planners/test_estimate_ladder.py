@@ -145,7 +145,7 @@ def test_a_micro_batch_estimate_never_falls_below_its_load_beyond_the_pruning_ma
 @given(placements())
 def test_no_micro_batch_estimate_falls_below_its_floor(case: tuple[str, Context, Placement]) -> None:
     """NSP stops routing a memory-bound batch's split once its routed micro-batches' estimates plus
-    the others' floors reach the best split (``nspsim.planners.nsp.planner._beaten``): sound only if
+    the others' floors reach the best split (``nspsim.planners.nsp.pruning``): sound only if
     every micro-batch's step and recompute-aware estimates are at least ``micro_batch_floor`` times
     1 - FLOOR_MARGIN, whatever its placement."""
     _, ctx, placement = case
@@ -161,14 +161,16 @@ def test_no_micro_batch_estimate_falls_below_its_floor(case: tuple[str, Context,
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_pruning_splits_by_their_floors_keeps_the_plan(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same plan and estimates whether NSP prunes splits by their floors or routes every micro-batch."""
+    """The same plan and estimates whether NSP prunes splits and candidates by the floors or routes and
+    estimates everything."""
     import nspsim.planners.nsp.planner as nsp_planner
 
     wl = _workload("235b-ep8")
     batch = wl.sampler.batch(index)
     planner = get_planner("nsp")
     pruned = planner.plan(batch, wl)
-    monkeypatch.setattr(nsp_planner, "_beaten", lambda bound, best: False)
+    monkeypatch.setattr(nsp_planner, "beaten", lambda bound, best: False)
+    monkeypatch.setattr(nsp_planner, "part_cap", lambda best, done, later: np.inf)
     full = planner.plan(batch, wl)
     assert pruned.estimates is not None and pruned.estimates.chosen_by == "recompute-aware"
     assert (pruned.content_hash, pruned.estimates) == (full.content_hash, full.estimates)

@@ -12,9 +12,8 @@ is also tried as up to ``EXTRA_MICRO_BATCHES`` more micro-batches split two ways
 FlexSP's sorted chunks), under expert parallelism also on the EP-aligned levels
 (:mod:`~nspsim.planners.nsp.route`), and the candidates are compared on the recompute-aware rung of the
 estimate ladder (:mod:`nspsim.planners.estimate`): the plan records ``chosen_by=recompute-aware``,
-elsewhere ``load``. A split stops being routed once its routed micro-batches' estimates plus the
-others' floors (:func:`~nspsim.planners.estimate.micro_batch_floor`, proved there) reach the best
-split's: it cannot win, so the choice is the same (about a third of the micro-batches on Qwen3-235B).
+elsewhere ``load``. Splits and candidates that provably cannot win are not routed or estimated
+(:mod:`~nspsim.planners.nsp.pruning`): the choice is the same.
 NSP-2L is the same planner on the levels {spmax, 1}.
 
 **Options** (default, why):
@@ -53,11 +52,12 @@ import numpy as np
 from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
-from nspsim.planners.estimate import FLOOR_MARGIN, micro_batch_floor, recompute_aware_step, static_floor
+from nspsim.planners.estimate import micro_batch_floor, recompute_aware_step, static_floor
 from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import candidate_splits, min_micro_batches, token_split
 from nspsim.planners.nsp.beam import NodeLayout, Prefix, Searched, node_layout
 from nspsim.planners.nsp.beam_kernel import search_compiled, warm_search
+from nspsim.planners.nsp.pruning import beaten, part_cap
 from nspsim.planners.nsp.route import Route, candidate_levels
 from nspsim.planners.nsp.tail import TreeStates, complete, warm_tail
 from nspsim.planners.nsp.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
@@ -178,9 +178,12 @@ class NSPPlanner:
                 floors = [micro_batch_floor(ctx, part) for part in parts]
                 routed: list[tuple[Route | None, float]] = []
                 for i, part in enumerate(parts):
-                    if best is not None and _beaten(sum(e for _, e in routed) + sum(floors[i:]), best[0]):
-                        break  # the rest cannot bring the split below the best
-                    routed.append(self._route_part(ctx, search, part, ratio, level_sets))
+                    done, cap = sum(e for _, e in routed), np.inf
+                    if best is not None:
+                        if beaten(done + sum(floors[i:]), best[0]):
+                            break  # the rest cannot bring the split below the best
+                        cap = part_cap(best[0], done, sum(floors[i + 1 :]))
+                    routed.append(self._route_part(ctx, search, part, ratio, level_sets, cap))
                     if routed[-1][0] is None:
                         break
                 if len(routed) < len(parts) or any(r is None for r, _ in routed):
@@ -200,15 +203,16 @@ class NSPPlanner:
         part: IntArray,
         ratio: float | None,
         level_sets: list[tuple[int, ...]] | None = None,
+        cap: float = np.inf,
     ) -> tuple[Route | None, float]:
         """One micro-batch of a memory-bound batch under its own routing budget (the whole batch's
         token-balance ``ratio`` over the part's tokens), its beam run on each of ``level_sets``
         (default: the planner's levels); its route and recompute-aware step estimate (``inf`` when it
-        cannot be routed)."""
+        cannot be routed, or when no route's estimate can be below ``cap``, :meth:`_least_estimate`)."""
         budget = effective_budget("off" if ratio is None else ratio, ctx.workload, ctx.table.lengths[part])
         part_ctx = replace(ctx, table=ctx.table.with_budget(budget))
         part_search = part_ctx.table if search is ctx.table else search.with_budget(budget)
-        route = self.route(part_ctx, part_search, part, level_sets)
+        route = self.route(part_ctx, part_search, part, level_sets, cap)
         if route is None:
             return None, np.inf
         if route.estimate is not None:  # the choice estimated it already (the same call, the same float)
@@ -216,7 +220,12 @@ class NSPPlanner:
         return route, recompute_aware_step(part_ctx, part, route.degrees, route.firsts)
 
     def route(
-        self, ctx: Context, search: CostTable, select: IntArray, level_sets: list[tuple[int, ...]] | None = None
+        self,
+        ctx: Context,
+        search: CostTable,
+        select: IntArray,
+        level_sets: list[tuple[int, ...]] | None = None,
+        cap: float = np.inf,
     ) -> Route | None:
         """Route the selected sorted samples in one pass, or ``None`` if no state keeps B_tok: the
         beam on each of ``level_sets`` (default: the planner's levels; a route found on another set
@@ -237,33 +246,29 @@ class NSPPlanner:
         # A micro-batch of a memory-bound batch (level sets given) is scored by the estimate, as its
         # batch's split is; Load decides elsewhere.
         if self.proxy == "full" and (bound or level_sets is not None):
-            return self._least_estimate(ctx, select, levels, candidates)
+            return self._least_estimate(ctx, select, levels, candidates, cap)
         if self.seed_static and self.proxy == "full":
             candidates += _static_routes(ctx, select, levels, min((r.load for r in candidates), default=np.inf))
         return min(candidates, key=lambda r: r.load, default=None)
 
     def _least_estimate(
-        self, ctx: Context, select: IntArray, levels: tuple[int, ...], beams: list[Route]
+        self, ctx: Context, select: IntArray, levels: tuple[int, ...], beams: list[Route], cap: float = np.inf
     ) -> Route | None:
         """The candidate (``beams``, then the static seeds) with the least recompute-aware estimate,
         the first on ties. A seed degree whose Load floor already reaches the best beam's estimate is
         not packed, and a candidate whose Load reaches the best estimate so far is not estimated: the
         estimate is never below Load (every stage is at least its Load stage, with non-negative
         recompute and floors; :data:`LOAD_MARGIN` covers the rounding of the phase-wise form), and
-        Load never below the floor."""
+        Load never below the floor. ``cap``: the split this micro-batch belongs to wins only if its
+        estimate is below ``cap``, so a candidate or seed that cannot get below it is skipped too (if
+        none is left, or the least estimate is not below it, the split loses whichever is returned)."""
         best: tuple[float, Route] | None = None
         for r in beams:
-            best = _better(ctx, select, r, best)
+            best = _better(ctx, select, r, best, cap)
         if self.seed_static:
-            for r in _static_routes(ctx, select, levels, np.inf if best is None else best[0]):
-                best = _better(ctx, select, r, best)
+            for r in _static_routes(ctx, select, levels, min(cap, np.inf if best is None else best[0])):
+                best = _better(ctx, select, r, best, cap)
         return None if best is None else replace(best[1], estimate=best[0])
-
-
-def _beaten(bound: float, best: float) -> bool:
-    """Whether a split whose estimate is at least ``bound`` (its routed micro-batches' estimates plus
-    the others' :func:`~nspsim.planners.estimate.micro_batch_floor`) cannot be strictly below ``best``."""
-    return bound * (1 - FLOOR_MARGIN) >= best
 
 
 LOAD_MARGIN = 1e-12
@@ -273,12 +278,12 @@ GPU's attention and non-attention, which can round a few units in the last place
 
 
 def _better(
-    ctx: Context, select: IntArray, route: Route, best: tuple[float, Route] | None
+    ctx: Context, select: IntArray, route: Route, best: tuple[float, Route] | None, cap: float = np.inf
 ) -> tuple[float, Route] | None:
     """``route`` with its recompute-aware estimate if there is no ``best`` yet or the estimate is
-    strictly lower, else ``best``; a route whose Load already reaches ``best`` is not estimated (its
-    estimate cannot be lower, :meth:`NSPPlanner._least_estimate`)."""
-    if best is not None and route.load * (1 - LOAD_MARGIN) >= best[0]:
+    strictly lower, else ``best``; a route whose Load already reaches ``best`` or ``cap`` is not
+    estimated (its estimate cannot be lower, :meth:`NSPPlanner._least_estimate`)."""
+    if route.load * (1 - LOAD_MARGIN) >= (cap if best is None else min(cap, best[0])):
         return best
     estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts, route.loads)
     return (estimate, route) if best is None or estimate < best[0] else best
