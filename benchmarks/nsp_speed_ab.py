@@ -1,13 +1,14 @@
 """A/B in one process: NSP's routing on this branch against main's code paths (issue 26 item 2, the
 branch's changes swapped back: the numpy references kept in the tree, and main's two kernel files,
 ``nspsim/planners/compiled.py`` and ``marking.py``, loaded from ``git show BASE:...``, BASE the merge
-base with ``main`` or ``$NSP_AB_BASE``), per Figure 7 configuration (both Qwen3 MoE models on 64 GPUs x
+base with ``main`` or ``$NSP_AB_BASE``; once this branch is merged, ``NSP_AB_BASE=0abbd2f`` reproduces
+the table), per Figure 7 configuration (both Qwen3 MoE models on 64 GPUs x
 192K / 384K x wikipedia, code, commoncrawl; 2M-token batches) plus Qwen3-30B-A3B with 4M-token batches
 (memory-bound at 64 H100s); 5 batches each, the two sides alternating per batch. Prints CPU
 milliseconds of routing (``planning_cpu_s``) per configuration, median and max of each side, and
 whether every plan is identical (content hash and chosen estimate).
 
-    python benchmarks/nsp_speed_ab.py [batches]
+    python benchmarks/nsp_speed_ab.py [batches] [configuration filter, e.g. 235b]
 
 Results: benchmarks/results/nsp_speed.md.
 """
