@@ -216,6 +216,14 @@ class AnalyticCostModel:
         """Re-send Q/K/V and rerun the forward kernel (:func:`recompute_phases`)."""
         return recompute_phases(self.attention(lengths, degree).fwd)
 
+    def recompute_sample_parts(self, lengths: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Per-sample (prologue, compute) of the recompute pass at ``degree`` and its prologue latency:
+        :meth:`recompute_attention` of any non-empty subsequence S of ``lengths`` is exactly
+        ``Phases(float(pro[S].sum()) + latency, float(comp[S].sum()), 0.0)`` (the backend's
+        :meth:`~nspsim.cost.backends.base.NodeCost.forward_parts`); ``None`` for a backend whose node
+        is not additive that way (Ring)."""
+        return self._node_cost(degree).forward_parts(self, np.asarray(lengths, dtype=np.int64), degree)
+
     def attention_sample_costs(self, lengths: np.ndarray, degree: int) -> SampleCosts:
         """Additive per-sample totals at ``degree`` (all phases, no latency), one layer."""
         lengths = np.asarray(lengths, dtype=np.int64)

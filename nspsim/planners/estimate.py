@@ -9,8 +9,9 @@ function of those two floats per micro-batch.
 rung               value (summed over micro-batches)                           use it to
 =================  ==========================================================  ===============================
 lower bound        max(work floor, longest-sample floor) of the batch          report a plan's gap (Load / bound)
-                   (:func:`~nspsim.planners.lower_bound.lower_bound`); also
-                   :func:`static_floor`, a floor on one degree's Load
+                   (:func:`~nspsim.planners.lower_bound.lower_bound`); also    prune candidates that cannot win
+                   :func:`static_floor`, a floor on one degree's Load, and
+                   :func:`micro_batch_floor`, on a micro-batch's step
 load               max_p D_fwd + max_p D_bwd (:func:`proxy_load`)              route: thousands of candidates
 step               max(fwd, layers * all-gather) + max(bwd, layers * (AG +     choose micro-batch counts and
                    RS)) + the fixed cost per micro-batch (:func:`stage_step`,   degrees: FSDP floors and the
@@ -31,16 +32,18 @@ chose a plan is recorded on it (:class:`~nspsim.plan.estimates.Estimates`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.cost.interface import CostModel
 from nspsim.execution.recompute import nodes_top_down, saved_samples
 from nspsim.plan.estimates import Estimates
 from nspsim.planners.base import Context, IntArray, Placement
 from nspsim.planners.lower_bound import lower_bound
-from nspsim.planners.marking import saved_compiled
+from nspsim.planners.marking import recompute_kernel, saved_compiled
 from nspsim.planners.proxy import CostTable, FloatArray, ProxyLoad
 from nspsim.specs.memory import MemoryModel
 
@@ -62,10 +65,22 @@ class Stages:
 def stage_step(ctx: Context, stages: Stages) -> float:
     """Step estimate of one micro-batch: each stage floored by its FSDP collectives (hidden behind the
     pass's compute when that is longer), plus the cost model's fixed cost per micro-batch."""
-    cost = ctx.workload.cost
-    fsdp = cost.fsdp()
-    gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
-    return max(stages.fwd, gather) + max(stages.bwd, bwd_comm) + cost.micro_batch_overhead()
+    gather, bwd_comm, overhead = _step_floors(ctx.workload.cost)
+    return max(stages.fwd, gather) + max(stages.bwd, bwd_comm) + overhead
+
+
+_FLOORS: dict[int, tuple[CostModel, tuple[float, float, float]]] = {}
+
+
+def _step_floors(cost: CostModel) -> tuple[float, float, float]:
+    """The forward and backward FSDP floors of a micro-batch and its fixed cost, all layers (asked of
+    the cost model once per model: every call is batch-independent)."""
+    hit = _FLOORS.get(id(cost))
+    if hit is None or hit[0] is not cost:
+        fsdp = cost.fsdp()
+        gather, bwd_comm = cost.num_layers * fsdp.allgather, cost.num_layers * (fsdp.allgather + fsdp.reduce_scatter)
+        hit = _FLOORS[id(cost)] = (cost, (gather, bwd_comm, cost.micro_batch_overhead()))
+    return hit[1]
 
 
 def micro_batch_step(ctx: Context, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_]) -> float:
@@ -84,6 +99,33 @@ def step_estimate(ctx: Context, placement: Placement) -> float:
 def proxy_load(ctx: Context, placement: Placement) -> float:
     """Proxy Load of a placement (micro-batch Loads summed)."""
     return ctx.table.load(placement.degrees, placement.firsts, placement.micro_batches)
+
+
+FLOOR_MARGIN = 1e-9
+"""Relative slack of the rule "recompute-aware estimate >= :func:`micro_batch_floor`": the two are
+formed in different orders of float sums, a few units in the last place apart; 1e-9 is far above that
+(``tests/planners/test_estimate_ladder.py`` checks the rule with this margin)."""
+
+
+def micro_batch_floor(ctx: Context, samples: IntArray) -> float:
+    """No placement of ``samples`` as one micro-batch on the tree's degrees has a step estimate, hence
+    a recompute-aware one, below this: :func:`stage_step` of each pass's work at every sample's
+    cheapest degree spread evenly over the GPUs.
+
+    Proof. The forward stage is max_p D_p^fwd >= (1/P) sum_p D_p^fwd. Each sample j on a node of
+    degree d adds fwd_j(d) to each of the node's d GPUs, so the sum over GPUs holds d fwd_j(d) >=
+    min_d' d' fwd_j(d') per sample, plus node latencies (>= 0) and the intercept once per GPU holding
+    tokens (>= P min(0, intercept)); likewise backward. :func:`stage_step` is non-decreasing in both
+    stages, so the step estimate is at least ``stage_step`` of these means; the recompute-aware estimate
+    adds non-negative recomputation to the backward stage and, phase-wise per EP group, a group's max
+    attention plus its max non-attention, at least any of its GPUs' sum (the ladder above). The floor
+    forms its sums in another order than the estimate: compare with :data:`FLOOR_MARGIN`."""
+    fwd, bwd = ctx.table.cheapest_work()
+    i_fwd, i_bwd = ctx.table.intercept
+    p = ctx.num_gpus
+    mean_fwd = float(fwd[samples].sum()) / p + min(0.0, i_fwd)
+    mean_bwd = float(bwd[samples].sum()) / p + min(0.0, i_bwd)
+    return stage_step(ctx, Stages(mean_fwd, mean_bwd))
 
 
 def static_floor(ctx: Context, samples: IntArray, degree: int) -> float:
@@ -114,6 +156,9 @@ def remat_per_gpu(
     table, memory, cost = ctx.table, ctx.workload.memory, ctx.workload.cost
     lengths = table.lengths[select].astype(np.float64)
     free = memory.activation_capacity - memory.base_bytes(1.0) * tokens
+    fast = _remat_compiled(table, memory, select, lengths, degrees, firsts, free) if memory.keeps_attention else None
+    if fast is not None:
+        return fast
     lost = ~(
         saved_samples(lengths, degrees, firsts, free, memory, cost)
         if not memory.keeps_attention
@@ -123,6 +168,52 @@ def remat_per_gpu(
     for d, first, members in nodes_top_down(degrees[lost], firsts[lost]):
         remat[first : first + d] += table.recompute_pass(lengths[lost][members], d)
     return remat
+
+
+def _remat_compiled(
+    table: CostTable,
+    memory: MemoryModel,
+    select: IntArray,
+    lengths: FloatArray,
+    degrees: IntArray,
+    firsts: IntArray,
+    free: FloatArray,
+) -> FloatArray | None:
+    """:func:`remat_per_gpu` of a memory model that keeps attention in two kernel calls, the marking
+    (:func:`~nspsim.planners.marking.saved_compiled`) and the nodes' recompute sums
+    (:func:`~nspsim.planners.marking.recompute_kernel`), their per-sample inputs gathered from the
+    table's per-degree rows (:meth:`CostTable.recompute_rows`; the same floats as :func:`_saved` and
+    :meth:`CostTable.recompute_pass`); ``None`` where the table has no rows (a backend without
+    additive parts, a degree outside the tree): the caller's numpy path then decides."""
+    tables, rows = table.recompute_rows(), table.level_rows(degrees)
+    if tables is None or rows is None:
+        return None
+    pro, comp, latency, fwd = tables
+    unit, per_token = _memory_rows(memory, tuple(table.level_degrees.tolist()))
+    saved = saved_compiled(lengths, degrees, firsts, free, unit[rows], per_token[rows], fwd[rows, select])
+    remat = np.zeros(table.tree.num_gpus)
+    if not saved.all():
+        c = np.ascontiguousarray
+        recompute_kernel()(
+            ~saved,
+            c(degrees, dtype=np.int64),
+            c(firsts, dtype=np.int64),
+            pro[rows, select],
+            comp[rows, select],
+            latency[rows],
+            float(table.layers),
+            remat,
+        )
+    return remat
+
+
+@functools.lru_cache(maxsize=64)
+def _memory_rows(memory: MemoryModel, levels: tuple[int, ...]) -> tuple[FloatArray, FloatArray]:
+    """Per degree of ``levels``: attention bytes one rank keeps per token of a saved node, and per
+    sharded token (the memory model's, once per model and tree)."""
+    unit = np.array([memory.node_attention_bytes(1.0, d) for d in levels])
+    per_token = np.array([memory.attention_bytes_per_token(d) for d in levels])
+    return unit, per_token
 
 
 def _saved(
@@ -168,12 +259,16 @@ def phase_wise(table: CostTable, loads: ProxyLoad, remat: FloatArray, expert_par
     return Stages(fwd, bwd)
 
 
-def recompute_aware_step(ctx: Context, select: IntArray, degrees: IntArray, firsts: IntArray) -> float:
+def recompute_aware_step(
+    ctx: Context, select: IntArray, degrees: IntArray, firsts: IntArray, loads: ProxyLoad | None = None
+) -> float:
     """Step estimate of the selected samples on ``(degrees, firsts)`` as one micro-batch with the
     recomputation its tree marking implies (:func:`remat_per_gpu`; phase-wise per EP group under
-    expert parallelism, :func:`phase_wise`)."""
+    expert parallelism, :func:`phase_wise`); ``loads``: their :func:`selected_loads` under
+    ``ctx.table`` when the caller has them already."""
     wl = ctx.workload
-    loads = selected_loads(ctx.table, select, degrees, firsts)
+    if loads is None:
+        loads = selected_loads(ctx.table, select, degrees, firsts)
     extra = remat_per_gpu(ctx, select, degrees, firsts, loads.tokens)
     if wl.model.moe is not None and wl.training.expert_parallel > 1:
         return stage_step(ctx, phase_wise(ctx.table, loads, extra, wl.training.expert_parallel))

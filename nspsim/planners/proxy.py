@@ -18,18 +18,27 @@ violates it, so the per-GPU sums below equal the direct per-GPU reference
 Two proxies exist: ``"full"`` (the paper's cost model) and ``"attn-fwd"`` (the "w/o cost model"
 ablation: attention forward only, no backward, no non-attention work). Trade-off: tables cost one
 cost-model call per degree, after which every score is array arithmetic.
+
+Scoring a placement (:meth:`CostTable.evaluate`) is one compiled call over the per-degree tables
+(:mod:`nspsim.planners.proxy_kernel`; the numpy form stays as :meth:`CostTable.evaluate_reference`).
+The recompute pass of a node (:meth:`CostTable.recompute_pass`, for the recompute-aware estimate)
+comes from the cost model's per-sample parts where it has them
+(:meth:`~nspsim.cost.analytic.AnalyticCostModel.recompute_sample_parts`: Ulysses and degree-1 nodes
+are numpy sums of element-wise parts, so a gather and two sums give the cost model's float), else
+from ``recompute_attention`` per node; both memoised per table.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from functools import cached_property
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from nspsim.cost.interface import CostModel
+from nspsim.planners.proxy_kernel import evaluate_kernel
 from nspsim.sp_tree import SPTree
 
 PROXIES = ("full", "attn-fwd")
@@ -88,6 +97,17 @@ class ProxyLoad:
         return float(self.d_fwd.max() + self.d_bwd.max())
 
 
+@runtime_checkable
+class AdditiveRecompute(Protocol):
+    """A cost model whose recompute pass is a numpy sum of per-sample parts
+    (:meth:`~nspsim.cost.analytic.AnalyticCostModel.recompute_sample_parts`, which may still answer
+    ``None`` for a degree)."""
+
+    def recompute_sample_parts(self, lengths: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Per-sample (prologue, compute) and the prologue latency of the recompute pass, or ``None``."""
+        ...
+
+
 def _distinct_sorted(values: IntArray) -> tuple[IntArray, IntArray]:
     """Distinct values of a sorted array and each element's index among them (what ``np.unique``
     returns, in the array's order, without sorting again)."""
@@ -120,10 +140,22 @@ class CostTable:
         self.layers = cost.num_layers
         self._cost = cost
         self.fit = fit_non_attention(cost, float(max(token_budget, 2)))
+        self._intercept = (
+            (0.0, 0.0)
+            if kind == "attn-fwd"
+            else (self.layers * self.fit.fwd_intercept, self.layers * self.fit.bwd_intercept)
+        )
         self._distinct, self._inverse = _distinct_sorted(self.lengths)
+        self._descending = -self._distinct  # ascending, for searchsorted
         self._tables: dict[int, tuple[FloatArray, FloatArray]] = {}
         self._totals: dict[int, FloatArray] = {}
         self._recompute: dict[tuple[int, str, bytes], float] = {}
+        self._recompute_parts: dict[int, tuple[FloatArray, FloatArray, float] | None] = {}
+        self._recompute_singles: dict[int, FloatArray] = {}
+        self._stacked: dict[str, tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]] = {}
+        self._overheads: dict[int, tuple[float, float]] = {}
+        self._cheapest: dict[str, tuple[FloatArray, FloatArray]] = {}
+        self._recompute_rows: dict[str, tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None] = {}
         self._attention_fwd: dict[int, FloatArray] = {}
 
     @property
@@ -182,28 +214,101 @@ class CostTable:
         key = (degree, lengths.dtype.str, lengths.tobytes())
         value = self._recompute.get(key)
         if value is None:
-            redo = self._cost.recompute_attention(lengths, degree)
-            value = self._recompute[key] = self._cost.num_layers * (redo.prologue + redo.compute)
+            value = self._recompute[key] = self._recompute_pass(lengths, degree)
         return value
 
+    def _recompute_pass(self, lengths: npt.NDArray[np.generic], degree: int) -> float:
+        """:meth:`recompute_pass` unmemoised: from the cost model's per-sample parts over the batch's
+        distinct lengths when it has them and ``lengths`` are the batch's (a gather and two numpy sums
+        of the same elements in the same order: the same float), else the cost model asked."""
+        parts = self._parts(degree)
+        if parts is not None and lengths.size and self._distinct.size:
+            at = np.minimum(np.searchsorted(self._descending, np.negative(lengths)), self._distinct.size - 1)
+            if np.array_equal(self._distinct[at], lengths):
+                pro, comp, latency = parts
+                return self._cost.num_layers * ((float(pro[at].sum()) + latency) + float(comp[at].sum()))
+        redo = self._cost.recompute_attention(lengths, degree)
+        return self._cost.num_layers * (redo.prologue + redo.compute)
+
+    def _parts(self, degree: int) -> tuple[FloatArray, FloatArray, float] | None:
+        """The cost model's per-sample recompute parts at ``degree`` over the distinct lengths (cached)."""
+        if degree not in self._recompute_parts:
+            cost = self._cost
+            parts = cost.recompute_sample_parts(self._distinct, degree) if isinstance(cost, AdditiveRecompute) else None
+            self._recompute_parts[degree] = parts
+        return self._recompute_parts[degree]
+
+    def recompute_rows(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None:
+        """Per tree degree (the rows of the compiled evaluation's tables, :meth:`level_rows`): each
+        sorted sample's recompute prologue and compute parts, the degree's prologue latency, and each
+        sample's forward attention (:meth:`attention_fwd`); ``None`` when a degree has no parts (built
+        once per batch)."""
+        if "levels" not in self._recompute_rows:
+            levels = self.level_degrees.tolist()
+            parts = [self._parts(d) for d in levels]
+            rows = None
+            if all(p is not None for p in parts):
+                pro = np.stack([p[0][self._inverse] for p in parts if p is not None])
+                comp = np.stack([p[1][self._inverse] for p in parts if p is not None])
+                latency = np.array([p[2] for p in parts if p is not None], dtype=np.float64)
+                rows = pro, comp, latency, np.stack([self.attention_fwd(d) for d in levels])
+            self._recompute_rows["levels"] = rows
+        return self._recompute_rows["levels"]
+
+    def cheapest_work(self) -> tuple[FloatArray, FloatArray]:
+        """Per sorted sample, min over the tree's degrees d of d x its forward cost and of d x its
+        backward cost: the least it adds to the GPUs' summed stage times (built once per batch)."""
+        if "cheapest" not in self._cheapest:
+            _, levels, fwd, bwd, _, _ = self._kernel_tables()
+            scale = levels.astype(np.float64)[:, None]
+            self._cheapest["cheapest"] = ((scale * fwd).min(axis=0), (scale * bwd).min(axis=0))
+        return self._cheapest["cheapest"]
+
+    @property
+    def level_degrees(self) -> IntArray:
+        """The tree's degrees, ascending: the rows of the per-degree tables."""
+        return self._kernel_tables()[1]
+
+    def level_rows(self, degrees: IntArray) -> IntArray | None:
+        """The row of each of ``degrees`` in the per-degree tables, or ``None`` if one is not a tree degree."""
+        row_of = self._kernel_tables()[0]
+        if degrees.size and (int(degrees.min()) < 1 or int(degrees.max()) >= row_of.size):
+            return None
+        rows = row_of[degrees]
+        return None if rows.size and int(rows.min()) < 0 else rows
+
+    def recompute_singles(self, degree: int) -> FloatArray:
+        """:meth:`recompute_pass` of each sorted sample alone at ``degree`` (cached, read-only; equal to
+        the one-sample calls: a one-element sum is its element)."""
+        if degree not in self._recompute_singles:
+            parts = self._parts(degree)
+            if parts is None:
+                one = [self.recompute_pass(self._distinct[i : i + 1], degree) for i in range(self._distinct.size)]
+                each = np.array(one)
+            else:
+                pro, comp, latency = parts
+                each = self._cost.num_layers * ((pro + latency) + comp)
+            out = np.asarray(each, dtype=np.float64)[self._inverse]
+            out.flags.writeable = False
+            self._recompute_singles[degree] = out
+        return self._recompute_singles[degree]
+
     def overhead(self, degree: int) -> tuple[float, float]:
-        """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers."""
-        fwd, bwd = self._cost.node_overhead(degree)
-        if self.kind == "attn-fwd":
-            return self.layers * fwd, 0.0
-        return self.layers * fwd, self.layers * bwd
+        """(fwd, bwd) latency every GPU of an active node of ``degree`` pays, all layers (cached)."""
+        if degree not in self._overheads:
+            fwd, bwd = self._cost.node_overhead(degree)
+            self._overheads[degree] = (self.layers * fwd, 0.0 if self.kind == "attn-fwd" else self.layers * bwd)
+        return self._overheads[degree]
 
     def overhead_total(self, degree: int) -> float:
         """fwd + bwd node latency per GPU (what activating a node adds to C_p)."""
         fwd, bwd = self.overhead(degree)
         return fwd + bwd
 
-    @cached_property
+    @property
     def intercept(self) -> tuple[float, float]:
         """(fwd, bwd) non-attention time every GPU holding tokens pays regardless of their number."""
-        if self.kind == "attn-fwd":
-            return 0.0, 0.0
-        return self.layers * self.fit.fwd_intercept, self.layers * self.fit.bwd_intercept
+        return self._intercept
 
     def min_degree(self, levels: tuple[int, ...]) -> IntArray:
         """Per sorted sample, the smallest degree in ``levels`` whose shard fits B_tok (0: none fits)."""
@@ -213,7 +318,38 @@ class CostTable:
         return out
 
     def evaluate(self, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_] | None = None) -> ProxyLoad:
-        """Per-GPU stage times of the sorted samples placed on ``(degrees, firsts)`` (optionally a subset)."""
+        """Per-GPU stage times of the sorted samples placed on ``(degrees, firsts)`` (optionally a
+        subset): one compiled call (:mod:`nspsim.planners.proxy_kernel`, equal to
+        :meth:`evaluate_reference` bit for bit)."""
+        gpus = self.tree.num_gpus
+        sel = np.ones(self.num_samples, dtype=bool) if mask is None else np.ascontiguousarray(mask, dtype=bool)
+        out = np.zeros(gpus), np.zeros(gpus), np.zeros(gpus)
+        c = np.ascontiguousarray
+        ints = c(degrees, dtype=np.int64), c(firsts, dtype=np.int64)
+        if evaluate_kernel()(*ints, sel, self.lengths, *self._kernel_tables(), *out):
+            return ProxyLoad(d_fwd=out[0], d_bwd=out[1], tokens=out[2])
+        return self.evaluate_reference(degrees, firsts, mask)
+
+    def _kernel_tables(self) -> tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+        """The compiled evaluation's tables over the tree's degrees (built once per batch, shared by
+        :meth:`with_budget` copies): row of each degree, the degrees, per-sample fwd and bwd costs,
+        node latencies and the intercept."""
+        if "levels" not in self._stacked:
+            levels = sorted(self.tree.degrees)
+            row_of = np.full(max(levels) + 1, -1, dtype=np.int64)
+            row_of[levels] = np.arange(len(levels))
+            fwd = np.stack([self.sample_costs(d)[0] for d in levels])
+            bwd = np.stack([self.sample_costs(d)[1] for d in levels])
+            overhead = np.array([self.overhead(d) for d in levels], dtype=np.float64)
+            intercept = np.array(self.intercept, dtype=np.float64)
+            self._stacked["levels"] = (row_of, np.array(levels, dtype=np.int64), fwd, bwd, overhead, intercept)
+        return self._stacked["levels"]
+
+    def evaluate_reference(
+        self, degrees: IntArray, firsts: IntArray, mask: npt.NDArray[np.bool_] | None = None
+    ) -> ProxyLoad:
+        """:meth:`evaluate` in numpy (the reference the compiled form is tested against, and its
+        fallback for degrees outside the tree)."""
         tree = self.tree
         sel = np.ones(self.num_samples, dtype=bool) if mask is None else mask
         d_fwd = np.zeros(tree.num_gpus)

@@ -1,5 +1,6 @@
 """The compiled least-loaded fill equals its numpy reference, bit for bit: units, loads and tokens, on
-random inputs with ties (integer costs), surcharges, full units and items no unit can take."""
+random inputs with ties (integer costs), surcharges, full units and items no unit can take, on few
+units and many."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from nspsim.planners.packing import (
 @st.composite
 def fills(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
     states = draw(st.integers(1, 4))
-    units = draw(st.integers(1, 9))
+    units = draw(st.one_of(st.integers(1, 9), st.integers(10, 70)))
     items = draw(st.integers(0, 40))
     ints = st.integers(0, 6)  # small integers: many exact ties
     loads = np.array([[draw(ints) for _ in range(units)] for _ in range(states)], dtype=np.float64)

@@ -14,7 +14,10 @@ from nspsim.plan.estimates import CHOSEN_BY, Estimates
 from nspsim.planners import PLANNER_NAMES, get_planner
 from nspsim.planners.base import Context, Placement, make_context
 from nspsim.planners.estimate import (
+    FLOOR_MARGIN,
     Stages,
+    micro_batch_floor,
+    micro_batch_step,
     proxy_load,
     recompute_aware_estimate,
     recompute_aware_step,
@@ -136,3 +139,38 @@ def test_a_micro_batch_estimate_never_falls_below_its_load_beyond_the_pruning_ma
         load = ctx.table.evaluate(placement.degrees, placement.firsts, placement.micro_batches == mb).load
         aware = recompute_aware_step(ctx, select, placement.degrees[select], placement.firsts[select])
         assert aware >= load * (1 - LOAD_MARGIN)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(placements())
+def test_no_micro_batch_estimate_falls_below_its_floor(case: tuple[str, Context, Placement]) -> None:
+    """NSP stops routing a memory-bound batch's split once its routed micro-batches' estimates plus
+    the others' floors reach the best split (``nspsim.planners.nsp.pruning``): sound only if
+    every micro-batch's step and recompute-aware estimates are at least ``micro_batch_floor`` times
+    1 - FLOOR_MARGIN, whatever its placement."""
+    _, ctx, placement = case
+    for mb in range(placement.num_micro_batches):
+        at = placement.micro_batches == mb
+        select = np.flatnonzero(at)
+        floor = micro_batch_floor(ctx, select)
+        step = micro_batch_step(ctx, placement.degrees, placement.firsts, at)
+        aware = recompute_aware_step(ctx, select, placement.degrees[select], placement.firsts[select])
+        assert step >= floor * (1 - FLOOR_MARGIN)
+        assert aware >= floor * (1 - FLOOR_MARGIN)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_pruning_splits_by_their_floors_keeps_the_plan(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same plan and estimates whether NSP prunes splits and candidates by the floors or routes and
+    estimates everything."""
+    import nspsim.planners.nsp.planner as nsp_planner
+
+    wl = _workload("235b-ep8")
+    batch = wl.sampler.batch(index)
+    planner = get_planner("nsp")
+    pruned = planner.plan(batch, wl)
+    monkeypatch.setattr(nsp_planner, "beaten", lambda bound, best: False)
+    monkeypatch.setattr(nsp_planner, "part_cap", lambda best, done, later: np.inf)
+    full = planner.plan(batch, wl)
+    assert pruned.estimates is not None and pruned.estimates.chosen_by == "recompute-aware"
+    assert (pruned.content_hash, pruned.estimates) == (full.content_hash, full.estimates)

@@ -93,6 +93,15 @@ class NodeCost(ABC):
         """Latency of one of those collectives (a point-to-point step by default)."""
         return c.latency(degree)
 
+    def forward_parts(
+        self, c: Coefficients, lengths: np.ndarray, degree: int
+    ) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Per-sample forward (prologue, compute) seconds without latency and the prologue's latency,
+        when :meth:`node`'s forward is exactly ``Phases(float(pro[S].sum()) + latency,
+        float(comp[S].sum()), ...)`` for the samples S of any node (element-wise parts, numpy sums);
+        ``None`` (the default) when it is not additive that way."""
+        return None
+
 
 class BackendCost(NodeCost):
     """The cost of one SP backend's nodes of degree > 1, and the degrees it admits."""

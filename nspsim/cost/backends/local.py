@@ -29,6 +29,13 @@ class LocalCost(NodeCost):
         fwd, bwd = attention_compute(c, lengths, 1, lengths)
         return SampleCosts(fwd, bwd)
 
+    def forward_parts(
+        self, c: Coefficients, lengths: np.ndarray, degree: int
+    ) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """No prologue (zeros, no latency) and the kernel time (:meth:`node`)."""
+        fwd, _ = attention_compute(c, lengths, 1, lengths)
+        return np.zeros(lengths.size), fwd, 0.0
+
     def collectives_per_node(self, degree: int) -> int:
         """None."""
         return 0

@@ -48,6 +48,13 @@ class UlyssesCost(BackendCost):
         fp, fc, fe, bp, bc, be = ulysses_parts(c, lengths, degree)
         return SampleCosts(fp + fc + fe, bp + bc + be)
 
+    def forward_parts(
+        self, c: Coefficients, lengths: np.ndarray, degree: int
+    ) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The forward prologue and compute of :func:`ulysses_parts` and one all-to-all latency (:meth:`node`)."""
+        fp, fc, *_ = ulysses_parts(c, lengths, degree)
+        return fp, fc, c.alltoall_latency(degree)
+
     def collectives_per_node(self, degree: int) -> int:
         """Two all-to-alls per pass."""
         return 2

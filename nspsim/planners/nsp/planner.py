@@ -12,7 +12,9 @@ is also tried as up to ``EXTRA_MICRO_BATCHES`` more micro-batches split two ways
 FlexSP's sorted chunks), under expert parallelism also on the EP-aligned levels
 (:mod:`~nspsim.planners.nsp.route`), and the candidates are compared on the recompute-aware rung of the
 estimate ladder (:mod:`nspsim.planners.estimate`): the plan records ``chosen_by=recompute-aware``,
-elsewhere ``load``. NSP-2L is the same planner on the levels {spmax, 1}.
+elsewhere ``load``. Splits and candidates that provably cannot win are not routed or estimated
+(:mod:`~nspsim.planners.nsp.pruning`): the choice is the same.
+NSP-2L is the same planner on the levels {spmax, 1}.
 
 **Options** (default, why):
 
@@ -50,13 +52,14 @@ import numpy as np
 from nspsim.execution.prepare import NESTED_PREPARATION, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
-from nspsim.planners.estimate import recompute_aware_step, static_floor
+from nspsim.planners.estimate import micro_batch_floor, recompute_aware_step, static_floor
 from nspsim.planners.finish import finish
 from nspsim.planners.microbatch import candidate_splits, min_micro_batches, token_split
 from nspsim.planners.nsp.beam import NodeLayout, Prefix, Searched, node_layout
 from nspsim.planners.nsp.beam_kernel import search_compiled, warm_search
+from nspsim.planners.nsp.pruning import beaten, part_cap
 from nspsim.planners.nsp.route import Route, candidate_levels
-from nspsim.planners.nsp.tail import TreeStates, complete
+from nspsim.planners.nsp.tail import TreeStates, complete, warm_tail
 from nspsim.planners.nsp.token_balance import check_ratio, effective_budget, is_memory_bound, resolved_ratio
 from nspsim.planners.packing import BUDGET_RTOL
 from nspsim.planners.proxy import PROXIES, CostTable, FloatArray
@@ -121,6 +124,7 @@ class NSPPlanner:
     def plan(self, batch: Batch, workload: Workload) -> Plan:
         """Route the batch (see the module docstring)."""
         warm_search()
+        warm_tail()
         started = Stopwatch.start()
         ctx = make_context(batch, workload, effective_budget(self.token_balance_ratio, workload, batch.lengths))
         search = (
@@ -171,8 +175,18 @@ class NSPPlanner:
             if best is not None and m > first + EXTRA_MICRO_BATCHES:
                 break
             for split, parts in candidate_splits(ctx.table.lengths, m, ctx.num_gpus * ctx.workload.token_budget):
-                routed = [self._route_part(ctx, search, part, ratio, level_sets) for part in parts]
-                if any(r is None for r, _ in routed):
+                floors = [micro_batch_floor(ctx, part) for part in parts]
+                routed: list[tuple[Route | None, float]] = []
+                for i, part in enumerate(parts):
+                    done, cap = sum(e for _, e in routed), np.inf
+                    if best is not None:
+                        if beaten(done + sum(floors[i:]), best[0]):
+                            break  # the rest cannot bring the split below the best
+                        cap = part_cap(best[0], done, sum(floors[i + 1 :]))
+                    routed.append(self._route_part(ctx, search, part, ratio, level_sets, cap))
+                    if routed[-1][0] is None:
+                        break
+                if len(routed) < len(parts) or any(r is None for r, _ in routed):
                     continue
                 estimate = sum(e for _, e in routed)
                 if best is None or estimate < best[0]:
@@ -189,22 +203,29 @@ class NSPPlanner:
         part: IntArray,
         ratio: float | None,
         level_sets: list[tuple[int, ...]] | None = None,
+        cap: float = np.inf,
     ) -> tuple[Route | None, float]:
         """One micro-batch of a memory-bound batch under its own routing budget (the whole batch's
         token-balance ``ratio`` over the part's tokens), its beam run on each of ``level_sets``
         (default: the planner's levels); its route and recompute-aware step estimate (``inf`` when it
-        cannot be routed)."""
-        lengths = tuple(int(x) for x in ctx.table.lengths[part])
-        budget = effective_budget("off" if ratio is None else ratio, ctx.workload, lengths)
+        cannot be routed, or when no route's estimate can be below ``cap``, :meth:`_least_estimate`)."""
+        budget = effective_budget("off" if ratio is None else ratio, ctx.workload, ctx.table.lengths[part])
         part_ctx = replace(ctx, table=ctx.table.with_budget(budget))
         part_search = part_ctx.table if search is ctx.table else search.with_budget(budget)
-        route = self.route(part_ctx, part_search, part, level_sets)
+        route = self.route(part_ctx, part_search, part, level_sets, cap)
         if route is None:
             return None, np.inf
+        if route.estimate is not None:  # the choice estimated it already (the same call, the same float)
+            return route, route.estimate
         return route, recompute_aware_step(part_ctx, part, route.degrees, route.firsts)
 
     def route(
-        self, ctx: Context, search: CostTable, select: IntArray, level_sets: list[tuple[int, ...]] | None = None
+        self,
+        ctx: Context,
+        search: CostTable,
+        select: IntArray,
+        level_sets: list[tuple[int, ...]] | None = None,
+        cap: float = np.inf,
     ) -> Route | None:
         """Route the selected sorted samples in one pass, or ``None`` if no state keeps B_tok: the
         beam on each of ``level_sets`` (default: the planner's levels; a route found on another set
@@ -219,31 +240,35 @@ class NSPPlanner:
             k = prefix_size(search, select, searched, self.prefix_k)
             memory = _prefix_memory(ctx, search, select[:k], layout) if bound else None
             found = _beam_routes(search, select, layout, k, self, memory)
+            if search is not ctx.table:  # its stage times are the search proxy's, not the estimate's
+                found = [replace(r, loads=None) for r in found]
             candidates += found if i == 0 else [replace(r, source="beam-ep") for r in found]
         # A micro-batch of a memory-bound batch (level sets given) is scored by the estimate, as its
         # batch's split is; Load decides elsewhere.
         if self.proxy == "full" and (bound or level_sets is not None):
-            return self._least_estimate(ctx, select, levels, candidates)
+            return self._least_estimate(ctx, select, levels, candidates, cap)
         if self.seed_static and self.proxy == "full":
             candidates += _static_routes(ctx, select, levels, min((r.load for r in candidates), default=np.inf))
         return min(candidates, key=lambda r: r.load, default=None)
 
     def _least_estimate(
-        self, ctx: Context, select: IntArray, levels: tuple[int, ...], beams: list[Route]
+        self, ctx: Context, select: IntArray, levels: tuple[int, ...], beams: list[Route], cap: float = np.inf
     ) -> Route | None:
         """The candidate (``beams``, then the static seeds) with the least recompute-aware estimate,
         the first on ties. A seed degree whose Load floor already reaches the best beam's estimate is
         not packed, and a candidate whose Load reaches the best estimate so far is not estimated: the
         estimate is never below Load (every stage is at least its Load stage, with non-negative
         recompute and floors; :data:`LOAD_MARGIN` covers the rounding of the phase-wise form), and
-        Load never below the floor."""
+        Load never below the floor. ``cap``: the split this micro-batch belongs to wins only if its
+        estimate is below ``cap``, so a candidate or seed that cannot get below it is skipped too (if
+        none is left, or the least estimate is not below it, the split loses whichever is returned)."""
         best: tuple[float, Route] | None = None
         for r in beams:
-            best = _better(ctx, select, r, best)
+            best = _better(ctx, select, r, best, cap)
         if self.seed_static:
-            for r in _static_routes(ctx, select, levels, np.inf if best is None else best[0]):
-                best = _better(ctx, select, r, best)
-        return None if best is None else best[1]
+            for r in _static_routes(ctx, select, levels, min(cap, np.inf if best is None else best[0])):
+                best = _better(ctx, select, r, best, cap)
+        return None if best is None else replace(best[1], estimate=best[0])
 
 
 LOAD_MARGIN = 1e-12
@@ -253,14 +278,14 @@ GPU's attention and non-attention, which can round a few units in the last place
 
 
 def _better(
-    ctx: Context, select: IntArray, route: Route, best: tuple[float, Route] | None
+    ctx: Context, select: IntArray, route: Route, best: tuple[float, Route] | None, cap: float = np.inf
 ) -> tuple[float, Route] | None:
     """``route`` with its recompute-aware estimate if there is no ``best`` yet or the estimate is
-    strictly lower, else ``best``; a route whose Load already reaches ``best`` is not estimated (its
-    estimate cannot be lower, :meth:`NSPPlanner._least_estimate`)."""
-    if best is not None and route.load * (1 - LOAD_MARGIN) >= best[0]:
+    strictly lower, else ``best``; a route whose Load already reaches ``best`` or ``cap`` is not
+    estimated (its estimate cannot be lower, :meth:`NSPPlanner._least_estimate`)."""
+    if route.load * (1 - LOAD_MARGIN) >= (cap if best is None else min(cap, best[0])):
         return best
-    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts)
+    estimate = recompute_aware_step(ctx, select, route.degrees, route.firsts, route.loads)
     return (estimate, route) if best is None or estimate < best[0] else best
 
 
@@ -309,17 +334,12 @@ def _prefix_memory(
     ``remat``, ``free``): at each level, the attention bytes a GPU keeps for a sample and the
     recompute pass it runs otherwise, in the search proxy's units (the ``attn-fwd`` ablation never
     gets here); free bytes are what every GPU has once filled to the routing budget."""
-    wl = ctx.workload
-    memory = wl.memory
+    memory = ctx.workload.memory
     free = memory.activation_capacity - memory.base_bytes(float(search.token_budget))
-    distinct, inverse = np.unique(search.lengths[prefix], return_inverse=True)
-    attn = np.empty((distinct.size, len(layout.levels)))
-    remat = np.empty_like(attn)
-    for col, d in enumerate(layout.levels):
-        for row, length in enumerate(distinct.tolist()):
-            attn[row, col] = memory.node_attention_bytes(float(length), d)
-            remat[row, col] = search.recompute_pass(np.array([length], dtype=np.int64), d)
-    return attn[inverse], remat[inverse], free
+    tokens = search.lengths[prefix].astype(np.float64)
+    attn = np.stack([tokens / d * memory.attention_bytes_per_token(d) for d in layout.levels], axis=1)
+    remat = np.stack([search.recompute_singles(d)[prefix] for d in layout.levels], axis=1)
+    return attn, remat, free
 
 
 def _prefix(
@@ -380,9 +400,9 @@ def _beam_routes(
         firsts = np.zeros(search.num_samples, dtype=np.int64)
         degrees[select] = np.concatenate([found.degrees[s], tail_deg[s]])
         firsts[select] = np.concatenate([found.firsts[s], tail_first[s]])
-        load = search.evaluate(degrees, firsts, mask).load
-        if best is None or load < best.load:
-            best = Route(degrees[select], firsts[select], load, "beam")
+        loads = search.evaluate(degrees, firsts, mask)
+        if best is None or loads.load < best.load:
+            best = Route(degrees[select], firsts[select], loads.load, "beam", loads)
     return [] if best is None else [best]
 
 
@@ -403,7 +423,8 @@ def _static_routes(ctx: Context, select: IntArray, levels: tuple[int, ...], beat
         degrees = np.full(table.num_samples, d, dtype=np.int64)
         firsts = np.zeros(table.num_samples, dtype=np.int64)
         firsts[select] = firsts_sel
-        routes.append(Route(degrees[select], firsts_sel, table.evaluate(degrees, firsts, mask).load, f"static-{d}"))
+        loads = table.evaluate(degrees, firsts, mask)
+        routes.append(Route(degrees[select], firsts_sel, loads.load, f"static-{d}", loads))
     return routes
 
 

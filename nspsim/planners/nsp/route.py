@@ -29,22 +29,28 @@ never make a group's GPUs unequal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+from nspsim.planners.proxy import ProxyLoad
 
 IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
 class Route:
-    """Degrees and first ranks of the routed samples, its Load under the search proxy, its source."""
+    """Degrees and first ranks of the routed samples, its Load under the search proxy, its source; its
+    per-GPU stage times under the routing table when they were evaluated there (``loads``, so the
+    estimate does not evaluate them again) and its recompute-aware estimate once computed."""
 
     degrees: IntArray
     firsts: IntArray
     load: float
     source: str
+    loads: ProxyLoad | None = field(default=None, compare=False)
+    estimate: float | None = field(default=None, compare=False)
 
 
 def candidate_levels(levels: tuple[int, ...], expert_parallel: int) -> list[tuple[int, ...]]:

@@ -7,8 +7,14 @@ hold the sample: degree 1 normally (the smallest level of the planner, e.g. 1 fo
 larger degree for a tail sample longer than B_tok. A unit's load is the maximum C_p over its ranks;
 placing a sample adds the same cost to all of them, so the unit's load rises by exactly that cost.
 Tail samples come sorted, so their effective degree is non-increasing: the tail is processed in
-segments of equal degree with :func:`least_loaded_fill_many`, which is exact, vectorised by rounds
-and runs all of the beam's states together.
+segments of equal degree, each one compiled call for all of the beam's states
+(:func:`~nspsim.planners.compiled.fill_states_kernel`:
+per state, the units' loads and tokens, the surcharge of inactive nodes, the compiled greedy fill of
+:mod:`nspsim.planners.compiled`, the units' increments added back to their GPUs). The numpy form
+(:func:`_fill_level_reference`: the same steps in numpy calls and :func:`least_loaded_fill_many`) stays
+as the reference ``tests/planners/test_tail_kernel.py`` holds it to, bit for bit, and runs the
+one-unit level (the root), which the kernel leaves to it. Trade-off: a second implementation of the
+level fill, for ~15 numpy calls per segment and state that profiled at ~10% of a memory-bound batch.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from nspsim.planners.compiled import fill_states_kernel
 from nspsim.planners.nsp.beam import NodeLayout
-from nspsim.planners.packing import least_loaded_fill_many
+from nspsim.planners.packing import BUDGET_RTOL, least_loaded_fill_many
 from nspsim.planners.proxy import CostTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -38,9 +45,9 @@ class TreeStates:
 
 def effective_degrees(lengths: IntArray, budget: int, levels: tuple[int, ...]) -> IntArray:
     """Per sample, the smallest level whose shard fits B_tok (the largest level if none does)."""
-    out = np.full(lengths.size, max(levels), dtype=np.int64)
-    for d in sorted(levels, reverse=True):
-        out[lengths <= d * budget] = d
+    ascending = np.array(sorted(levels), dtype=np.int64)
+    at = np.searchsorted(ascending * budget, lengths, side="left")  # first level with d * budget >= length
+    out: IntArray = ascending[np.minimum(at, ascending.size - 1)]
     return out
 
 
@@ -63,7 +70,30 @@ def complete(states: TreeStates, table: CostTable, items: IntArray) -> tuple[Int
 
 
 def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -> IntArray:
-    """Least-loaded fill of ``items`` onto the nodes of degree ``d`` in every state; block indices."""
+    """Least-loaded fill of ``items`` onto the nodes of degree ``d`` in every state; block indices
+    (one compiled call, :func:`~nspsim.planners.compiled.fill_states_kernel`; the numpy form for a
+    single unit)."""
+    count, units = states.loads.shape[0], states.loads.shape[1] // d
+    if units == 1:
+        return _fill_level_reference(states, table, items, d)
+    blocks = np.empty((count, items.size), dtype=np.int64)
+    fill_states_kernel()(
+        states.loads,
+        states.tokens,
+        states.active,
+        states.layout.offset[d],
+        d,
+        np.ascontiguousarray(table.total(d)[items]),
+        table.lengths[items] / d,
+        table.token_budget * (1 + BUDGET_RTOL),
+        table.overhead_total(d),
+        blocks,
+    )
+    return blocks
+
+
+def _fill_level_reference(states: TreeStates, table: CostTable, items: IntArray, d: int) -> IntArray:
+    """:func:`_fill_level` in numpy calls (the reference; the one-unit level)."""
     count, units = states.loads.shape[0], states.loads.shape[1] // d
     unit_loads = states.loads.reshape(count, units, d).max(axis=2)
     unit_tokens = states.tokens.reshape(count, units, d).max(axis=2)
@@ -77,3 +107,20 @@ def _fill_level(states: TreeStates, table: CostTable, items: IntArray, d: int) -
     rows = np.arange(count)[:, None]
     states.active[rows, states.layout.offset[d] + blocks] = True
     return blocks
+
+
+def warm_tail() -> None:
+    """Compile (or load from the disk cache) the level fill once per process, before a planner's clock starts."""
+    one = np.zeros((1, 2))
+    fill_states_kernel()(
+        one,
+        one.copy(),
+        np.zeros((1, 3), dtype=bool),
+        1,
+        2,
+        np.ones(1),
+        np.ones(1),
+        1.0,
+        0.0,
+        np.zeros((1, 1), dtype=np.int64),
+    )

@@ -26,12 +26,15 @@ proxy Load rises a little while the simulated step falls.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from nspsim.specs.memory import MemoryModel
 from nspsim.workload import Workload
 
+IntArray = npt.NDArray[np.int64]
 AUTO_RATIO = 1.05
 RATIO_WORDS = ("auto", "off")
 MAX_RATIO = 2**20
@@ -72,12 +75,13 @@ def resolved_ratio(option: float | str, workload: Workload, total_tokens: int) -
     return float(option)
 
 
-def effective_budget(option: float | str, workload: Workload, lengths: tuple[int, ...]) -> int:
+def effective_budget(option: float | str, workload: Workload, lengths: Sequence[int] | IntArray) -> int:
     """The routing token budget for a batch of ``lengths`` under the ratio ``option`` (module doc)."""
-    total = int(np.sum(lengths, dtype=np.int64))
+    held = np.asarray(lengths, dtype=np.int64)
+    total = int(held.sum())
     ratio = resolved_ratio(option, workload, total)
     if ratio is None:
         return workload.token_budget
     tree = workload.tree
-    floor = max(math.ceil(ratio * total / tree.num_gpus - 1e-9), math.ceil(max(lengths) / tree.spmax))
+    floor = max(math.ceil(ratio * total / tree.num_gpus - 1e-9), math.ceil(int(held.max()) / tree.spmax))
     return min(workload.token_budget, floor)
