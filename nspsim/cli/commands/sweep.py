@@ -7,8 +7,10 @@ of one point), takes what ``DIR/cache/`` already holds and computes the rest on 
 stderr counts the units (cached ones up front) with an ETA; ``--json`` turns it off. Into ``-o DIR``
 (default ``out/sweep-<spec name>``) go ``results.parquet`` (one row per point, planner and batch),
 ``summary.parquet`` and ``summary.csv`` (one row per point and planner), ``sweep.config.json`` (the
-resolved spec, code versions and every point), then ``report.html``, the trade-off plots
-(:func:`nspsim.cli.commands.plot.write_report`, which ``nspsim plot DIR`` also uses).
+resolved spec, code versions and every point), with gradient-accumulation windows (``window`` in
+``[run]`` or ``[axes]``) ``windows.parquet`` (one row per point, planner and window), then
+``report.html``, the trade-off plots (:func:`nspsim.cli.commands.plot.write_report`, which ``nspsim plot DIR``
+also uses).
 
 A rerun computes only what is missing; ``--force`` recomputes everything. A failed unit is a row
 with its error (retried on the next run) and the sweep goes on. Exit status: 0 when every unit ran;
@@ -36,6 +38,7 @@ from nspsim.sweep import (
     Cache,
     SweepSpec,
     build_rows,
+    build_windows,
     execute,
     load_spec,
     plan_sweep,
@@ -135,7 +138,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
     plan = plan_sweep(spec, cache, force=args.force)
     for point in plan.points:
         if point.error:
-            varied = _axes_text({n: () for n in spec.varied}, point.config.to_dict())
+            varied = _axes_text({n: () for n in spec.varied}, {**point.config.to_dict(), "window": point.window})
             warn(f"point {point.index} ({varied}): {point.error}")
     jobs = _jobs(args)
     counts = {"computed": 0, "failed": 0}
@@ -155,8 +158,9 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
         more = f" (and {len(cache.rejected) - 1} more)" if len(cache.rejected) > 1 else ""
         warn(f"{len(cache.rejected)} cache record(s) could not be used and were recomputed: {path}: {problem}{more}")
     rows = build_rows(plan)
-    summary = summarise(rows)
-    paths = write_results(out, rows, summary, resolved_config(plan, source=args.spec))
+    windows = build_windows(plan)
+    summary = summarise(rows, windows)
+    paths = write_results(out, rows, summary, resolved_config(plan, source=args.spec), windows)
     wrote(paths.values())
     report = None
     try:
