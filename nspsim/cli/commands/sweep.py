@@ -197,17 +197,20 @@ def _num(value: float, fmt: str) -> str:
 
 
 def format_summary(summary: list[dict[str, Any]], axes: dict[str, Any], data: dict[str, Any]) -> str:
-    """The per-point summary as a text table, then the counts and where the files are."""
+    """The per-point summary as a text table (with windows, ``win/ps``: the window time over the per-step
+    assignment's), then the counts and where the files are."""
+    windowed = bool(summary) and "window_over_per_step" in summary[0]
     lines = [
         f"{'pt':>3s} {'planner':<18s} {'norm':>7s} {'min':>6s} {'median':>6s} {'max':>6s} {'speedup':>7s} "
-        f"{'OOM':>4s} {'fail':>4s}  axes"
+        f"{'OOM':>4s} {'fail':>4s}" + (f" {'win/ps':>6s}" if windowed else "") + "  axes"
     ]
     for s in summary:
+        ratio = f" {_num(s['window_over_per_step'], '6.3f'):>6s}" if windowed else ""
         lines.append(
             f"{s['point']:>3d} {s['planner']:<18s} {_num(s['normalized'], '7.3f')} {_num(s['normalized_min'], '6.3f')} "
             f"{_num(s['normalized_median'], '6.3f')} {_num(s['normalized_max'], '6.3f')} "
             f"{_num(s['speedup'], '6.2f') + 'x' if math.isfinite(s['speedup']) else '-':>7s} "
-            f"{s['oom_count']:>4d} {s['failed']:>4d}  {_axes_text(axes, s)}"
+            f"{s['oom_count']:>4d} {s['failed']:>4d}{ratio}  {_axes_text(axes, s)}"
         )
     lines.append(
         f"{data['points']} point(s), {data['rows']} rows; units: {data['computed']} computed, {data['cached']} cached, "
