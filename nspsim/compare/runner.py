@@ -26,31 +26,29 @@ spmax), so a bad option fails at once rather than after the static-best sweep.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 from nspsim.compare.specs import SWEPT_STATIC, WIDEST, CompareConfig, PlannerSpec
+from nspsim.compare.steps import cannot_hold, iteration_record, prepare_for, run_window
 from nspsim.compare.summary import (
     BatchDrops,
     CompareResult,
     IterationRecord,
     baseline_of,
     mean_step_time,
-    routing_counts,
     summarise,
     widest_iteration,
 )
 from nspsim.compare.windows import WindowRecord, window_record
-from nspsim.execution.prepare import prepare_plan
 from nspsim.plan import Plan
-from nspsim.plan.window import WindowPlan, pass_batches
+from nspsim.plan.window import WindowPlan
 from nspsim.planners import get_planner
 from nspsim.planners.base import Planner
-from nspsim.planners.window import WindowPlanner
 from nspsim.simulator import SimOptions, Simulator, StepResult
 from nspsim.simulator.modes import SimMode
 from nspsim.trace.batching import Batch
-from nspsim.units import format_seconds, format_tokens
+from nspsim.units import format_seconds
 from nspsim.workload import Workload, build_workload, input_digests
 
 Progress = Callable[[int, int, str], None]
@@ -211,30 +209,26 @@ class _Runner:
     def _run_windows(
         self, spec: PlannerSpec, planner: Planner
     ) -> tuple[list[IterationRecord], list[Plan], list[WindowPlan]]:
-        """Every window planned (the simulator judges per-step against the best-estimated candidate), then
-        its passes simulated; every pass but the last of a window without the optimizer step."""
+        """Every window planned and its passes simulated (:func:`nspsim.compare.steps.run_window`: the
+        simulator judges per-step against the best-estimated candidate; every pass but the last of a
+        window without the optimizer step)."""
         size = self.config.run.window
-        window_planner = WindowPlanner(step=planner)
         out, plans, windows = [], [], []
         for first in range(0, len(self.batches), size):
-            sources = self.batches[first : first + size]
-            window = window_planner.plan(sources, self.workload, judge=lambda ps: self._window_time(spec, ps))
-            for k, (batch, plan) in enumerate(zip(pass_batches(sources, window.assignment), window.plans)):
-                record, prepared = self._simulate(spec, first + k, batch, plan, optimizer_step=k == size - 1)
+            window, passes = run_window(
+                spec,
+                planner,
+                self.batches[first : first + size],
+                self.workload,
+                lambda p, last: self.simulate(p, spec.mode, False, last),
+            )
+            for k, step in enumerate(passes):
+                record = iteration_record(spec.label, first + k, step.batch, step.planned, step.prepared, step.result)
                 out.append(record)
-                plans.append(prepared)
+                plans.append(step.prepared)
                 self._tick(spec.label)
             windows.append(window)
         return out, plans, windows
-
-    def _window_time(self, spec: PlannerSpec, plans: Sequence[Plan]) -> float:
-        """Simulated seconds of a window whose passes run ``plans`` (each prepared as ``spec`` says)."""
-        total = 0.0
-        for k, plan in enumerate(plans):
-            last = k == len(plans) - 1
-            evaluate = self._evaluator(spec, optimizer_step=last)
-            total += evaluate(prepare_for(spec, self.workload, plan, evaluate=evaluate))
-        return total
 
     def _evaluator(self, spec: PlannerSpec, optimizer_step: bool) -> Callable[[Plan], float]:
         return lambda p: self.simulate(p, spec.mode, False, optimizer_step).step_time_or_inf
@@ -295,57 +289,3 @@ class _Runner:
         prepared = prepare_for(spec, self.workload, plan, evaluate=evaluate)
         result = self.simulate(prepared, spec.mode, False, optimizer_step)
         return iteration_record(spec.label, i, batch, plan, prepared, result), prepared
-
-
-def cannot_hold(workload: Workload, batches: Sequence[Batch], degree: int) -> str | None:
-    """Why a fixed ``degree`` cannot run some batch of ``batches`` at all (a sample longer than
-    ``degree * B_tok``), naming the first such batch and sample length; ``None`` if it can."""
-    budget = workload.token_budget
-    for batch in batches:
-        longest = max(batch.lengths)
-        if longest > degree * budget:
-            return (
-                f"cannot hold a sample of length {longest:,} ({format_tokens(longest)}) in batch {batch.index}: "
-                f"at most {degree * budget:,} tokens fit {degree} GPU(s) of B_tok={budget:,}"
-            )
-    return None
-
-
-def prepare_for(spec: PlannerSpec, workload: Workload, plan: Plan, evaluate: Callable[[Plan], float]) -> Plan:
-    """``plan`` prepared as ``spec`` says (tree-level recompute marks, optimised issue order ranked by
-    ``evaluate``, the simulated step time of a candidate); shared by compare and sweep units."""
-    return prepare_plan(
-        plan, memory=workload.memory, cost=workload.cost, preparation=spec.preparation, evaluate=evaluate
-    )
-
-
-def iteration_record(
-    label: str, iteration: int, batch: Batch, planned: Plan, prepared: Plan, result: StepResult
-) -> IterationRecord:
-    """The record of one planner on one batch: planning figures from the ``planned`` plan's metadata,
-    the rest from the ``prepared`` plan and its simulated ``result``."""
-    ratio = planned.metadata.get("load_over_lower_bound")
-    estimates = planned.estimates
-    step = result.step_time_s
-    error = None if estimates is None or not step else estimates.chosen_estimate_s / step - 1
-    return IterationRecord(
-        planner=label,
-        iteration=iteration,
-        batch_index=batch.index,
-        plan_hash=prepared.content_hash,
-        step_time_s=result.step_time_s,
-        breakdown_s=dict(result.breakdown_s),
-        oom=result.oom,
-        oom_detail=result.oom_detail,
-        planning_time_s=float(planned.metadata.get("planning_time_s", 0.0)),
-        sim_wall_time_s=result.sim_wall_time_s,
-        events=result.events,
-        num_micro_batches=prepared.num_micro_batches,
-        recompute_policy=result.recompute_policy,
-        routing=routing_counts(prepared),
-        load_over_lower_bound=None if ratio is None else float(ratio),
-        dropped_samples=batch.dropped_samples,
-        dropped_tokens=batch.dropped_tokens,
-        estimates=estimates,
-        estimate_error=error,
-    )

@@ -3,10 +3,11 @@
 Layout under the cache root (``DIR/cache/`` of a sweep): ``plans/<k[:2]>/<k>.json`` holds a plan as
 the plan log writes it (:meth:`nspsim.plan.Plan.to_json`, read back with the same validation as any
 plan file), ``sims/<k[:2]>/<k>.json`` a small record (step time, breakdown, out-of-memory, planning
-figures; no timeline). Every write goes to a uniquely named temporary file in the same folder and is
-moved into place with ``os.replace`` (atomic on POSIX), so an interrupted sweep leaves either the
-whole entry or none; an entry that does not parse (written by hand, or by an older layout) counts as
-missing and is recomputed. Only the sweep driver writes (workers return their results), so there is
+figures; no timeline; a window unit's record holds its passes' records and the window's figures).
+Every write goes to a uniquely named temporary file in the same folder and is moved into place
+with ``os.replace`` (atomic on POSIX), so an interrupted sweep leaves either the whole entry or none;
+an entry that does not parse (written by hand, or by an older layout) counts as missing and is
+recomputed. Only the sweep driver writes (workers return their results), so there is
 one writer per cache and no locking. Trade-off: one small file per unit (a 12 x 6 x 20 sweep with
 static-best's degrees is ~3,000 files) rather than a database: trivially atomic, inspectable and
 safe to delete piecemeal, at the cost of inode count for very large sweeps.
@@ -37,6 +38,8 @@ def record_problem(record: Any) -> str | None:
         return "not an object"
     if "ineligible" in record:
         return None if isinstance(record["ineligible"], str) else "'ineligible' is not text"
+    if "passes" in record:
+        return _window_problem(record)
     for name, nullable in _NUMBERS.items():
         value = record.get(name)
         if value is None and nullable and name in record:
@@ -59,6 +62,39 @@ def record_problem(record: Any) -> str | None:
         for v in breakdown.values()
     ):
         return "'breakdown_s' must map categories to finite seconds >= 0"
+    return None
+
+
+_WINDOW_NUMBERS = ("window_time_s", "per_step_time_s", "time_per_token_s", "planning_time_s")
+_WINDOW_COUNTS = ("first_batch", "passes", "moved_samples", "tokens")
+
+
+def _window_problem(record: dict[str, Any]) -> str | None:
+    """:func:`record_problem` of a window unit's record: every pass a step record, the window's
+    figures numbers (its times ``None`` when a pass ran out of memory) and counts, one per pass."""
+    passes, window = record["passes"], record.get("window")
+    if not isinstance(passes, list) or not passes:
+        return "'passes' is not a list of pass records"
+    for k, step in enumerate(passes):
+        problem = record_problem(step) if isinstance(step, dict) and "ineligible" not in step else "not a step record"
+        if problem is not None:
+            return f"pass {k}: {problem}"
+    if not isinstance(window, dict):
+        return "'window' is not an object"
+    for name in _WINDOW_NUMBERS:
+        value = window.get(name)
+        if value is None and name != "planning_time_s" and name in window:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"window {name!r} is {value!r}, not a finite number >= 0"
+    for name in _WINDOW_COUNTS:
+        value = window.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"window {name!r} is {value!r}, not a count"
+    if window["passes"] != len(passes):
+        return f"the window has {window['passes']} passes but the record holds {len(passes)}"
+    if not isinstance(window.get("candidate"), str) or not isinstance(window.get("window_hash"), str):
+        return "window 'candidate' and 'window_hash' must be text"
     return None
 
 

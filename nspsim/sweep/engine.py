@@ -7,7 +7,11 @@ degree and batch, the degree chosen afterwards as compare chooses it), keys them
 each up in the cache: a cached simulation is done, a cached plan is handed to the worker so only the
 simulation runs. Identical units of different labels (``static-8`` and static-best's SP8) run once,
 and so do the units of points that differ only in max context on batches that came out identical
-(:func:`nspsim.sweep.keys.plan_key` keys a batch by its content).
+(:func:`nspsim.sweep.keys.plan_key` keys a batch by its content). A point whose window W is above 1
+expands each planner spec into one *window unit* per window of W batches instead
+(:func:`nspsim.sweep.keys.window_key`; every iteration of the window names it), which plans the window
+and simulates its passes as compare does; static-best's and static-paper's degrees likewise, each
+degree chosen afterwards over its windows' passes.
 :func:`execute` runs the missing units on an engine and writes each result to the cache as it
 arrives, so an interrupted sweep keeps everything finished before the interruption:
 
@@ -47,6 +51,7 @@ from nspsim.sweep.keys import (
     plan_key,
     point_key,
     sim_key,
+    window_key,
     workload_identity,
 )
 from nspsim.sweep.spec import SweepSpec
@@ -79,6 +84,7 @@ class PointInfo:
     index: int
     config: WorkloadConfig
     key: str
+    window: int = 1  # batches per optimizer step
     degrees: tuple[int, ...] = ()
     batches: tuple[BatchStats, ...] = ()
     error: str = ""
@@ -124,9 +130,9 @@ def plan_sweep(
     points: list[PointInfo] = []
     unit_keys: dict[tuple[int, str, int], str] = {}
     tasks: dict[str, UnitTask] = {}
-    for index, config in enumerate(spec.points()):
+    for index, (config, window) in enumerate(spec.grid()):
         identity = workload_identity(config)
-        point = _point(index, config, point_key(identity), run.first_batch, run.iters)
+        point = _point(index, config, point_key(identity, window), run.first_batch, run.iters, window)
         points.append(point)
         if point.error:
             continue
@@ -137,6 +143,9 @@ def plan_sweep(
                 (degree_label(d, swept), replace(best, options={**best.options, "degree": d})) for d in point.degrees
             ]
         for label, s in labelled:
+            if window > 1:
+                _window_units(point, identity, label, s, versions, unit_keys, tasks)
+                continue
             for i, stats in enumerate(point.batches):
                 pk = plan_key(identity, s, stats.batch_index, versions, stats.content or None)
                 sk = sim_key(pk, s, versions)
@@ -153,7 +162,7 @@ def plan_sweep(
         if record is not None:
             records[sk] = record
             continue
-        text = None if force else cache.plan_text(task.plan_key)
+        text = None if force or task.window > 1 else cache.plan_text(task.plan_key)
         reused += text is not None
         todo.append(replace(task, plan_json=text))
     todo.sort(key=_cost, reverse=True)
@@ -171,18 +180,47 @@ def plan_sweep(
     )
 
 
+def _window_units(
+    point: PointInfo,
+    identity: dict[str, Any],
+    label: str,
+    spec: PlannerSpec,
+    versions: CodeVersions,
+    unit_keys: dict[tuple[int, str, int], str],
+    tasks: dict[str, UnitTask],
+) -> None:
+    """One window unit of ``spec`` per window of ``point`` (module docstring), named by each of its
+    iterations in ``unit_keys`` and added to ``tasks`` once."""
+    size = point.window
+    for first in range(0, len(point.batches), size):
+        group = point.batches[first : first + size]
+        contents = [b.content for b in group] if all(b.content for b in group) else None
+        key = window_key(identity, spec, group[0].batch_index, size, versions, contents)
+        for k in range(size):
+            unit_keys[(point.index, label, first + k)] = key
+        if key not in tasks:
+            tasks[key] = UnitTask(
+                workload=point.config,
+                spec=spec,
+                batch_index=group[0].batch_index,
+                plan_key="",
+                sim_key=key,
+                window=size,
+            )
+
+
 def _cost(task: UnitTask) -> float:
     weight = planner_cost(task.spec.planner)
-    return 1.0 if task.plan_json is not None else weight
+    return 1.0 if task.plan_json is not None else weight * task.window
 
 
-def _point(index: int, config: WorkloadConfig, key: str, first: int, iters: int) -> PointInfo:
+def _point(index: int, config: WorkloadConfig, key: str, first: int, iters: int, window: int = 1) -> PointInfo:
     try:
         workload = workload_of(config)
         batches = tuple(batch_stats(workload.sampler.batch(first + i)) for i in range(iters))
     except (ValueError, OSError) as exc:
-        return PointInfo(index=index, config=config, key=key, error=" ".join(str(exc).split()))
-    return PointInfo(index=index, config=config, key=key, degrees=workload.tree.degrees, batches=batches)
+        return PointInfo(index=index, config=config, key=key, window=window, error=" ".join(str(exc).split()))
+    return PointInfo(index=index, config=config, key=key, window=window, degrees=workload.tree.degrees, batches=batches)
 
 
 def batch_stats(batch: Batch) -> BatchStats:

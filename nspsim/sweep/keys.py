@@ -15,6 +15,13 @@ A unit is one (point, planner spec, batch). Two keys, so that plans outlive simu
   simulator mode + the *simulator-side code version*: ``simulator/``, ``compare/`` and
   ``sweep/work.py`` (the unit function).
 
+A window unit (W > 1: one planner spec on the W batches of one window) has one key, the *window key*:
+the plan key's parts with every source batch's content, the window size W, the window planner's
+candidate set (:data:`nspsim.compare.steps.WINDOW_CANDIDATES`), the preparation, the mode and *both*
+code versions. It has no separate plan key because the simulator judges between the candidates, so
+which plans a window keeps depends on the simulator: a simulator change re-plans windows. A point's
+key gains its window only when W > 1, so every key of a spec without windows is what it was.
+
 So an edit under ``nspsim/simulator/`` re-simulates every unit and re-plans none (FlexSP's MILP
 solves are kept), while an edit to a planner, the cost model or the memory model re-keys both.
 Trade-off: the versions hash whole source trees, not the functions a result really used, so an edit
@@ -26,12 +33,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nspsim.compare.specs import PlannerSpec
+from nspsim.compare.steps import WINDOW_CANDIDATES
 from nspsim.workload import WorkloadConfig, input_digests
 
 PACKAGE = Path(__file__).resolve().parents[1]  # nspsim/
@@ -102,9 +110,9 @@ def digest(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
 
 
-def point_key(identity: dict[str, Any]) -> str:
-    """The key of a grid point: its workload identity."""
-    return digest({"kind": "point", "workload": identity})
+def point_key(identity: dict[str, Any], window: int = 1) -> str:
+    """The key of a grid point: its workload identity, and its window when above 1."""
+    return digest({"kind": "point", "workload": identity, **({"window": window} if window != 1 else {})})
 
 
 def batch_content(lengths: Iterable[int], dropped_samples: int, dropped_tokens: int) -> str:
@@ -145,5 +153,34 @@ def sim_key(plan: str, spec: PlannerSpec, versions: CodeVersions) -> str:
             "optimize_order": spec.preparation.optimize_order,
             "mode": str(spec.mode),
             "code": versions.simulator,
+        }
+    )
+
+
+def window_key(
+    identity: dict[str, Any],
+    spec: PlannerSpec,
+    batch_index: int,
+    window: int,
+    versions: CodeVersions,
+    contents: Sequence[str] | None = None,
+) -> str:
+    """Key of the window unit of ``spec`` on the ``window`` batches from ``batch_index`` (module
+    docstring); with the batches' ``contents`` the key holds them in place of ``max_context``."""
+    workload = identity if contents is None else {k: v for k, v in identity.items() if k != "max_context"}
+    return digest(
+        {
+            "kind": "window",
+            "workload": workload,
+            "planner": spec.planner,
+            "options": spec.options,
+            "batch_index": batch_index,
+            "window": window,
+            "candidates": list(WINDOW_CANDIDATES),
+            **({} if contents is None else {"batches": list(contents)}),
+            "tree_recompute": spec.preparation.tree_recompute,
+            "optimize_order": spec.preparation.optimize_order,
+            "mode": str(spec.mode),
+            "code": {"planner": versions.planner, "simulator": versions.simulator},
         }
     )

@@ -17,6 +17,12 @@ interval of the ratio (:data:`nspsim.compare.spread.INTERVAL`), ``speedup`` = 1 
 the tables are built in memory (a 12 x 6 x 20 sweep is 1,440 rows), typed with an explicit Arrow
 schema so an all-null column (``profile``) still has its type in every reader (pandas, polars, DuckDB).
 
+With gradient-accumulation windows (a point's window W > 1, :mod:`nspsim.sweep.windows`), a row is a
+pass (so a planner's mean step time is its mean window time / W, as in compare), rows and summary
+gain the ``window`` column and the summary the window figures, and ``windows.parquet`` holds one row
+per (point, planner, window) (:func:`build_windows`). static-best's degree is chosen over the passes
+of its windows, as compare chooses it. A sweep without windows writes what it wrote before.
+
 ``nspsim compare -o X.html`` writes its records in the same row schema (:func:`compare_rows`), so a
 comparison reads like a one-point sweep.
 """
@@ -24,13 +30,13 @@ comparison reads like a one-point sweep.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nspsim.compare.specs import SWEPT_STATIC
@@ -41,98 +47,26 @@ from nspsim.output_files import commit_files
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.sweep.engine import BatchStats, PointInfo, SweepPlan, batch_stats, degree_label
 from nspsim.sweep.keys import point_key, workload_identity
+from nspsim.sweep.schema import CONFIG_FILE as CONFIG_FILE
+from nspsim.sweep.schema import (
+    NAN,
+    RESULTS_FILE,
+    SUMMARY_CSV,
+    SUMMARY_FILE,
+    WINDOWS_FILE,
+    WINDOWS_SCHEMA,
+    WORKLOAD_TYPES,
+    row_schema,
+    summary_schema,
+    workload_columns,
+)
+from nspsim.sweep.schema import ROW_COLUMNS as ROW_COLUMNS
+from nspsim.sweep.schema import ROW_SCHEMA as ROW_SCHEMA
+from nspsim.sweep.schema import SUMMARY_SCHEMA as SUMMARY_SCHEMA
+from nspsim.sweep.schema import table as table
+from nspsim.sweep.windows import pass_record, window_figures, window_row
 from nspsim.sweep.work import plain_record
 from nspsim.workload import WorkloadConfig
-
-NAN = float("nan")
-WORKLOAD_TYPES: dict[str, pa.DataType] = {
-    "trace": pa.string(),
-    "model": pa.string(),
-    "cluster": pa.string(),
-    "gpus": pa.int64(),
-    "tokens_per_batch": pa.int64(),
-    "max_context": pa.int64(),
-    "seed": pa.int64(),
-    "backend": pa.string(),
-    "profile": pa.string(),
-    "token_budget": pa.int64(),
-    "spmax": pa.int64(),
-    "training": pa.string(),
-    "checkpointing": pa.string(),
-    "attention_kernel": pa.string(),
-    "fused_elementwise": pa.bool_(),
-    "expert_parallel": pa.int64(),
-    "optimizer_offload": pa.bool_(),
-    "fsdp_prefetch_layers": pa.int64(),
-}
-ROW_SCHEMA = pa.schema(
-    [
-        ("point", pa.int64()),
-        ("point_key", pa.string()),
-        *WORKLOAD_TYPES.items(),
-        ("planner", pa.string()),
-        ("baseline", pa.string()),
-        ("iteration", pa.int64()),
-        ("batch_index", pa.int64()),
-        ("step_time_s", pa.float64()),
-        ("normalized", pa.float64()),
-        ("oom", pa.bool_()),
-        ("error", pa.string()),
-        *((f"bd_{c}", pa.float64()) for c in BREAKDOWN_CATEGORIES),
-        ("planning_time_s", pa.float64()),
-        ("load_over_lower_bound", pa.float64()),
-        ("chosen_by", pa.string()),
-        ("chosen_estimate_s", pa.float64()),
-        ("estimate_error", pa.float64()),
-        ("step_estimate_s", pa.float64()),
-        ("num_micro_batches", pa.int64()),
-        ("recompute_policy", pa.string()),
-        ("plan_hash", pa.string()),
-        ("batch_samples", pa.int64()),
-        ("batch_tokens", pa.int64()),
-        ("share_over_128k", pa.float64()),
-        ("dropped_samples", pa.int64()),
-        ("dropped_tokens", pa.int64()),
-        ("cached", pa.bool_()),
-    ]
-)
-ROW_COLUMNS = tuple(ROW_SCHEMA.names)
-SUMMARY_SCHEMA = pa.schema(
-    [
-        ("point", pa.int64()),
-        ("point_key", pa.string()),
-        *WORKLOAD_TYPES.items(),
-        ("planner", pa.string()),
-        ("baseline", pa.string()),
-        ("batches", pa.int64()),
-        ("ok_batches", pa.int64()),
-        ("mean_step_time_s", pa.float64()),
-        ("normalized", pa.float64()),
-        ("normalized_min", pa.float64()),
-        ("normalized_median", pa.float64()),
-        ("normalized_max", pa.float64()),
-        ("normalized_ci_low", pa.float64()),
-        ("normalized_ci_high", pa.float64()),
-        ("speedup", pa.float64()),
-        ("oom_count", pa.int64()),
-        ("failed", pa.int64()),
-    ]
-)
-RESULTS_FILE, SUMMARY_FILE, SUMMARY_CSV, CONFIG_FILE = (
-    "results.parquet",
-    "summary.parquet",
-    "summary.csv",
-    "sweep.config.json",
-)
-
-
-def workload_columns(config: WorkloadConfig) -> dict[str, Any]:
-    """The workload fields of a row (string enums as their strings; unset training settings ``None``)."""
-    data = config.to_dict()
-    for key in ("backend", "checkpointing", "attention_kernel"):
-        if data[key] is not None:
-            data[key] = str(data[key])
-    return data
 
 
 def static_best(plan: SweepPlan, point: PointInfo, label: str = "static-best") -> tuple[int | None, str]:
@@ -149,7 +83,7 @@ def static_best(plan: SweepPlan, point: PointInfo, label: str = "static-best") -
         )
         if failed is not None:
             return None, f"{label}: the fixed degree SP{d} failed: {failed}"
-        records = [plan.records[k] for k in keys]
+        records = [rec for i, k in enumerate(keys) if (rec := pass_record(plan.records[k], i)) is not None]
         reason = next((r["ineligible"] for r in records if "ineligible" in r), None)
         oom = [r["batch_index"] for r in records if reason is None and r["oom"]]
         if oom:
@@ -184,6 +118,24 @@ def build_rows(plan: SweepPlan) -> list[dict[str, Any]]:
             for i in range(plan.spec.run.iters):
                 point_rows.append(_row(plan, point, label, i, best, note))
         rows.extend(normalise(point_rows, plan.baseline))
+    return rows
+
+
+def build_windows(plan: SweepPlan) -> list[dict[str, Any]] | None:
+    """The ``windows.parquet`` rows (one per point with W > 1, planner and window, in that order), or
+    ``None`` for a sweep without windows (module docstring)."""
+    if not plan.spec.windowed:
+        return None
+    rows: list[dict[str, Any]] = []
+    for point in (p for p in plan.points if p.window > 1):
+        chosen = swept_degrees(plan, point)
+        for label in plan.spec.run.planners:
+            best, note = chosen.get(label, (None, ""))
+            base = {"point": point.index, "point_key": point.key, **workload_columns(point.config)}
+            for index, first in enumerate(range(0, plan.spec.run.iters, point.window)):
+                key, record, error = _unit(plan, point, label, first, best, note)
+                cached = {"window": point.window, "planner": label, "cached": key in plan.cached}
+                rows.append(window_row({**base, **cached}, index, record, error))
     return rows
 
 
@@ -236,6 +188,21 @@ def _row(plan: SweepPlan, point: PointInfo, label: str, i: int, best: int | None
         "iteration": i,
         "batch_index": batch.batch_index if batch else plan.spec.run.first_batch + i,
     }
+    if plan.spec.windowed:
+        row["window"] = point.window
+    key, record, error = _unit(plan, point, label, i, best, note)
+    row.update(_measures(pass_record(record, i)))
+    row["error"] = error
+    row["cached"] = key in plan.cached
+    row.update(_batch_columns(batch))
+    return row
+
+
+def _unit(
+    plan: SweepPlan, point: PointInfo, label: str, i: int, best: int | None, note: str
+) -> tuple[str | None, dict[str, Any] | None, str]:
+    """The key, record and error of ``label``'s unit of iteration ``i`` at ``point`` (static-best's
+    or static-paper's: its chosen degree's); no record, and why, when it did not run."""
     key, error = None, point.error
     if not error:
         if label in SWEPT_STATIC:
@@ -248,11 +215,7 @@ def _row(plan: SweepPlan, point: PointInfo, label: str, i: int, best: int | None
         error = plan.errors.get(key, "not computed (the sweep was interrupted)")
     if record is not None and "ineligible" in record:
         error, record = f"{label}: {record['ineligible']}", None
-    row.update(_measures(record))
-    row["error"] = error
-    row["cached"] = key in plan.cached
-    row.update(_batch_columns(batch))
-    return row
+    return key, record, error
 
 
 def _batch_columns(batch: BatchStats | None) -> dict[str, Any]:
@@ -308,11 +271,15 @@ def _measures(record: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One summary row per (point, planner) in row order (module docstring)."""
+def summarise(rows: list[dict[str, Any]], windows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One summary row per (point, planner) in row order (module docstring); with ``windows`` (the rows
+    of :func:`build_windows`), each also has its window and window figures."""
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["point"], r["planner"]), []).append(r)
+    by_window: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for w in windows or []:
+        by_window.setdefault((w["point"], w["planner"]), []).append(w)
     out = []
     for (point, _), group in groups.items():
         first = group[0]
@@ -340,12 +307,10 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "failed": sum(bool(r["error"]) for r in group),
             }
         )
+        if windows is not None:
+            out[-1]["window"] = first["window"]
+            out[-1].update(window_figures(group, by_window.get((point, first["planner"]), [])))
     return out
-
-
-def table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """``rows`` as an Arrow table of ``schema`` (column order and types exactly)."""
-    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def resolved_config(plan: SweepPlan, source: str | None = None) -> dict[str, Any]:
@@ -366,6 +331,7 @@ def resolved_config(plan: SweepPlan, source: str | None = None) -> dict[str, Any
                 "static_best_degree": best,
                 "static_best_note": note,
                 **paper,
+                **({"window": point.window} if plan.spec.windowed else {}),
             }
         )
     return {
@@ -378,25 +344,36 @@ def resolved_config(plan: SweepPlan, source: str | None = None) -> dict[str, Any
 
 
 def write_results(
-    out_dir: Path, rows: list[dict[str, Any]], summary: list[dict[str, Any]], config: dict[str, Any]
+    out_dir: Path,
+    rows: list[dict[str, Any]],
+    summary: list[dict[str, Any]],
+    config: dict[str, Any],
+    windows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Path]:
-    """Write the results, the summary (Parquet and CSV) and the resolved config into ``out_dir``
-    (which the caller chose) as one set (:func:`nspsim.output_files.commit_files`: all or none
-    replace the earlier ones); returns the paths by name."""
+    """Write the results, the summary (Parquet and CSV), the resolved config and, with ``windows``
+    (:func:`build_windows`), ``windows.parquet`` into ``out_dir`` (which the caller chose) as one set
+    (:func:`nspsim.output_files.commit_files`: all or none replace the earlier ones); returns the paths
+    by name. Without windows, a ``windows.parquet`` left by an earlier sweep into ``out_dir`` is removed."""
     config_text = dumps_json(config, what="sweep config", indent=2) + "\n"  # an unserialisable value fails first
-    results_table, summary_table = table(rows, ROW_SCHEMA), table(summary, SUMMARY_SCHEMA)
+    windowed = windows is not None
+    results_table, summary_table = table(rows, row_schema(windowed)), table(summary, summary_schema(windowed))
     paths = {
         "results_path": out_dir / RESULTS_FILE,
         "summary_path": out_dir / SUMMARY_FILE,
         "summary_csv_path": out_dir / SUMMARY_CSV,
         "config_path": out_dir / CONFIG_FILE,
     }
-    commit_files(
-        {
-            paths["results_path"]: lambda path: pq.write_table(results_table, path),
-            paths["summary_path"]: lambda path: pq.write_table(summary_table, path),
-            paths["summary_csv_path"]: lambda path: pd.DataFrame(summary_table.to_pandas()).to_csv(path, index=False),
-            paths["config_path"]: lambda path: path.write_text(config_text),
-        }
-    )
+    writers: dict[Path, Callable[[Path], object]] = {
+        paths["results_path"]: lambda path: pq.write_table(results_table, path),
+        paths["summary_path"]: lambda path: pq.write_table(summary_table, path),
+        paths["summary_csv_path"]: lambda path: pd.DataFrame(summary_table.to_pandas()).to_csv(path, index=False),
+        paths["config_path"]: lambda path: path.write_text(config_text),
+    }
+    if windows is not None:
+        windows_table = table(windows, WINDOWS_SCHEMA)
+        paths["windows_path"] = out_dir / WINDOWS_FILE
+        writers[paths["windows_path"]] = lambda path: pq.write_table(windows_table, path)
+    commit_files(writers)
+    if windows is None:
+        (out_dir / WINDOWS_FILE).unlink(missing_ok=True)  # an earlier sweep's windows are not these results'
     return paths

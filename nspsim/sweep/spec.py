@@ -21,6 +21,12 @@ Form (every table optional except that a sweep needs a workload to start from; a
     planner_options = { flexsp = { time_limit = 10 } }
     baseline = "static-paper" # optional: the planner to normalise to (compare's --baseline)
     prepare = "planner"     # optional: compare's --prepare (default: as each planner declares)
+    window = 4              # optional: batches per optimizer step (compare's --window; default 1)
+
+``window`` may instead be an axis (``[axes] window = [1, 2, 4, 8]``, or a ``[zip]`` list): the gradient-
+accumulation window is then one more dimension of the grid, and a point is a workload *and* a window
+(:meth:`SweepSpec.grid`). ``iters`` must be a multiple of every window. A spec that never sets a window
+above 1 reads, keys and writes exactly as before windows existed.
 
 Paths (a trace, profile or model file) are relative to the current directory, as the CLI's flags are.
 Everything is checked when the spec is read, before anything runs: an unknown table or key, an empty
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +62,8 @@ INT_FIELDS = ("gpus", "seed", "spmax", "expert_parallel", "fsdp_prefetch_layers"
 STR_FIELDS = ("trace", "model", "cluster", "backend", "profile", "training", "checkpointing", "attention_kernel")
 BOOL_FIELDS = ("fused_elementwise", "optimizer_offload")
 WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
-RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline", "prepare")
+RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline", "prepare", "window")
+WINDOW = "window"  # the one run setting that may also be an axis (module docstring)
 TABLES = ("workload", "zip", "axes", "run")
 
 
@@ -71,15 +78,20 @@ class SweepSpec:
     run: RunSpec = field(default_factory=RunSpec)
     name: str = "sweep"
 
-    def compare_config(self, workload: WorkloadConfig) -> CompareConfig:
-        """The :class:`CompareConfig` one point of the sweep is (no timeline)."""
-        return CompareConfig(workload=workload, run=self.run, timeline_iteration=None)
+    def compare_config(self, workload: WorkloadConfig, window: int | None = None) -> CompareConfig:
+        """The :class:`CompareConfig` one point of the sweep is (no timeline); ``window`` is the point's
+        window where the window is an axis."""
+        return CompareConfig(workload=workload, run=self.run_at(window), timeline_iteration=None)
+
+    def run_at(self, window: int | None) -> RunSpec:
+        """The run of a point whose window is ``window`` (``None``: the ``[run]`` one)."""
+        return self.run if window is None or window == self.run.window else replace(self.run, window=window)
 
     def __post_init__(self) -> None:
         for table, names in (("workload", list(self.workload)), ("zip", list(self.zip)), ("axes", list(self.axes))):
-            unknown = [k for k in names if k not in WORKLOAD_FIELDS]
+            unknown = [k for k in names if k not in WORKLOAD_FIELDS and (table == "workload" or k != WINDOW)]
             if unknown:
-                raise ValueError(f"[{table}] {unknown[0]}: not a workload field (known: {', '.join(WORKLOAD_FIELDS)})")
+                raise ValueError(f"[{table}] {unknown[0]}: {_not_a_field(unknown[0])}")
         both = [k for k in self.axes if k in self.workload]
         if both:
             raise ValueError(f"[axes] {both[0]}: also fixed in [workload]; give it in one table only")
@@ -89,8 +101,25 @@ class SweepSpec:
                 raise ValueError(f"[axes] {key}: an axis needs at least one value")
             if len(set(axis)) != len(axis):
                 raise ValueError(f"[axes] {key}: values repeat ({', '.join(map(str, axis))}); list each once")
+        self._check_windows()
         for config in self._configs():  # WorkloadConfig's own checks (the backend name)
             del config
+
+    def _check_windows(self) -> None:
+        """A swept window is not also set in ``[run]``, and each is one ``RunSpec`` takes (``iters`` a
+        multiple of it): one line naming the table before anything runs."""
+        for table, lists in (("zip", self.zip), ("axes", self.axes)):
+            if WINDOW not in lists:
+                continue
+            if self.run.window != 1:
+                raise ValueError(
+                    f"[{table}] window: also set in [run] (window = {self.run.window}); give it in one table"
+                )
+            for value in lists[WINDOW]:
+                try:
+                    self.run_at(value)
+                except ValueError as exc:
+                    raise ValueError(f"[{table}] window: {exc}") from None
 
     def _check_zip(self) -> None:
         """The zip's own rules (module docstring): disjoint from the other tables, one length, no repeats."""
@@ -114,11 +143,25 @@ class SweepSpec:
         """The workload fields that vary over the grid: the zipped ones, then the axes."""
         return (*self.zip, *self.axes)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether some point runs windows of more than one batch (its results then carry the window)."""
+        return any(w > 1 for w in self.windows())
+
+    def windows(self) -> list[int]:
+        """Every grid point's window (batches per optimizer step), in grid order."""
+        return [int(a.get(WINDOW, self.run.window)) for a in self.assignments()]
+
+    def grid(self) -> list[tuple[WorkloadConfig, int]]:
+        """Every grid point's resolved workload and window, in grid order."""
+        return list(zip(self._configs(), self.windows()))
+
     def _configs(self) -> list[WorkloadConfig]:
         out = []
         for assignment in self.assignments():
+            values = {k: v for k, v in assignment.items() if k != WINDOW}
             try:
-                out.append(WorkloadConfig(**self.workload, **assignment))
+                out.append(WorkloadConfig(**self.workload, **values))
             except ValueError as exc:
                 raise ValueError(f"[axes] or [workload]: {exc}") from None
         return out
@@ -132,7 +175,8 @@ class SweepSpec:
         return [{**z, **a} for z in zipped for a in product]
 
     def points(self) -> list[WorkloadConfig]:
-        """The resolved workload of every grid point, in grid order."""
+        """The resolved workload of every grid point, in grid order (with a window axis, points that
+        differ only in their window have one workload: :meth:`grid` pairs each with its window)."""
         return self._configs()
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +195,7 @@ class SweepSpec:
                 "planner_options": self.run.planner_options,
                 **({"baseline": self.run.baseline} if self.run.baseline is not None else {}),
                 "prepare": self.run.prepare,
+                **({"window": self.run.window} if self.run.window != 1 else {}),
             },
         }
 
@@ -195,11 +240,22 @@ def parse_spec(data: dict[str, Any], name: str = "sweep") -> SweepSpec:
     return SweepSpec(workload=workload, zip=lists["zip"], axes=lists["axes"], run=_run(data.get("run", {})), name=name)
 
 
+def _not_a_field(key: str) -> str:
+    if key == WINDOW:
+        return "not a workload field: set it in [run] (window = 4) or sweep it in [axes] (window = [1, 2, 4])"
+    return f"not a workload field (known: {', '.join(WORKLOAD_FIELDS)})"
+
+
 def _workload_value(table: str, key: str, value: Any) -> Any:
-    """A fixed or axis value of a workload field, as WorkloadConfig takes it (token counts parsed)."""
+    """A fixed or axis value of a workload field, as WorkloadConfig takes it (token counts parsed); in
+    ``[zip]`` or ``[axes]``, also a window."""
     where = f"[{table}] {key}"
+    if key == WINDOW and table != "workload":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: a window is a positive integer (batches per optimizer step), got {value!r}")
+        return value
     if key not in WORKLOAD_FIELDS:
-        raise ValueError(f"{where}: not a workload field (known: {', '.join(WORKLOAD_FIELDS)})")
+        raise ValueError(f"{where}: {_not_a_field(key)}")
     if key in TOKEN_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError(f"{where}: a token count such as 2M, 192k or 65536, got {value!r}")
@@ -238,7 +294,7 @@ def _run(data: dict[str, Any]) -> RunSpec:
         if not isinstance(planners, list) or not all(isinstance(p, str) for p in planners):
             raise ValueError(f'[run] planners: a list of planner labels, e.g. ["static-best", "nsp"], got {planners!r}')
         kwargs["planners"] = tuple(planners)
-    for key in ("iters", "first_batch"):
+    for key in ("iters", "first_batch", "window"):
         if key in data:
             if isinstance(data[key], bool) or not isinstance(data[key], int):
                 raise ValueError(f"[run] {key}: an integer, got {data[key]!r}")

@@ -21,6 +21,9 @@ batches (distinct point x batch pairs) it rests on:
    communication-balance trade-off (small SP groups pay little SP traffic but leave GPUs waiting on
    imbalance; large groups balance the load at the price of SP traffic).
 4. planning time against Load / lower bound, one marker per row: what a planner's search buys.
+5. with gradient-accumulation windows, each planner's window time over its per-step assignment's
+   against the window (:mod:`nspsim_studies.renderers.sweep_windows`); a swept ``window`` is also an
+   axis of figure 1 (speedup over the baseline against W).
 
 A legend line per planner label comes first (what ``static-best``, ``static-paper`` or ``static``
 mean). Then the summary table (one row per point x planner, with the speedup's interval,
@@ -52,9 +55,10 @@ from nspsim.units import format_tokens
 from nspsim.workload import WorkloadConfig
 from nspsim_studies.palette import planner_color
 from nspsim_studies.renderers.sweep_tables import TOKEN_AXES, cell, config_block, errors_list, summary_table
+from nspsim_studies.renderers.sweep_windows import has_windows, window_figure
 
 WORKLOAD_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(WorkloadConfig))
-NUMERIC_AXES = frozenset({"gpus", "max_context", "tokens_per_batch", "token_budget", "spmax", "seed"})
+NUMERIC_AXES = frozenset({"gpus", "max_context", "tokens_per_batch", "token_budget", "spmax", "seed", "window"})
 LOG_SPAN = 4.0  # a numeric axis spanning at least this factor is drawn on a log scale
 DODGE = 0.012  # sideways offset of one planner's whiskers, as a share of the axis span
 STYLE = (
@@ -70,9 +74,10 @@ def render(results: pd.DataFrame, summary: pd.DataFrame, config: dict[str, Any])
     """The whole report as one HTML document (module docstring)."""
     planners = planner_order(results, config)
     axes = swept_axes(results, config)
-    body = [
-        pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figures(results, config))
-    ]
+    drawn = figures(results, config)
+    if has_windows(summary):  # a sweep with gradient-accumulation windows (nspsim_studies.renderers.sweep_windows)
+        drawn.append(window_figure(summary, planners, {p: planner_color(p) for p in planners}))
+    body = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(drawn)]
     points = int(results["point"].nunique()) if "point" in results else 0
     title = f"nspsim sweep: {points} point(s) x {len(planners)} planner(s), {batch_count(results)} batches"
     return "\n".join(

@@ -1,5 +1,6 @@
 """The sweep report's HTML tables: the per-point summary (speedup, its interval and spread, batches,
-out-of-memory and failed counts), the failed units and the resolved config. Cells are escaped text."""
+out-of-memory and failed counts; with windows, the window time over the per-step assignment's), the
+failed units and the resolved config. Cells are escaped text."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def summary_table(summary: pd.DataFrame, axes: Sequence[str], planners: Sequence
     frame = summary.assign(_o=summary["planner"].map(lambda p: order.get(p, len(order))))
     frame = frame.sort_values(["point", "_o"])
     cols = [a for a in axes if a in frame.columns]
+    windowed = "window_over_per_step" in frame.columns  # a sweep with gradient-accumulation windows
     head = [
         "point",
         *cols,
@@ -36,6 +38,7 @@ def summary_table(summary: pd.DataFrame, axes: Sequence[str], planners: Sequence
         "ran",
         "OOM",
         "failed",
+        *(["window / per-step"] if windowed else []),
     ]
     body = []
     for _, r in frame.iterrows():
@@ -48,6 +51,7 @@ def summary_table(summary: pd.DataFrame, axes: Sequence[str], planners: Sequence
             f"{_int(r.get('ok_batches'))}/{_int(r.get('batches'))}",
             _int(r.get("oom_count")),
             _int(r.get("failed")),
+            *([_num(r.get("window_over_per_step"), ".3f")] if windowed else []),
         ]
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)

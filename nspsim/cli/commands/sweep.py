@@ -7,8 +7,10 @@ of one point), takes what ``DIR/cache/`` already holds and computes the rest on 
 stderr counts the units (cached ones up front) with an ETA; ``--json`` turns it off. Into ``-o DIR``
 (default ``out/sweep-<spec name>``) go ``results.parquet`` (one row per point, planner and batch),
 ``summary.parquet`` and ``summary.csv`` (one row per point and planner), ``sweep.config.json`` (the
-resolved spec, code versions and every point), then ``report.html``, the trade-off plots
-(:func:`nspsim.cli.commands.plot.write_report`, which ``nspsim plot DIR`` also uses).
+resolved spec, code versions and every point), with gradient-accumulation windows (``window`` in
+``[run]`` or ``[axes]``) ``windows.parquet`` (one row per point, planner and window), then
+``report.html``, the trade-off plots (:func:`nspsim.cli.commands.plot.write_report`, which ``nspsim plot DIR``
+also uses).
 
 A rerun computes only what is missing; ``--force`` recomputes everything. A failed unit is a row
 with its error (retried on the next run) and the sweep goes on. Exit status: 0 when every unit ran;
@@ -36,6 +38,7 @@ from nspsim.sweep import (
     Cache,
     SweepSpec,
     build_rows,
+    build_windows,
     execute,
     load_spec,
     plan_sweep,
@@ -135,7 +138,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
     plan = plan_sweep(spec, cache, force=args.force)
     for point in plan.points:
         if point.error:
-            varied = _axes_text({n: () for n in spec.varied}, point.config.to_dict())
+            varied = _axes_text({n: () for n in spec.varied}, {**point.config.to_dict(), "window": point.window})
             warn(f"point {point.index} ({varied}): {point.error}")
     jobs = _jobs(args)
     counts = {"computed": 0, "failed": 0}
@@ -155,8 +158,9 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
         more = f" (and {len(cache.rejected) - 1} more)" if len(cache.rejected) > 1 else ""
         warn(f"{len(cache.rejected)} cache record(s) could not be used and were recomputed: {path}: {problem}{more}")
     rows = build_rows(plan)
-    summary = summarise(rows)
-    paths = write_results(out, rows, summary, resolved_config(plan, source=args.spec))
+    windows = build_windows(plan)
+    summary = summarise(rows, windows)
+    paths = write_results(out, rows, summary, resolved_config(plan, source=args.spec), windows)
     wrote(paths.values())
     report = None
     try:
@@ -193,17 +197,20 @@ def _num(value: float, fmt: str) -> str:
 
 
 def format_summary(summary: list[dict[str, Any]], axes: dict[str, Any], data: dict[str, Any]) -> str:
-    """The per-point summary as a text table, then the counts and where the files are."""
+    """The per-point summary as a text table (with windows, ``win/ps``: the window time over the per-step
+    assignment's), then the counts and where the files are."""
+    windowed = bool(summary) and "window_over_per_step" in summary[0]
     lines = [
         f"{'pt':>3s} {'planner':<18s} {'norm':>7s} {'min':>6s} {'median':>6s} {'max':>6s} {'speedup':>7s} "
-        f"{'OOM':>4s} {'fail':>4s}  axes"
+        f"{'OOM':>4s} {'fail':>4s}" + (f" {'win/ps':>6s}" if windowed else "") + "  axes"
     ]
     for s in summary:
+        ratio = f" {_num(s['window_over_per_step'], '6.3f'):>6s}" if windowed else ""
         lines.append(
             f"{s['point']:>3d} {s['planner']:<18s} {_num(s['normalized'], '7.3f')} {_num(s['normalized_min'], '6.3f')} "
             f"{_num(s['normalized_median'], '6.3f')} {_num(s['normalized_max'], '6.3f')} "
             f"{_num(s['speedup'], '6.2f') + 'x' if math.isfinite(s['speedup']) else '-':>7s} "
-            f"{s['oom_count']:>4d} {s['failed']:>4d}  {_axes_text(axes, s)}"
+            f"{s['oom_count']:>4d} {s['failed']:>4d}{ratio}  {_axes_text(axes, s)}"
         )
     lines.append(
         f"{data['points']} point(s), {data['rows']} rows; units: {data['computed']} computed, {data['cached']} cached, "
