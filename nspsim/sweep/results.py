@@ -154,11 +154,13 @@ def compare_rows(result: CompareResult, workload: WorkloadConfig) -> list[dict[s
     the comparison's (``CompareConfig.workload``)."""
     stats = {b.index: batch_stats(b) for b in result.batches}
     key = point_key(workload_identity(workload))
+    window = int(result.config.get("run", {}).get("window", 1))
     rows = [
         {
             "point": 0,
             "point_key": key,
             **workload_columns(workload),
+            **({"window": window} if window > 1 else {}),  # row_schema(windowed=True)'s column
             "planner": r.planner,
             "baseline": result.baseline,
             "iteration": r.iteration,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,18 @@ def test_the_cli_prints_the_window_lines(capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "windows of 2 batches per optimizer step" in out
     assert "nsp: window" in out and "of the per-step assignment's time" in out
+
+
+def test_the_report_and_its_results_file_carry_the_window(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    argv = ["compare", "--gpus", "8", "--tokens-per-batch", "128K", "--max-context", "32K", "--trace", "code"]
+    report = tmp_path / "r.html"
+    assert (
+        main([*argv, "--iters", "4", "--window", "2", "--planners", "static-best,nsp", "--quiet", "-o", str(report)])
+        == 0
+    )
+    rows = pq.read_table(tmp_path / "r.results.parquet").to_pandas()
+    assert set(rows["window"]) == {2} and len(rows) == 8
+    assert json.loads((tmp_path / "r.config.json").read_text())["run"]["window"] == 2
+    assert "nsp" in report.read_text()

@@ -77,7 +77,8 @@ from nspsim.options import positive_float
 from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.simulator.modes import MODES
-from nspsim.sweep.results import ROW_SCHEMA, compare_rows, table
+from nspsim.sweep.results import compare_rows, table
+from nspsim.sweep.schema import row_schema
 from nspsim.units import format_seconds
 from nspsim.workload import WorkloadConfig, build_workload, check_input_digests
 
@@ -238,7 +239,7 @@ def _report_module() -> Any:
 
 def _write_report(path: Path, result: CompareResult, report: Any, workload: WorkloadConfig, *, quiet: bool) -> None:
     """The report and, as one set with it (:func:`write_output`), the config and the rows beside it."""
-    rows = table(compare_rows(result, workload), ROW_SCHEMA)
+    rows = table(compare_rows(result, workload), row_schema(windowed=bool(result.windows)))
     config = dumps_json(stamped(COMMAND, result.config), what="config", indent=2)
     write_output(
         path,
