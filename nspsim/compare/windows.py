@@ -92,3 +92,23 @@ def window_summaries(planners: Sequence[str], records: Sequence[WindowRecord]) -
             }
         )
     return out
+
+
+def window_lines(records: Sequence[WindowRecord]) -> list[str]:
+    """What window planning did, as text lines (none without windows): a header saying the per-step
+    figures are a window's time / W, then per planner its mean window time, its window time over the
+    per-step assignment's, how many windows moved samples and its window planning time."""
+    if not records:
+        return []
+    size = records[0].passes
+    planners = list(dict.fromkeys(r.planner for r in records))
+    lines = [f"windows of {size} batches per optimizer step (every per-step figure is a window's time / {size}):"]
+    for row in window_summaries(planners, records):
+        ratio, window = row["window_over_per_step"], row["mean_window_time_s"]
+        gain = "-" if ratio is None else f"{ratio:.4f} of the per-step assignment's time"
+        lines.append(
+            f"  {row['planner']}: window {'OOM' if window is None else f'{window:.3f} s'}, {gain}; "
+            f"{row['windows_rearranged']} of {row['windows']} windows moved samples; "
+            f"window planning {1e3 * row['mean_planning_time_s']:.1f} ms"
+        )
+    return lines

@@ -32,6 +32,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from nspsim.compare import INTERVAL, LENGTH_BUCKETS, CompareResult, PlannerSummary, describe_label
+from nspsim.compare.windows import window_lines
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
 from nspsim.units import format_seconds
 from nspsim_studies.palette import BREAKDOWN_COLORS, planner_color
@@ -91,6 +92,9 @@ def headline(result: CompareResult) -> str:
         return ""
     median, low_high, interval = best.speedup_spread()
     batches = f"{best.normalized_iterations} batch(es)"
+    if result.windows:
+        size = result.windows[0].passes
+        batches += f", run as windows of {size} batches per optimizer step"
     text = (
         f"<b>{html.escape(best.planner)}</b> is <b>{best.speedup_vs_baseline:.2f}x</b> faster than "
         f"{html.escape(result.baseline)} (summed step time over {batches}); per batch: median {median}, "
@@ -137,6 +141,12 @@ def results_table(result: CompareResult) -> str:
         f"<li><b>{html.escape(s.planner)}</b>: {html.escape(s.note)}</li>" for s in result.summaries if s.note
     )
     legend = ", ".join(f"{BREAKDOWN_SHORT[k]} = {k}" for k in BREAKDOWN_CATEGORIES)
+    windows = window_lines(result.windows)
+    if windows:  # gradient-accumulation windows: the per-step figures are a window's time / W
+        notes += f"<li>{html.escape(windows[0])}<ul>" + "".join(
+            f"<li>{html.escape(w.strip())}</li>" for w in windows[1:]
+        )
+        notes += "</ul></li>"
     return (
         f"<h2>Results</h2><div class='table'><table class='results'><tr>{header}</tr>{cells}</table></div>"
         f"{labels_legend(result)}<ul class='notes'>{notes}<li>95% interval: {html.escape(INTERVAL)}, over the "

@@ -103,4 +103,4 @@ def test_the_report_and_its_results_file_carry_the_window(tmp_path: Path) -> Non
     rows = pq.read_table(tmp_path / "r.results.parquet").to_pandas()
     assert set(rows["window"]) == {2} and len(rows) == 8
     assert json.loads((tmp_path / "r.config.json").read_text())["run"]["window"] == 2
-    assert "nsp" in report.read_text()
+    assert "run as windows of 2 batches per optimizer step" in report.read_text()

@@ -72,6 +72,7 @@ from nspsim.compare import (
     default_planners,
     run_compare,
 )
+from nspsim.compare.windows import window_lines
 from nspsim.jsonfile import dumps_json
 from nspsim.options import positive_float
 from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S
@@ -286,29 +287,10 @@ def format_table(result: CompareResult) -> str:
     if result.drops is not None:
         lines.append(f"batches: {result.drops.kept_samples} samples kept; {result.drops.describe()} dropped")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
-    lines.extend(_window_lines(result))
+    lines.extend(window_lines(result.windows))
     if result.no_result is not None:
         lines.append(f"NO RESULT: {result.no_result}")
     return "\n".join(lines)
-
-
-def _window_lines(result: CompareResult) -> list[str]:
-    """Per planner, what window planning did (nothing without windows): the step column above is a
-    window's time / W."""
-    if not result.windows:
-        return []
-    size = result.windows[0].passes
-    lines = [f"windows of {size} batches per optimizer step (step = window time / {size}):"]
-    for row in result.to_dict()["window_results"]:
-        ratio = row["window_over_per_step"]
-        gain = "-" if ratio is None else f"{ratio:.4f} of the per-step assignment's time"
-        window = row["mean_window_time_s"]
-        lines.append(
-            f"  {row['planner']}: window {format_seconds(window) if window is not None else 'OOM'}, {gain}; "
-            f"{row['windows_rearranged']} of {row['windows']} windows moved samples; "
-            f"window planning {1e3 * row['mean_planning_time_s']:.1f} ms"
-        )
-    return lines
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
