@@ -11,7 +11,7 @@ and the plan, are the same for any worker count.
 
 **Time budget.** With ``plan_time_limit`` > 0 every solve's wall-clock limit is cut to what is left of
 the plan's budget, and once nothing is left a chunk that has a static incumbent is not solved at all:
-it keeps the incumbent (status ``plan-time-limit``). Solves the clock stopped or skipped are counted
+it keeps the incumbent (status ``budget-skipped``). Solves the clock stopped or skipped are counted
 in the plan metadata; such a plan is not reproducible, which is why the budget is off by default.
 
 **Trade-off.** A pool costs one process start per worker per plan (about a second with scipy's import),
@@ -33,7 +33,8 @@ from nspsim.planners.flexsp.milp import Limits, MilpProblem, MilpRun, solve
 MILP_MODELS = ("auto", "slots", "counts")
 """``milp_model`` values: ``slots`` the per-slot MILP, ``counts`` the aggregated one, ``auto`` slots up to
 :data:`~nspsim.planners.flexsp.aggregated.AUTO_SLOTS_UP_TO` GPUs and counts above."""
-BUDGET_SKIPPED = "plan-time-limit"
+BUDGET_SKIPPED = "budget-skipped"
+"""Stop reason of a solve the spent plan budget skipped (not ``time-limit``: that one counts clock stops)."""
 
 
 @dataclass(frozen=True)
