@@ -81,6 +81,15 @@ def test_the_aggregated_model_plans_where_forced_and_is_recorded() -> None:
     assert get_planner("flexsp", milp_model="slots").plan(batch, wl).metadata["flexsp_milp_model"] == "slots"
 
 
+def test_auto_aggregates_above_64_gpus_except_for_the_artifact_variant() -> None:
+    for gpus, nspsim_model in ((64, "slots"), (128, "counts")):
+        wl = build_workload(WorkloadConfig(gpus=gpus, tokens_per_batch=32 * 1024 * gpus))
+        ctx = make_context(wl.sampler.batch(0), wl)
+        assert FlexSPPlanner().model_for(ctx) == nspsim_model
+        assert FlexSPPlanner(variant="artifact", count_window=4).model_for(ctx) == "slots"
+        assert FlexSPPlanner(milp_model="counts").model_for(ctx) == "counts"
+
+
 def test_worker_processes_return_runs_in_submission_order() -> None:
     problems = _problems(MID, 3)
     jobs = [Job(p, model, "highs", Limits()) for p in problems for model in ("slots", "counts")]

@@ -32,8 +32,8 @@ model, limits, stop reasons, solves made, pruned and skipped by the plan's budge
   refused by :meth:`FlexSPPlanner.check`, never clamped.
 * ``solver="highs"`` (``"scip"`` with the extra) and ``mip_gap=1e-4``: the MILP solver and its
   relative gap.
-* ``milp_model="auto"``: the per-slot MILP up to 64 GPUs (Figure 7's plans), the aggregated one above
-  (``"slots"`` or ``"counts"`` force one): the per-slot model grows with P and took P^2.9 time.
+* ``milp_model="auto"``: the per-slot MILP up to 64 GPUs (Figure 7's plans) and for ``variant="artifact"``,
+  the aggregated one above (``"slots"`` or ``"counts"`` force one): the per-slot model took P^2.9 time.
 * ``workers=1`` processes solving a count's chunks together (:mod:`~nspsim.planners.flexsp.parallel`; the
   same plans for any count, since every solve is deterministic); at most :data:`MAX_WORKERS`.
 * ``plan_time_limit=0`` (none): seconds per plan; once spent, chunks keep their static incumbent
@@ -249,10 +249,11 @@ class FlexSPPlanner:
         return tuple(d for d in ctx.levels if d >= low)
 
     def model_for(self, ctx: Context) -> str:
-        """The MILP solved: ``milp_model``, with ``auto`` the per-slot model up to AUTO_SLOTS_UP_TO GPUs."""
+        """The MILP solved: ``milp_model``; ``auto`` is the per-slot model up to AUTO_SLOTS_UP_TO GPUs and
+        with ``variant="artifact"`` (the artifact's own model at any scale), the aggregated one otherwise."""
         if self.milp_model != "auto":
             return self.milp_model
-        return "slots" if ctx.num_gpus <= AUTO_SLOTS_UP_TO else "counts"
+        return "slots" if ctx.num_gpus <= AUTO_SLOTS_UP_TO or self.variant == "artifact" else "counts"
 
     def _try_count(
         self,
