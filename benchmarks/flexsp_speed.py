@@ -2,6 +2,7 @@
 
     python benchmarks/flexsp_speed.py                       # batches 0..3 of the six 192K configurations
     python benchmarks/flexsp_speed.py --batches 0 --max-context 384k
+    python benchmarks/flexsp_speed.py --scaling --reference ../old-checkout   # 64..1024 GPUs (issue 26 item 3)
 
 For every (model, trace) of ``nspsim_studies/sweeps/fig7.toml`` and batch, FlexSP's sweep over micro-batch
 counts runs twice back to back in this process on the same planning context: every chunk of every
@@ -9,6 +10,10 @@ count solved (``prune=False``, the algorithm before pruning) and pruned by the s
 default). The placements must be identical (the script exits 1 otherwise); it prints, as a markdown
 table, the chosen count, HiGHS solves and process CPU seconds of both. CPU time, not wall time: the
 machine is shared. Results: ``benchmarks/results/flexsp_speed.md``.
+
+``--scaling`` instead measures FlexSP from 64 to 1,024 GPUs (32K tokens per GPU per batch, wikipedia,
+Qwen3-30B-A3B on H100) before (``milp_model="slots"``, the per-slot MILP at every P) and after (the
+defaults) and writes ``benchmarks/results/flexsp_scaling.md`` (:mod:`flexsp_scaling`).
 """
 
 from __future__ import annotations
@@ -36,14 +41,23 @@ TRACES = ("wikipedia", "code", "commoncrawl")
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print the table; 1 if a pruned plan differs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", default="0-3", help="batch indices: 'a-b' or 'a,b,c' (default 0-3)")
+    parser.add_argument("--batches", default="", help="batch indices: 'a-b' or 'a,b,c' (default 0-3; --scaling: 0)")
     parser.add_argument("--max-context", default="192k", help="max context of every configuration (default 192k)")
+    parser.add_argument("--scaling", action="store_true", help="measure 64..1024 GPUs instead (flexsp_scaling.md)")
+    parser.add_argument("--gpus", default="64,128,256,512,1024", help="--scaling: GPU counts")
+    parser.add_argument("--reference", default="", help="--scaling: a checkout of the code before, for 64-GPU hashes")
+    parser.add_argument("--output", default=str(ROOT / "benchmarks/results/flexsp_scaling.md"), help="--scaling: file")
     args = parser.parse_args(argv)
-    if "-" in args.batches:
-        lo, hi = (int(x) for x in args.batches.split("-"))
+    if args.scaling:
+        from flexsp_scaling import run_scaling
+
+        return run_scaling(args)
+    text = args.batches or "0-3"
+    if "-" in text:
+        lo, hi = (int(x) for x in text.split("-"))
         batches = list(range(lo, hi + 1))
     else:
-        batches = [int(x) for x in args.batches.split(",")]
+        batches = [int(x) for x in text.split(",")]
     import scipy.optimize  # noqa: F401  (HiGHS's first import, outside both timings)
 
     planner = FlexSPPlanner()

@@ -21,7 +21,8 @@ from nspsim.planners.flexsp.milp import (
     _start_vector,
     solve,
 )
-from nspsim.planners.flexsp.planner import _problem, static_incumbent
+from nspsim.planners.flexsp.routing import chunk_problem as _problem
+from nspsim.planners.flexsp.routing import static_incumbent
 from nspsim.planners.microbatch import blaster_split, token_split
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 from planner_fixtures import batch_of, check_valid, model_workload

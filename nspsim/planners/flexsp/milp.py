@@ -191,7 +191,7 @@ def solve(p: MilpProblem, *, solver: str = "highs", limits: Limits = Limits()) -
     mat, lo, hi = _matrix(p, lay)
     start = time.perf_counter()
     if solver == "scip":
-        x, status, work = _solve_scip(mat, lo, hi, lay, p, limits)
+        x, status, work = solve_scip(mat, lo, hi, _bounds(lay, p), limits)
     else:
         x, status, work = _solve_highs(mat, lo, hi, lay, p, limits)
     elapsed = time.perf_counter() - start
@@ -248,16 +248,21 @@ def _start_vector(lay: _Layout, p: MilpProblem) -> FloatArray | None:
     return x
 
 
-def _solve_scip(
-    mat: sparse.csr_matrix, lo: FloatArray, hi: FloatArray, lay: _Layout, p: MilpProblem, limits: Limits
+def solve_scip(
+    mat: sparse.csr_matrix,
+    lo: FloatArray,
+    hi: FloatArray,
+    bounds: tuple[FloatArray, FloatArray, FloatArray],
+    limits: Limits,
 ) -> tuple[FloatArray | None, str, int]:
+    """Minimise the last column s.t. ``lo <= mat @ x <= hi`` and ``bounds`` (lower, upper, integrality) with SCIP."""
     try:
         import pyscipopt
     except ImportError:
         raise ValueError(
             "FlexSP solver 'scip' needs PySCIPOpt: pip install 'nspsim[scip]' (or use solver='highs')"
         ) from None
-    lower, upper, integrality = _bounds(lay, p)
+    lower, upper, integrality = bounds
     model = pyscipopt.Model()
     model.hideOutput()
     model.setParam("limits/time", float(limits.time_limit))

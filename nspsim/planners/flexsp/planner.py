@@ -10,8 +10,10 @@ wins (``chosen_by=step``; per-micro-batch FSDP included). Each MILP gets the bes
 its bucketed sequences over groups of one size as an upper bound on the makespan and as the solver's
 starting solution, used when the solver finds nothing better (HiGHS rarely closes this MILP's gap).
 Pruning gives the same plans with fewer solves: a count is abandoned once its solved chunks plus the
-unsolved chunks' floors (:mod:`~nspsim.planners.flexsp.floor`) exceed the best step so far. The metadata
-records solve times, solver, limits, stop reasons, solves made and pruned, and incumbent fallbacks.
+unsolved chunks' floors (:mod:`~nspsim.planners.flexsp.floor`) exceed the best step so far. Above 64
+GPUs the MILP aggregates identical groups into counts (:mod:`~nspsim.planners.flexsp.aggregated`: a
+model whose size does not grow with P, then a packing). The metadata records solve times, solver,
+model, limits, stop reasons, solves made, pruned and skipped by the plan's budget, and incumbent fallbacks.
 
 **Options** (default, why):
 
@@ -30,6 +32,12 @@ records solve times, solver, limits, stop reasons, solves made and pruned, and i
   refused by :meth:`FlexSPPlanner.check`, never clamped.
 * ``solver="highs"`` (``"scip"`` with the extra) and ``mip_gap=1e-4``: the MILP solver and its
   relative gap.
+* ``milp_model="auto"``: the per-slot MILP up to 64 GPUs (Figure 7's plans) and for ``variant="artifact"``,
+  the aggregated one above (``"slots"`` or ``"counts"`` force one): the per-slot model took P^2.9 time.
+* ``workers=1`` processes solving a count's chunks together (:mod:`~nspsim.planners.flexsp.parallel`; the
+  same plans for any count, since every solve is deterministic); at most :data:`MAX_WORKERS`.
+* ``plan_time_limit=0`` (none): seconds per plan; once spent, chunks keep their static incumbent
+  (counted in ``milp_budget_skipped``; not reproducible); at most :data:`MAX_TIME_LIMIT_S`.
 * ``variant="nspsim"``: our count and tie rules; ``"artifact"`` follows the FlexSP artifact's
   (:mod:`~nspsim.planners.flexsp.artifact`: its blaster ties, first count, bucketing and slot pruning;
   the least sum of MILP makespans chooses the count, ``chosen_by=load``).
@@ -38,26 +46,27 @@ records solve times, solver, limits, stop reasons, solves made and pruned, and i
 docs/planners.md "FlexSP" and "FlexSP: ours and the artifact's" (the per-stage comparison).
 
 **Deviations** (variant ``nspsim``): the count is chosen by our step estimate rather than the MILP
-makespans; the static incumbent; counts past the window until one plans.
+makespans; the static incumbent; counts past the window until one plans; above 64 GPUs the aggregated
+MILP and its packing (the artifact keeps a variable per group at any scale).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar
-
-import numpy as np
 
 from nspsim.execution.prepare import AS_PLANNED, Preparation
 from nspsim.plan import Plan
 from nspsim.planners.base import Context, IntArray, Placement, Stopwatch, check_count_option, make_context
 from nspsim.planners.estimate import step_estimate
 from nspsim.planners.finish import finish
+from nspsim.planners.flexsp.aggregated import AUTO_SLOTS_UP_TO
 from nspsim.planners.flexsp.artifact import VARIANTS, slot_limits
 from nspsim.planners.flexsp.bucketing import MAX_BUCKETS, Buckets, bucketize, bucketize_artifact
 from nspsim.planners.flexsp.floor import PRUNE_RTOL, StepFloor, chunk_estimate
-from nspsim.planners.flexsp.milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpSolution, solve
+from nspsim.planners.flexsp.milp import DEFAULT_WORK_LIMIT, SOLVERS, Limits, MilpProblem, MilpRun, MilpSolution
+from nspsim.planners.flexsp.parallel import BUDGET_SKIPPED, MILP_MODELS, Job, Solves
+from nspsim.planners.flexsp.routing import Routed, chunk_problem, placement_of, realise, static_incumbent
 from nspsim.planners.microbatch import (
     MAX_MICRO_BATCHES,
     artifact_first_count,
@@ -65,8 +74,6 @@ from nspsim.planners.microbatch import (
     blaster_split_artifact,
     min_micro_batches,
 )
-from nspsim.planners.packing import pack_balanced
-from nspsim.planners.proxy import CostTable
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -76,17 +83,8 @@ MAX_TIME_LIMIT_S = 3600.0
 MAX_WORK_LIMIT = 10**6
 """Largest ``work_limit``: 100,000 times the default (whose solves take ~1 s at 64 GPUs); the time
 limit stops a solve long before."""
-
-
-@dataclass(frozen=True)
-class _Routed:
-    """One micro-batch: per sample (sorted-space index) its degree and first rank; solver facts."""
-
-    samples: IntArray
-    degrees: IntArray
-    firsts: IntArray
-    solution: MilpSolution
-    buckets: int
+MAX_WORKERS = 64
+"""Most worker processes for parallel solves (a sweep has at most a few dozen chunks)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +105,9 @@ class FlexSPPlanner:
     mip_gap: float = 1e-4
     variant: str = "nspsim"
     count_window: int = 5
+    milp_model: str = "auto"
+    workers: int = 1
+    plan_time_limit: float = 0.0
     name: ClassVar[str] = "flexsp"
     preparation: ClassVar[Preparation] = AS_PLANNED
     headline: ClassVar[bool] = True
@@ -136,6 +137,15 @@ class FlexSPPlanner:
         if self.variant not in VARIANTS:
             raise ValueError(f"option variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
         check_count_option("count_window", self.count_window, MAX_MICRO_BATCHES, "each count costs a MILP per chunk")
+        if self.milp_model not in MILP_MODELS:
+            raise ValueError(f"option milp_model must be one of {', '.join(MILP_MODELS)}, got {self.milp_model!r}")
+        check_count_option("workers", self.workers, MAX_WORKERS, "a sweep has at most a few dozen chunks to solve")
+        budget = self.plan_time_limit
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= MAX_TIME_LIMIT_S:
+            raise ValueError(
+                f"option plan_time_limit must be 0 (no budget) or a number of seconds per plan up to "
+                f"{MAX_TIME_LIMIT_S:.0f}, got {budget!r}"
+            )
         if self.variant == "artifact" and self.max_micro_batches != 5:
             raise ValueError(
                 "option max_micro_batches does not apply to variant=artifact (the artifact has no cap on the "
@@ -163,22 +173,23 @@ class FlexSPPlanner:
     def sweep(self, ctx: Context, *, prune: bool = True) -> tuple[Placement, SweepFacts]:
         """The best count's placement and what the sweep did; ``prune=False`` solves every chunk of
         every count (the same placement, for checks; module doc "Pruning")."""
-        if self.variant == "artifact":
-            return self._sweep_artifact(ctx)
-        n = ctx.table.num_samples
-        first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
-        last = min(max(first, min(first + self.count_window - 1, self.max_micro_batches)), n)
-        floor = StepFloor.of(ctx, self.sizes(ctx)) if prune else None
-        best: tuple[float, Placement] | None = None
-        facts = SweepFacts()
-        m = first
-        while m <= last or (best is None and m <= n):  # past the window only until a count plans
-            placement = self._try_count(ctx, m, facts, floor, None if best is None else best[0])
-            if placement is not None:
-                step = step_estimate(ctx, placement)
-                if best is None or step < best[0]:
-                    best = (step, placement)
-            m += 1
+        with Solves(self.workers, float(self.plan_time_limit)) as solves:
+            if self.variant == "artifact":
+                return self._sweep_artifact(ctx, solves)
+            n = ctx.table.num_samples
+            first = min_micro_batches(int(ctx.table.lengths.sum()), ctx.num_gpus, ctx.budget)
+            last = min(max(first, min(first + self.count_window - 1, self.max_micro_batches)), n)
+            floor = StepFloor.of(ctx, self.sizes(ctx)) if prune else None
+            best: tuple[float, Placement] | None = None
+            facts = SweepFacts(model=self.model_for(ctx))
+            m = first
+            while m <= last or (best is None and m <= n):  # past the window only until a count plans
+                placement = self._try_count(ctx, m, facts, floor, None if best is None else best[0], solves)
+                if placement is not None:
+                    step = step_estimate(ctx, placement)
+                    if best is None or step < best[0]:
+                        best = (step, placement)
+                m += 1
         if best is None:
             raise ValueError(
                 f"FlexSP found no plan with {first}..{n} micro-batches under B_tok={ctx.budget}; raise the token budget"
@@ -186,26 +197,20 @@ class FlexSPPlanner:
         facts.counts = f"{first}-{m - 1}"
         return best[1], facts
 
-    def _sweep_artifact(self, ctx: Context) -> tuple[Placement, SweepFacts]:
+    def _sweep_artifact(self, ctx: Context, solves: Solves) -> tuple[Placement, SweepFacts]:
         """The artifact's sweep (:mod:`~nspsim.planners.flexsp.artifact`): ``count_window`` counts
         from its first valid one; the feasible count with the least sum of MILP makespans."""
         lengths = ctx.table.lengths
         first = artifact_first_count(lengths, ctx.num_gpus * ctx.budget)
         last = min(first + self.count_window - 1, ctx.table.num_samples)
         best: tuple[float, Placement] | None = None
-        facts = SweepFacts(counts=f"{first}-{last}")
+        facts = SweepFacts(counts=f"{first}-{last}", model=self.model_for(ctx))
         for m in range(first, last + 1):
-            routed = []
-            for chunk in blaster_split_artifact(lengths, m):
-                r = self._route_chunk(ctx, chunk)
-                if r is None:
-                    break
-                routed.append(r)
-                facts.solves.append(r.solution)
-            else:
+            routed = self._route(ctx, blaster_split_artifact(lengths, m), facts, solves)
+            if routed is not None:
                 total = sum(r.solution.makespan for r in routed)
                 if best is None or total < best[0]:
-                    best = (total, _placement(ctx, routed))
+                    best = (total, placement_of(ctx, routed))
         if best is None:
             raise ValueError(
                 f"FlexSP (variant=artifact) found no plan with {first}..{last} micro-batches under "
@@ -214,19 +219,23 @@ class FlexSPPlanner:
         return best[1], facts
 
     def _limit_facts(self, sweep: SweepFacts) -> dict[str, float | int | str]:
-        """Limits and, over every solve of the sweep, how many the clock stopped (not reproducible);
-        how many counts and chunk solves the floors pruned."""
+        """Limits and, over every solve of the sweep, how many the clock stopped or the plan's budget
+        skipped (not reproducible); how many counts and chunk solves the floors pruned."""
         solves = sweep.solves
         return {
             "milp_time_limit_s": float(self.time_limit),
             "milp_work_limit": self.work_limit,
             "milp_solves": len(solves),
             "milp_time_limited": sum("time-limit" in s.status for s in solves),
+            "milp_budget_skipped": sum(BUDGET_SKIPPED in s.status for s in solves),
+            "milp_plan_time_limit_s": float(self.plan_time_limit),
             "milp_work_total": sum(s.work for s in solves),
             "milp_counts_pruned": sweep.counts_pruned,
             "milp_solves_pruned": sweep.solves_pruned,
             "flexsp_variant": self.variant,
             "flexsp_counts": sweep.counts,
+            "flexsp_milp_model": sweep.model,
+            "flexsp_workers": self.workers,
         }
 
     @property
@@ -239,8 +248,21 @@ class FlexSPPlanner:
         low = self.min_group if isinstance(self.min_group, int) else min(2, ctx.workload.tree.spmax)
         return tuple(d for d in ctx.levels if d >= low)
 
+    def model_for(self, ctx: Context) -> str:
+        """The MILP solved: ``milp_model``; ``auto`` is the per-slot model up to AUTO_SLOTS_UP_TO GPUs and
+        with ``variant="artifact"`` (the artifact's own model at any scale), the aggregated one otherwise."""
+        if self.milp_model != "auto":
+            return self.milp_model
+        return "slots" if ctx.num_gpus <= AUTO_SLOTS_UP_TO or self.variant == "artifact" else "counts"
+
     def _try_count(
-        self, ctx: Context, m: int, sweep: SweepFacts, floor: StepFloor | None, cutoff: float | None
+        self,
+        ctx: Context,
+        m: int,
+        sweep: SweepFacts,
+        floor: StepFloor | None,
+        cutoff: float | None,
+        solves: Solves,
     ) -> Placement | None:
         """Route the m chunks (longest first); ``None`` if one fails or, with a ``floor`` and the best
         step so far (``cutoff``), once the count cannot beat it."""
@@ -248,25 +270,40 @@ class FlexSPPlanner:
         if any(int(ctx.table.lengths[c].sum()) > ctx.num_gpus * ctx.budget for c in chunks):
             return None
         floors = [0.0] * len(chunks) if floor is None else [floor.micro_batch(c) for c in chunks]
-        routed = []
+        step = 1 if self.workers == 1 else len(chunks)  # with workers, a count's chunks are solved together
+        routed: list[Routed] = []
         exact = 0.0
-        for i, chunk in enumerate(chunks):
+        for i in range(0, len(chunks), step):
             if floor is not None and cutoff is not None and exact + sum(floors[i:]) > cutoff * (1 + PRUNE_RTOL):
                 sweep.counts_pruned += 1
                 sweep.solves_pruned += len(chunks) - i
                 return None
-            r = self._route_chunk(ctx, chunk)
-            if r is None:
+            more = self._route(ctx, chunks[i : i + step], sweep, solves)
+            if more is None:
                 return None
-            routed.append(r)
-            sweep.solves.append(r.solution)
+            routed += more
             if floor is not None:
-                exact += chunk_estimate(ctx, r.samples, r.degrees, r.firsts)
-        return _placement(ctx, routed)
+                exact += sum(chunk_estimate(ctx, r.samples, r.degrees, r.firsts) for r in more)
+        return placement_of(ctx, routed)
 
-    def _route_chunk(self, ctx: Context, chunk: IntArray) -> _Routed | None:
-        """Bucket the chunk, solve its MILP from the static incumbent (or from nothing when no single
-        size packs it); ``None`` if the MILP finds no placement."""
+    def _route(self, ctx: Context, chunks: list[IntArray], sweep: SweepFacts, solves: Solves) -> list[Routed] | None:
+        """Route ``chunks``: solved together when there are workers, else one by one; ``None`` once one fails."""
+        out: list[Routed] = []
+        batches = [chunks] if self.workers > 1 else [[c] for c in chunks]
+        for batch in batches:
+            prepared = [self._prepare(ctx, chunk) for chunk in batch]
+            jobs = [Job(problem, sweep.model, self.solver, self.limits) for _, _, problem, _ in prepared]
+            runs = solves.run(jobs, [p[3] is not None for p in prepared])
+            for chunk, prep, run in zip(batch, prepared, runs):
+                r = self._finish(ctx, chunk, prep, run)
+                if r is None:
+                    return None
+                out.append(r)
+                sweep.solves.append(r.solution)
+        return out
+
+    def _prepare(self, ctx: Context, chunk: IntArray) -> tuple[Buckets, int, MilpProblem, MilpSolution | None]:
+        """Bucket the chunk; its MILP, started from the static incumbent when one size packs it."""
         lengths = ctx.table.lengths[chunk]
         sizes = self.sizes(ctx)
         if self.variant == "artifact":
@@ -275,7 +312,7 @@ class FlexSPPlanner:
         else:
             buckets, limit = bucketize(lengths, self.buckets), None
             count = buckets.maxima.size
-        problem = _problem(ctx, buckets, sizes, limit)
+        problem = chunk_problem(ctx, buckets, sizes, limit)
         incumbent = static_incumbent(problem)
         if incumbent is not None:
             problem = MilpProblem(
@@ -285,7 +322,18 @@ class FlexSPPlanner:
                     "start": (incumbent.slot_sizes, incumbent.assignment),
                 }
             )
-        run = solve(problem, solver=self.solver, limits=self.limits)
+        return buckets, count, problem, incumbent
+
+    def _finish(
+        self,
+        ctx: Context,
+        chunk: IntArray,
+        prepared: tuple[Buckets, int, MilpProblem, MilpSolution | None],
+        run: MilpRun,
+    ) -> Routed | None:
+        """The chunk routed by the solve, or by its incumbent when the solve found nothing better (or was
+        skipped by the plan's budget); ``None`` if neither places it."""
+        buckets, count, _, incumbent = prepared
         solved = run.solution
         if incumbent is not None and (solved is None or solved.makespan >= incumbent.makespan):
             solved = MilpSolution(  # no better than its start: keep the incumbent
@@ -300,7 +348,7 @@ class FlexSPPlanner:
         if solved is None:
             return None
         degrees, firsts = realise(solved, buckets, chunk, ctx.table)
-        return _Routed(chunk, degrees, firsts, solved, count)
+        return Routed(chunk, degrees, firsts, solved, count)
 
 
 @dataclass
@@ -310,99 +358,6 @@ class SweepFacts:
 
     solves: list[MilpSolution] = field(default_factory=list)
     counts_pruned: int = 0
+    model: str = "slots"
     solves_pruned: int = 0
     counts: str = ""
-
-
-def _problem(
-    ctx: Context, buckets: Buckets, sizes: tuple[int, ...], slot_limit: dict[int, int] | None = None
-) -> MilpProblem:
-    table = CostTable(ctx.workload.cost, ctx.workload.tree, buckets.maxima, ctx.budget)
-    back = np.empty_like(table.order)
-    back[table.order] = np.arange(table.order.size)  # table is sorted descending; buckets ascending
-    return MilpProblem(
-        counts=buckets.counts,
-        lengths=buckets.maxima,
-        time={s: table.total(s)[back] for s in sizes},
-        latency={s: table.overhead_total(s) for s in sizes},
-        sizes=sizes,
-        num_gpus=ctx.num_gpus,
-        token_budget=float(ctx.budget),
-        slot_limit=slot_limit,
-    )
-
-
-def static_incumbent(p: MilpProblem) -> MilpSolution | None:
-    """Best single-size Static SP packing of the bucketed sequences (a feasible MILP point), or
-    ``None`` if no size holds them."""
-    items = np.repeat(np.arange(p.counts.size), p.counts)[::-1]  # longest bucket first
-    best: MilpSolution | None = None
-    for s in p.sizes:
-        if p.lengths[-1] > s * p.token_budget:
-            continue
-        groups = p.slots_of(s)
-        if groups == 0:
-            continue
-        cost = p.time[s][items]
-        slots = pack_balanced(cost, p.lengths[items] / s, groups, p.token_budget, p.latency[s])
-        if slots is None:
-            continue
-        loads = np.bincount(slots, weights=cost, minlength=groups) + p.latency[s] * (
-            np.bincount(slots, minlength=groups) > 0
-        )
-        if best is None or loads.max() < best.makespan:
-            table = np.zeros((groups, p.counts.size), dtype=np.int64)
-            np.add.at(table, (slots, items), 1)
-            used = table.sum(axis=1) > 0
-            best = MilpSolution(
-                np.full(int(used.sum()), s, dtype=np.int64), table[used], float(loads.max()), "incumbent", 0.0, "static"
-            )
-    return best
-
-
-def realise(sol: MilpSolution, buckets: Buckets, chunk: IntArray, table: CostTable) -> tuple[IntArray, IntArray]:
-    """Degrees and first ranks of the chunk's samples. The solution fixes how many sequences of each
-    bucket every slot gets; the actual sequences of a bucket (longest first) are dealt round-robin
-    over its slots, least actually-loaded slot first, longest bucket first. Slots get aligned rank
-    blocks, largest first."""
-    order = np.argsort(-sol.slot_sizes, kind="stable")
-    sizes = sol.slot_sizes[order]
-    counts = sol.assignment[order]
-    firsts_of_slot = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    slot_cost = {int(d): table.total(int(d))[chunk] for d in np.unique(sizes)}
-    loads = np.zeros(sizes.size)
-    degrees = np.empty(chunk.size, dtype=np.int64)
-    firsts = np.empty(chunk.size, dtype=np.int64)
-    for b in range(buckets.maxima.size - 1, -1, -1):
-        members = np.flatnonzero(buckets.of_sample == b)
-        if members.size == 0:
-            continue
-        by_load = np.argsort(loads, kind="stable")
-        quota = counts[by_load, b]
-        rank = np.arange(quota.sum()) - np.repeat(np.cumsum(quota) - quota, quota)
-        slots = by_load[
-            np.repeat(np.arange(quota.size), quota)[np.lexsort((np.repeat(np.arange(quota.size), quota), rank))]
-        ]
-        degrees[members], firsts[members] = sizes[slots], firsts_of_slot[slots]
-        for d, cost in slot_cost.items():
-            at = sizes[slots] == d
-            loads += np.bincount(slots[at], weights=cost[members[at]], minlength=sizes.size)
-    return degrees, firsts
-
-
-def _placement(ctx: Context, routed: list[_Routed]) -> Placement:
-    n = ctx.table.num_samples
-    degrees, firsts, mbs = (np.zeros(n, dtype=np.int64) for _ in range(3))
-    for mb, r in enumerate(routed):
-        degrees[r.samples], firsts[r.samples], mbs[r.samples] = r.degrees, r.firsts, mb
-    statuses = Counter(r.solution.status for r in routed)
-    solve_time = sum(r.solution.solve_time_s for r in routed)
-    meta: dict[str, float | int | str] = {
-        "milp_solve_time_s": solve_time,
-        "solver": routed[0].solution.solver if routed else "none",
-        "milp_status": ",".join(f"{k}:{v}" for k, v in sorted(statuses.items())),
-        "milp_fallbacks": sum(v for k, v in statuses.items() if k.startswith("incumbent")),
-        "max_group": int(degrees.max()),
-        "flexsp_buckets": ",".join(str(r.buckets) for r in routed),
-    }
-    return Placement(degrees, firsts, mbs, meta)
