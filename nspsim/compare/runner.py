@@ -76,7 +76,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     if chosen == WIDEST and shown is None and records:  # fewer than two planners ran anywhere
         shown = 0
     timelines = runner.timelines([specs[p] for p in run.planners], None if shown is None else int(shown))
-    summaries = summarise(run.planners, records, {p: note for p, (_, note) in runs.items()}, baseline)
+    summaries = summarise(run.planners, records, {p: note for p, (_, note) in runs.items()}, baseline, run.window)
     resolved = {
         **config.to_dict(),
         "workload": config.workload.to_dict(),

@@ -5,6 +5,10 @@ The interval resamples the batches as pairs (scipy.stats.bootstrap, percentile m
 a report is reproducible). Trade-off: with few batches (the default 8) the percentile interval is
 narrow where the batches happen to agree and says nothing of batches never drawn; it describes the
 drawn batches' spread, which is what the headline rests on.
+
+With gradient-accumulation windows (:mod:`nspsim.compare.windows`) the unit of the spread and of the
+resampling is the window, not the pass: two planners' k-th passes of a window may hold different
+samples, so only a window's summed time compares like with like (:func:`per_window`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,25 @@ def spread(prefix: str, values: np.ndarray) -> dict[str, float | None]:
     if not values.size:
         return dict.fromkeys(keys)
     return dict(zip(keys, (float(np.min(values)), float(np.median(values)), float(np.max(values)))))
+
+
+def per_window(
+    iterations: np.ndarray, ours: np.ndarray, theirs: np.ndarray, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``ours`` and ``theirs`` (paired step times of ``iterations``) summed per window of ``window``
+    consecutive iterations, keeping only the windows whose every pass is paired (both ran); unchanged
+    for ``window`` 1."""
+    if window <= 1:
+        return ours, theirs
+    ids = np.asarray(iterations, dtype=np.int64) // window
+    keys, counts = np.unique(ids, return_counts=True)
+    full = keys[counts == window]
+    keep = np.isin(ids, full)
+    index = np.searchsorted(full, ids[keep])
+    return (
+        np.bincount(index, weights=ours[keep], minlength=full.size),
+        np.bincount(index, weights=theirs[keep], minlength=full.size),
+    )
 
 
 def _ratio_of_sums(ours: np.ndarray, theirs: np.ndarray, axis: int = -1) -> np.ndarray:

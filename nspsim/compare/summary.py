@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from nspsim.compare.spread import INTERVAL, ratio_interval, spread
+from nspsim.compare.spread import INTERVAL, per_window, ratio_interval, spread
 from nspsim.compare.windows import WindowRecord, window_summaries
 from nspsim.plan import Plan
 from nspsim.plan.estimates import Estimates
@@ -335,12 +335,13 @@ def mean_step_time(records: list[IterationRecord]) -> float | None:
 
 
 def summarise(
-    planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str], baseline: str
+    planners: tuple[str, ...], records: list[IterationRecord], notes: dict[str, str], baseline: str, window: int = 1
 ) -> tuple[PlannerSummary, ...]:
-    """One summary per planner label, in ``planners`` order, normalised to ``baseline``."""
+    """One summary per planner label, in ``planners`` order, normalised to ``baseline``; with ``window``
+    > 1 the spread and interval are over windows (:func:`nspsim.compare.spread.per_window`)."""
     by_planner = {p: [r for r in records if r.planner == p] for p in planners}
     base = {r.iteration: r for r in by_planner[baseline] if r.step_time_s is not None}
-    return tuple(_summary(p, by_planner[p], base, notes.get(p, ""), baseline) for p in planners)
+    return tuple(_summary(p, by_planner[p], base, notes.get(p, ""), baseline, window) for p in planners)
 
 
 def _paired(records: list[IterationRecord], base: dict[int, IterationRecord]) -> list[tuple[IterationRecord, float]]:
@@ -354,7 +355,7 @@ def _paired(records: list[IterationRecord], base: dict[int, IterationRecord]) ->
 
 
 def _summary(
-    label: str, records: list[IterationRecord], base: dict[int, IterationRecord], note: str, baseline: str
+    label: str, records: list[IterationRecord], base: dict[int, IterationRecord], note: str, baseline: str, window: int
 ) -> PlannerSummary:
     ok = [r for r in records if r.step_time_s is not None]
     mean = mean_step_time(records)
@@ -362,6 +363,7 @@ def _summary(
     ours = np.array([r.step_time_s for r, _ in both], dtype=float)
     theirs = np.array([t for _, t in both], dtype=float)
     norm = float(ours.sum() / theirs.sum()) if both else None
+    ours, theirs = per_window(np.array([r.iteration for r, _ in both], dtype=np.int64), ours, theirs, window)
     ratios = ours / theirs
     ci = ratio_interval(ours, theirs)
     breakdown = {k: float(np.mean([r.breakdown_s[k] for r in ok])) if ok else 0.0 for k in BREAKDOWN_CATEGORIES}
@@ -385,7 +387,7 @@ def _summary(
         **spread("normalized", ratios),
         normalized_ci_low=None if ci is None else ci[0],
         normalized_ci_high=None if ci is None else ci[1],
-        **spread("speedup", 1.0 / ratios if both and ratios.min() > 0 else np.array([])),
+        **spread("speedup", 1.0 / ratios if ratios.size and ratios.min() > 0 else np.array([])),
         speedup_ci_low=None if ci is None or ci[1] <= 0 else 1.0 / ci[1],
         speedup_ci_high=None if ci is None or ci[0] <= 0 else 1.0 / ci[0],
         saved_share=_saved_share(both, base),

@@ -102,7 +102,10 @@ def window_lines(records: Sequence[WindowRecord]) -> list[str]:
         return []
     size = records[0].passes
     planners = list(dict.fromkeys(r.planner for r in records))
-    lines = [f"windows of {size} batches per optimizer step (every per-step figure is a window's time / {size}):"]
+    lines = [
+        f"windows of {size} batches per optimizer step (every per-step figure is a window's time / {size}; "
+        "the spread and interval are over windows):"
+    ]
     for row in window_summaries(planners, records):
         ratio, window = row["window_over_per_step"], row["mean_window_time_s"]
         gain = "-" if ratio is None else f"{ratio:.4f} of the per-step assignment's time"

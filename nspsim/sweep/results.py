@@ -40,7 +40,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from nspsim.compare.specs import SWEPT_STATIC
-from nspsim.compare.spread import ratio_interval
+from nspsim.compare.spread import per_window, ratio_interval
 from nspsim.compare.summary import CompareResult
 from nspsim.jsonfile import dumps_json
 from nspsim.output_files import commit_files
@@ -287,11 +287,22 @@ def summarise(rows: list[dict[str, Any]], windows: list[dict[str, Any]] | None =
         first = group[0]
         base = {r["iteration"]: r["step_time_s"] for r in groups[(point, first["baseline"])]}
         ok = [r for r in group if math.isfinite(r["step_time_s"])]
-        both = [(r["step_time_s"], base[r["iteration"]]) for r in ok if math.isfinite(base.get(r["iteration"], NAN))]
+        paired = [r for r in ok if math.isfinite(base.get(r["iteration"], NAN))]
+        both = [(r["step_time_s"], base[r["iteration"]]) for r in paired]
         theirs = sum(b for _, b in both)
         norm = sum(a for a, _ in both) / theirs if both and theirs > 0 else NAN
-        per_batch = [r["normalized"] for r in group if math.isfinite(r["normalized"])]
-        ci = ratio_interval(np.array([a for a, _ in both]), np.array([b for _, b in both])) if theirs > 0 else None
+        size = int(first.get("window", 1))  # windows: the spread is over windows (nspsim.compare.spread.per_window)
+        ours_w, theirs_w = per_window(
+            np.array([r["iteration"] for r in paired], dtype=np.int64),
+            np.array([a for a, _ in both], dtype=float),
+            np.array([b for _, b in both], dtype=float),
+            size,
+        )
+        if size > 1:
+            per_batch = [float(x) for x in ours_w / theirs_w if math.isfinite(x)] if theirs_w.size else []
+        else:
+            per_batch = [r["normalized"] for r in group if math.isfinite(r["normalized"])]
+        ci = ratio_interval(ours_w, theirs_w) if theirs > 0 and ours_w.size else None
         out.append(
             {
                 **{k: first[k] for k in ("point", "point_key", *WORKLOAD_TYPES, "planner", "baseline")},

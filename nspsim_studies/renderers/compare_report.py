@@ -92,12 +92,14 @@ def headline(result: CompareResult) -> str:
         return ""
     median, low_high, interval = best.speedup_spread()
     batches = f"{best.normalized_iterations} batch(es)"
+    unit = "batch"
     if result.windows:
         size = result.windows[0].passes
         batches += f", run as windows of {size} batches per optimizer step"
+        unit = "window"  # passes of different planners hold different samples: windows compare like with like
     text = (
         f"<b>{html.escape(best.planner)}</b> is <b>{best.speedup_vs_baseline:.2f}x</b> faster than "
-        f"{html.escape(result.baseline)} (summed step time over {batches}); per batch: median {median}, "
+        f"{html.escape(result.baseline)} (summed step time over {batches}); per {unit}: median {median}, "
         f"min-max {low_high}; 95% interval {interval}."
     )
     return f"<p class='headline'>{text}</p>"

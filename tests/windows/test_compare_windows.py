@@ -104,3 +104,13 @@ def test_the_report_and_its_results_file_carry_the_window(tmp_path: Path) -> Non
     assert set(rows["window"]) == {2} and len(rows) == 8
     assert json.loads((tmp_path / "r.config.json").read_text())["run"]["window"] == 2
     assert "run as windows of 2 batches per optimizer step" in report.read_text()
+
+
+def test_the_spread_is_over_windows_not_passes() -> None:
+    result = _run(2)
+    times = {(w.planner, w.window): w.window_time_s or 0.0 for w in result.windows}
+    nsp = next(s for s in result.summaries if s.planner == "nsp")
+    speedups = [times[("static-best", k)] / times[("nsp", k)] for k in (0, 1)]
+    assert nsp.speedup_min == pytest.approx(min(speedups), rel=1e-12)
+    assert nsp.speedup_max == pytest.approx(max(speedups), rel=1e-12)
+    assert nsp.normalized_iterations == 4  # the headline ratio still sums every pass
