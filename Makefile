@@ -45,7 +45,9 @@ test: install-dev
 bench: install-dev
 	$(BIN)/pytest benchmarks -m benchmark --benchmark-only -p no:xdist
 
-# Rewrite the measured tables in benchmarks/results/ (planner latency/Load/optimality, simulator speed).
+# Rewrite the measured tables in benchmarks/results/ (planner latency/Load/optimality, simulator speed,
+# issue 26's speed figures with the Figure 7 sweep cold and warm). Needs a quiet machine: tens of minutes.
 bench-report: install-dev
 	$(BIN)/python benchmarks/planner_report.py
 	$(BIN)/python benchmarks/simulator_report.py
+	$(BIN)/python benchmarks/speed_report.py --fig7
