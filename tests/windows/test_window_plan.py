@@ -12,6 +12,7 @@ import pytest
 
 from nspsim.api import workload_of
 from nspsim.plan import Plan
+from nspsim.plan.refs import BatchRef
 from nspsim.plan.window import (
     Assignment,
     WindowPlan,
@@ -121,3 +122,26 @@ def test_plans_of_another_planner_are_refused() -> None:
     plans: tuple[Plan, ...] = (window.plans[0], nsp_like, window.plans[2])
     with pytest.raises(ValueError, match="differs from pass 0's in planner"):
         replace(window, plans=plans)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"tokens_per_batch": 1 << 20}, {"dropped_count": 1, "dropped_tokens": 40_000}],
+    ids=["budget", "dropped"],
+)
+def test_a_pass_plan_of_another_budget_or_drop_count_is_refused(edit: dict[str, int]) -> None:
+    """A plan whose batch reference is consistent in itself (fingerprint recomputed) but is not the
+    window's pass batch (another budget lets a pass overfill it; other drops misreport the pass)."""
+    window = _window(_swapped())
+    batch = pass_batches(_sources(), window.assignment)[1]
+    other = replace(window.plans[1], batch=BatchRef.of(replace(batch, **edit)))
+    with pytest.raises(ValueError, match="pass 1's plan routes another batch"):
+        replace(window, plans=(window.plans[0], other, window.plans[2]))
+
+
+@pytest.mark.parametrize("sample", [2**70, 2**63 - 1, -1])
+def test_an_out_of_range_sample_id_is_refused_in_one_line(sample: int) -> None:
+    data = json.loads(_window(_swapped()).to_json())
+    data["assignment"][0][0] = sample
+    with pytest.raises(ValueError, match=f"names sample {sample}, but the window's samples are 0 to"):
+        WindowPlan.from_json(json.dumps(data), "w.json")
