@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 
 from nspsim.jsonfile import dumps_json, parse_json, read_text
-from nspsim.plan import Plan, fields, plan_from_data
+from nspsim.plan import WINDOW_SCHEMA, Plan, fields, plan_from_data
 from nspsim.plan.refs import BatchRef, ref_identity, ref_record
 from nspsim.trace.batching import Batch
 
-WINDOW_SCHEMA = "nspsim-window"
 WINDOW_SCHEMA_VERSION = 1
 MAX_WINDOW = 256
 """Passes per optimizer step at most: gradient accumulation beyond a few dozen passes is unusual, and a

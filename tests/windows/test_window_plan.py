@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nspsim.api import workload_of
+from nspsim.cli.main import main
 from nspsim.plan import Plan
 from nspsim.plan.refs import BatchRef
 from nspsim.plan.window import (
@@ -145,3 +147,16 @@ def test_an_out_of_range_sample_id_is_refused_in_one_line(sample: int) -> None:
     data["assignment"][0][0] = sample
     with pytest.raises(ValueError, match=f"names sample {sample}, but the window's samples are 0 to"):
         WindowPlan.from_json(json.dumps(data), "w.json")
+
+
+@pytest.mark.parametrize("command", ["simulate", "inspect"])
+def test_a_window_plan_given_as_a_plan_says_what_it_is(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan log line of a run with --accumulate W > 1 is a window plan: simulate and inspect name it,
+    not "not an nspsim plan"."""
+    path = tmp_path / "w.json"
+    _window(_swapped()).save(path)
+    assert main([command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a window plan" in err and "not an nspsim plan" not in err and len(err.splitlines()) == 1
