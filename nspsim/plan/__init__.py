@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 SCHEMA = "nspsim-plan"
 SCHEMA_VERSION = 1
+WINDOW_SCHEMA = "nspsim-window"  # a gradient-accumulation window of plans (nspsim.plan.window)
 _BUDGET_SLACK = 1e-9
 
 
@@ -368,6 +369,11 @@ def make_plan(
 
 
 def plan_from_data(data: Any, origin: str) -> Plan:
+    if isinstance(data, dict) and data.get("schema") == WINDOW_SCHEMA:
+        raise ValueError(
+            f"{origin} is a window plan (a gradient-accumulation window, --accumulate W > 1), not a plan: "
+            'each entry of its "plans" is one pass\'s plan'
+        )
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f'{origin} is not an nspsim plan (missing "schema": "{SCHEMA}")')
     if data.get("schema_version") != SCHEMA_VERSION:

@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 
 from nspsim.jsonfile import dumps_json, parse_json, read_text
-from nspsim.plan import Plan, fields, plan_from_data
+from nspsim.plan import WINDOW_SCHEMA, Plan, fields, plan_from_data
 from nspsim.plan.refs import BatchRef, ref_identity, ref_record
 from nspsim.trace.batching import Batch
 
-WINDOW_SCHEMA = "nspsim-window"
 WINDOW_SCHEMA_VERSION = 1
 MAX_WINDOW = 256
 """Passes per optimizer step at most: gradient accumulation beyond a few dozen passes is unusual, and a
@@ -78,6 +77,9 @@ def _check_assignment(assignment: Assignment, passes: int, samples: int) -> None
         raise ValueError(f"a window of {passes} batches needs {passes} passes, got {len(assignment)}")
     if any(not ids for ids in assignment):
         raise ValueError(f"pass {next(k for k, ids in enumerate(assignment) if not ids)} of the window has no samples")
+    bad = next((i for ids in assignment for i in ids if not 0 <= i < samples), None)
+    if bad is not None:  # checked before numpy sees it: an id such as 2**70 does not fit an int64
+        raise ValueError(f"the assignment names sample {bad}, but the window's samples are 0 to {samples - 1}")
     flat = np.fromiter((i for ids in assignment for i in ids), dtype=np.int64)
     if flat.size != samples or not np.array_equal(np.sort(flat), np.arange(samples)):
         raise ValueError(f"the assignment must place each of the window's {samples} samples in exactly one pass")
@@ -129,6 +131,11 @@ class WindowPlan:
     def _check_plans(self) -> None:
         flat = np.asarray([x for lengths in self.source_lengths for x in lengths], dtype=np.int64)
         head = self.plans[0]
+        try:
+            sources = [_source_batch(ref, lengths) for ref, lengths in zip(self.sources, self.source_lengths)]
+            passes = pass_batches(sources, self.assignment)
+        except ValueError as exc:
+            raise ValueError(f"the assignment overfills a pass: {exc}") from None
         for k, (plan, ids, src) in enumerate(zip(self.plans, self.assignment, self.sources)):
             differs = [name for name in _SAME_PLAN_FIELDS if getattr(plan, name) != getattr(head, name)]
             if differs:
@@ -146,6 +153,11 @@ class WindowPlan:
             ):
                 raise ValueError(
                     f"pass {k}'s plan routes batch {batch.index} of {batch.trace}, not the window's pass {k}"
+                )
+            if batch.fingerprint != passes[k].fingerprint():  # the budget and the dropped samples are source k's
+                raise ValueError(
+                    f"pass {k}'s plan routes another batch than the window's pass {k} (its tokens_per_batch or "
+                    f"dropped samples are not source {k}'s)"
                 )
 
     # ---- views ---------------------------------------------------------------------------------
@@ -221,6 +233,20 @@ class WindowPlan:
         return WindowPlan.from_json(read_text(path, "window plan"), str(path))
 
 
+def _source_batch(ref: BatchRef, lengths: Sequence[int]) -> Batch:
+    """The source batch ``ref`` describes, with ``lengths`` (already checked against its fingerprint)."""
+    return Batch(
+        lengths=tuple(lengths),
+        trace=ref.trace,
+        seed=ref.seed,
+        index=ref.index,
+        tokens_per_batch=ref.tokens_per_batch,
+        max_context=ref.max_context,
+        dropped_count=ref.dropped_count or 0,
+        dropped_tokens=ref.dropped_tokens or 0,
+    )
+
+
 def window_from_data(data: Any, origin: str) -> WindowPlan:
     """The window plan a decoded JSON document describes (every field exact-typed, as plans are)."""
     if not isinstance(data, dict) or data.get("schema") != WINDOW_SCHEMA:
@@ -248,6 +274,8 @@ def window_from_data(data: Any, origin: str) -> WindowPlan:
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{origin} is corrupt: missing or malformed field {exc}") from None
+    except OverflowError as exc:  # a number out of the int64 range (2**70)
+        raise ValueError(f"{origin} is invalid: a number is out of range ({exc})") from None
     except ValueError as exc:
         text = str(exc)
         raise ValueError(text if text.startswith(origin) else f"{origin} is invalid: {text}") from None

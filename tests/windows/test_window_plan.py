@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nspsim.api import workload_of
+from nspsim.cli.main import main
 from nspsim.plan import Plan
+from nspsim.plan.refs import BatchRef
 from nspsim.plan.window import (
     Assignment,
     WindowPlan,
@@ -121,3 +124,39 @@ def test_plans_of_another_planner_are_refused() -> None:
     plans: tuple[Plan, ...] = (window.plans[0], nsp_like, window.plans[2])
     with pytest.raises(ValueError, match="differs from pass 0's in planner"):
         replace(window, plans=plans)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"tokens_per_batch": 1 << 20}, {"dropped_count": 1, "dropped_tokens": 40_000}],
+    ids=["budget", "dropped"],
+)
+def test_a_pass_plan_of_another_budget_or_drop_count_is_refused(edit: dict[str, int]) -> None:
+    """A plan whose batch reference is consistent in itself (fingerprint recomputed) but is not the
+    window's pass batch (another budget lets a pass overfill it; other drops misreport the pass)."""
+    window = _window(_swapped())
+    batch = pass_batches(_sources(), window.assignment)[1]
+    other = replace(window.plans[1], batch=BatchRef.of(replace(batch, **edit)))
+    with pytest.raises(ValueError, match="pass 1's plan routes another batch"):
+        replace(window, plans=(window.plans[0], other, window.plans[2]))
+
+
+@pytest.mark.parametrize("sample", [2**70, 2**63 - 1, -1])
+def test_an_out_of_range_sample_id_is_refused_in_one_line(sample: int) -> None:
+    data = json.loads(_window(_swapped()).to_json())
+    data["assignment"][0][0] = sample
+    with pytest.raises(ValueError, match=f"names sample {sample}, but the window's samples are 0 to"):
+        WindowPlan.from_json(json.dumps(data), "w.json")
+
+
+@pytest.mark.parametrize("command", ["simulate", "inspect"])
+def test_a_window_plan_given_as_a_plan_says_what_it_is(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan log line of a run with --accumulate W > 1 is a window plan: simulate and inspect name it,
+    not "not an nspsim plan"."""
+    path = tmp_path / "w.json"
+    _window(_swapped()).save(path)
+    assert main([command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a window plan" in err and "not an nspsim plan" not in err and len(err.splitlines()) == 1
