@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import simpy
+from simpy.events import Timeout
 
 from nspsim.cost.comm import Traffic, alltoall_traffic, ring_collective_traffic
 from nspsim.cost.interface import CostModel
@@ -105,11 +106,14 @@ class Fabric:
         self._after(max(start - self.env.now, 0.0) + wait + coll.latency, self._begin_transfer, coll)
 
     def _after(self, delay: float, callback: Callable[[Any], None], value: Any) -> None:
-        event = self.env.timeout(delay, value)
-        event.callbacks.append(lambda ev: callback(ev.value))
+        """Call ``callback(value)`` ``delay`` seconds from now: one SimPy timeout (what ``env.timeout``
+        schedules, in the same order), whose callback reads the value without an extra closure."""
+        event = Timeout(self.env, delay, value)
+        event.callbacks.append(callback)
         self.events += 1
 
-    def _begin_transfer(self, coll: Collective) -> None:
+    def _begin_transfer(self, event: Timeout) -> None:
+        coll: Collective = event._value
         if coll.work <= 0:
             self._complete(coll)
             return
@@ -117,8 +121,8 @@ class Fabric:
         changed = self._add_load(coll, +1.0)
         self._retime(coll, changed)
 
-    def _finish_transfer(self, token: tuple[Collective, int]) -> None:
-        coll, version = token
+    def _finish_transfer(self, event: Timeout) -> None:
+        coll, version = event._value
         if version != coll.version:
             return  # superseded by a re-timing
         coll.work = 0.0
@@ -140,10 +144,16 @@ class Fabric:
             if share <= 0:
                 continue
             load, delta = self.load[kind], sign * share
-            before = max(load[first:end])
-            for g in range(first, end):
-                load[g] += delta
-            if max(before, max(load[first:end])) > 1 + _EPS:
+            if end - first == 1:  # one unit: the same sums without slices
+                before = load[first]
+                after = load[first] = before + delta
+                peak = before if before > after else after
+            else:
+                part = load[first:end]
+                new = [x + delta for x in part]
+                load[first:end] = new
+                peak = max(max(part), max(new))
+            if peak > 1 + _EPS:
                 changed.append(kind)
             if sign > 0:
                 self.active[kind].add(coll)
@@ -153,6 +163,10 @@ class Fabric:
 
     def _retime(self, coll: Collective, changed: list[int], leaving: bool = False) -> None:
         """Re-rate ``coll`` (unless leaving) and every active collective sharing an oversubscribed port."""
+        if not changed:  # nothing oversubscribed: only the entering collective needs a rate
+            if not leaving:
+                self._set_rate(coll, self._rate(coll))
+            return
         affected = set() if leaving else {coll}
         for kind in changed:
             affected.update(c for c in self.active[kind] if c.overlaps(coll))
@@ -160,10 +174,13 @@ class Fabric:
             self._set_rate(other, self._rate(other))
 
     def _rate(self, coll: Collective) -> float:
-        worst = 1.0
+        worst, first, end = 1.0, coll.first, coll.end
         for kind, share in enumerate(coll.shares):
             if share > 0:
-                worst = max(worst, max(self.load[kind][coll.first : coll.end]))
+                load = self.load[kind]
+                peak = load[first] if end - first == 1 else max(load[first:end])
+                if peak > worst:
+                    worst = peak
         return 1.0 / worst
 
     def _set_rate(self, coll: Collective, rate: float) -> None:
