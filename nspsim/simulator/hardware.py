@@ -199,6 +199,7 @@ class CollectiveFactory:
     def __init__(self, cost: CostModel, cluster: ClusterSpec) -> None:
         self.cost, self.cluster = cost, cluster
         self._shares: dict[tuple[str, int], tuple[float, float]] = {}
+        self._latency: dict[int, float] = {}  # the cost model's latency per group size, asked once
 
     def make(
         self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str, size: int | None = None
@@ -206,7 +207,10 @@ class CollectiveFactory:
         """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
         unit) taking ``seconds`` uncontended."""
         size = end - first if size is None else size
-        latency = min(self.cost.latency(size), seconds)
+        latency = self._latency.get(size)
+        if latency is None:
+            latency = self._latency[size] = self.cost.latency(size)
+        latency = min(latency, seconds)
         return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size), size)
 
     def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:
