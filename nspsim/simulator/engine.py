@@ -90,7 +90,8 @@ class Executor:
     def _drain(self) -> None:
         """Issue every ready task; kernels finish at once (their end is known); a collective is
         launched when its last member arrives."""
-        ready, free, launch, members = self._ready, self.free, self.fabric.launch, self.prog.members
+        ready, free, launch, finish = self._ready, self.free, self.fabric.launch, self._finish
+        members = self.prog.members
         while ready:
             task = ready.pop()
             issue = task.issue = task.ready_at
@@ -100,7 +101,7 @@ class Executor:
             if coll is None:
                 task.start = issue
                 task.end = issue + task.dur
-                self._finish(task)
+                finish(task)
                 continue
             coll.arrived += 1
             if issue > coll.start:
@@ -152,7 +153,15 @@ class Executor:
         nxt = task.next
         if nxt is not None:
             nxt.head = True
-            _note_input(nxt, task)
+            blocker = nxt.ready_by
+            if (
+                blocker is None
+                or end > nxt.ready_at + TIE_S
+                or (end >= nxt.ready_at - TIE_S and task.order < blocker.order)
+            ):
+                nxt.ready_by = task
+            if end > nxt.ready_at:
+                nxt.ready_at = end
             if nxt.deps_left == 0:
                 ready.append(nxt)
 
