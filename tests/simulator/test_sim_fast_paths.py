@@ -1,0 +1,144 @@
+"""The simulator's fast paths give bit-identical results to the plain paths they replace.
+
+Each fast path (one-unit port loads without slices, no affected-set when nothing is oversubscribed,
+timeouts whose callback reads the value itself, kernels appended by ``Program.add_kernel``, the
+cost model's latency asked once per group size) is swapped back for the plain code below and a
+nested plan (Ulysses groups, FSDP, expert parallelism on Qwen3-235B) is simulated both ways with
+timelines: step time, every GPU's breakdown, events and every timeline event must be equal, not
+close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nspsim.execution.prepare import prepare_plan
+from nspsim.planners import get_planner
+from nspsim.simulator import SimOptions, Simulator
+from nspsim.simulator import hardware as hw
+from nspsim.simulator.hardware import Collective, Fabric
+from nspsim.simulator.program import Program
+from nspsim.simulator.results import StepResult
+from nspsim.workload import WorkloadConfig, build_workload
+
+
+class PlainFabric(Fabric):
+    """The fabric as it was before its fast paths: slices for every port update, a set of affected
+    collectives on every re-timing, ``env.timeout`` with a closure per event."""
+
+    def _after(self, delay: float, callback: Callable[[Any], None], value: Any) -> None:
+        event = self.env.timeout(delay, value)
+        event.callbacks.append(lambda ev: callback(ev))
+        self.events += 1
+
+    def _add_load(self, coll: Collective, sign: float) -> list[int]:
+        changed = []
+        first, end = coll.first, coll.end
+        for kind, share in enumerate(coll.shares):
+            if share <= 0:
+                continue
+            load, delta = self.load[kind], sign * share
+            before = max(load[first:end])
+            for g in range(first, end):
+                load[g] += delta
+            if max(before, max(load[first:end])) > 1 + hw._EPS:
+                changed.append(kind)
+            if sign > 0:
+                self.active[kind].add(coll)
+            else:
+                self.active[kind].discard(coll)
+        return changed
+
+    def _retime(self, coll: Collective, changed: list[int], leaving: bool = False) -> None:
+        affected = set() if leaving else {coll}
+        for kind in changed:
+            affected.update(c for c in self.active[kind] if c.overlaps(coll))
+        for other in sorted(affected, key=lambda c: c.cid):
+            self._set_rate(other, self._rate(other))
+
+    def _rate(self, coll: Collective) -> float:
+        worst = 1.0
+        for kind, share in enumerate(coll.shares):
+            if share > 0:
+                worst = max(worst, max(self.load[kind][coll.first : coll.end]))
+        return 1.0 / worst
+
+
+def _plain_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swap every fast path for the plain code."""
+    monkeypatch.setattr("nspsim.simulator.engine.Fabric", PlainFabric)
+    monkeypatch.setattr(Program, "add_kernel", Program.add)
+    original = hw.CollectiveFactory.make
+
+    def make_asking_every_time(self: hw.CollectiveFactory, *args: Any, **kwargs: Any) -> Collective:
+        self._latency.clear()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(hw.CollectiveFactory, "make", make_asking_every_time)
+
+
+def _assert_identical(a: StepResult, b: StepResult) -> None:
+    assert a.step_time_s == b.step_time_s
+    assert a.critical_gpu == b.critical_gpu
+    assert a.events == b.events and a.tasks == b.tasks
+    assert a.breakdown_s == b.breakdown_s
+    assert np.array_equal(a.per_gpu_breakdown_s, b.per_gpu_breakdown_s)
+    assert a.timeline == b.timeline
+
+
+@pytest.mark.parametrize(
+    ("config", "planner"),
+    [
+        (WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024), "nsp"),
+        (WorkloadConfig(gpus=16, tokens_per_batch=512 * 1024), "static"),
+        (
+            WorkloadConfig(
+                gpus=16,
+                tokens_per_batch=512 * 1024,
+                model="qwen3-235b-a22b",
+                cluster="h200",
+                training="paper-235b",
+            ),
+            "nsp",
+        ),
+    ],
+    ids=["30b-nsp", "30b-static", "235b-nsp"],
+)
+@pytest.mark.parametrize("mode", ["stream", "serial"])
+def test_fast_paths_match_the_plain_paths(
+    monkeypatch: pytest.MonkeyPatch, config: WorkloadConfig, planner: str, mode: str
+) -> None:
+    wl = build_workload(config)
+    routing = get_planner(planner)
+    plan = prepare_plan(
+        routing.plan(wl.sampler.batch(0), wl), memory=wl.memory, cost=wl.cost, preparation=routing.preparation
+    )
+    options = SimOptions(timeline=True, mode=mode)  # type: ignore[arg-type]
+    fast = Simulator.for_workload(wl, options).simulate(plan)
+    with monkeypatch.context() as patch:
+        _plain_paths(patch)
+        plain = Simulator.for_workload(wl, options).simulate(plan)
+    assert plain.timeline  # the plain run really ran, with its timeline
+    _assert_identical(fast, plain)
+
+
+def test_one_unit_port_update_matches_the_slice_update() -> None:
+    """Random loads, shares and signs: the one-unit path leaves the same bits and the same verdict."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        loads = rng.uniform(0.0, 1.5, size=(2, 4)).tolist()
+        fast, plain = Fabric.__new__(Fabric), PlainFabric.__new__(PlainFabric)
+        for fabric in (fast, plain):
+            fabric.load = ([*loads[0]], [*loads[1]])
+            fabric.active = (set(), set())
+        unit = int(rng.integers(0, 4))
+        shares = (float(rng.uniform(0, 1)), float(rng.choice([0.0, 1.0])))
+        coll = Collective(0, "c", unit, unit + 1, 0.0, 1.0, shares, 8)
+        for sign in (1.0, -1.0):
+            assert fast._add_load(coll, sign) == plain._add_load(coll, sign)
+            assert fast.load == plain.load
+            assert fast._rate(coll) == plain._rate(coll)
