@@ -111,7 +111,8 @@ def child(path: str, rounds: int, timeline: bool) -> dict[str, Any]:
 def run_child(tree: Path, path: Path, rounds: int, timeline: bool) -> dict[str, Any]:
     """One child process importing ``nspsim`` from ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, __file__, "--child", str(path), "--rounds", str(rounds)] + (["--timeline"] if timeline else [])
+    cmd = [sys.executable, __file__, "--child", str(path), "--rounds", str(rounds)]
+    cmd += ["--timeline"] if timeline else []
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     data: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     if Path(data["tree"]).resolve() != tree.resolve():
