@@ -2,10 +2,10 @@
 
 Each fast path (one-unit port loads without slices, no affected-set when nothing is oversubscribed,
 timeouts whose callback reads the value itself, kernels appended by ``Program.add_kernel``, the
-cost model's latency asked once per group size) is swapped back for the plain code below and a
-nested plan (Ulysses groups, FSDP, expert parallelism on Qwen3-235B) is simulated both ways with
-timelines: step time, every GPU's breakdown, events and every timeline event must be equal, not
-close.
+cost model's latency asked once per group size, the executor's inlined input rule) is swapped back
+for the plain code below and a nested plan (Ulysses groups, FSDP, expert parallelism on Qwen3-235B)
+is simulated both ways with timelines: step time, every GPU's breakdown, events and every timeline
+event must be equal, not close.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from nspsim.execution.prepare import prepare_plan
 from nspsim.planners import get_planner
 from nspsim.simulator import SimOptions, Simulator
 from nspsim.simulator import hardware as hw
+from nspsim.simulator.engine import Executor, _note_input
 from nspsim.simulator.hardware import Collective, Fabric
-from nspsim.simulator.program import Program
+from nspsim.simulator.program import COMPUTE, Program, Task
 from nspsim.simulator.results import StepResult
 from nspsim.workload import WorkloadConfig, build_workload
 
@@ -68,9 +69,29 @@ class PlainFabric(Fabric):
         return 1.0 / worst
 
 
+def _plain_finish(self: Executor, task: Task) -> None:
+    """The executor's release of a finished task's waiters as it was: one :func:`_note_input` per edge."""
+    end, ready = task.end, self._ready
+    self._finished += 1
+    if task.queue == COMPUTE:
+        self.free[task.gpu] = end
+    for waiter in task.waiters:
+        waiter.deps_left -= 1
+        _note_input(waiter, task)
+        if waiter.deps_left == 0 and waiter.head:
+            ready.append(waiter)
+    nxt = task.next
+    if nxt is not None:
+        nxt.head = True
+        _note_input(nxt, task)
+        if nxt.deps_left == 0:
+            ready.append(nxt)
+
+
 def _plain_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Swap every fast path for the plain code."""
     monkeypatch.setattr("nspsim.simulator.engine.Fabric", PlainFabric)
+    monkeypatch.setattr(Executor, "_finish", _plain_finish)
     monkeypatch.setattr(Program, "add_kernel", Program.add)
     original = hw.CollectiveFactory.make
 
