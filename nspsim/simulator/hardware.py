@@ -119,7 +119,13 @@ class Fabric:
             return
         coll.stamp = self.env.now
         changed = self._add_load(coll, +1.0)
-        self._retime(coll, changed)
+        if changed or coll.version:
+            self._retime(coll, changed)
+            return
+        # Nothing oversubscribed: only this collective needs a rate, its first (what _set_rate does then).
+        rate = coll.rate = self._rate(coll)
+        coll.version = 1
+        self._after(coll.work / rate, self._finish_transfer, (coll, 1))
 
     def _finish_transfer(self, event: Timeout) -> None:
         coll, version = event._value
@@ -127,7 +133,8 @@ class Fabric:
             return  # superseded by a re-timing
         coll.work = 0.0
         changed = self._add_load(coll, -1.0)
-        self._retime(coll, changed, leaving=True)
+        if changed:
+            self._retime(coll, changed, leaving=True)
         self._complete(coll)
 
     def _complete(self, coll: Collective) -> None:

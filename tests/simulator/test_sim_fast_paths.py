@@ -1,11 +1,11 @@
 """The simulator's fast paths give bit-identical results to the plain paths they replace.
 
-Each fast path (one-unit port loads without slices, no affected-set when nothing is oversubscribed,
-timeouts whose callback reads the value itself, kernels appended by ``Program.add_kernel``, the
-cost model's latency asked once per group size, the executor's inlined input rule) is swapped back
-for the plain code below and a nested plan (Ulysses groups, FSDP, expert parallelism on Qwen3-235B)
-is simulated both ways with timelines: step time, every GPU's breakdown, events and every timeline
-event must be equal, not close.
+Each fast path (one-unit port loads without slices; no affected-set or re-timing call when nothing
+is oversubscribed; timeouts whose callback reads the value itself; kernels appended by
+``Program.add_kernel``; the cost model's latency asked once per group size; the executor's inlined
+input rule) is swapped back for the plain code below, and a nested plan (Ulysses groups, FSDP,
+expert parallelism on Qwen3-235B) is simulated both ways with timelines: step time, every GPU's
+breakdown, events and every timeline event must be equal, not close.
 """
 
 from __future__ import annotations
@@ -35,6 +35,24 @@ class PlainFabric(Fabric):
         event = self.env.timeout(delay, value)
         event.callbacks.append(lambda ev: callback(ev))
         self.events += 1
+
+    def _begin_transfer(self, event: Any) -> None:
+        coll = event.value
+        if coll.work <= 0:
+            self._complete(coll)
+            return
+        coll.stamp = self.env.now
+        changed = self._add_load(coll, +1.0)
+        self._retime(coll, changed)
+
+    def _finish_transfer(self, event: Any) -> None:
+        coll, version = event.value
+        if version != coll.version:
+            return
+        coll.work = 0.0
+        changed = self._add_load(coll, -1.0)
+        self._retime(coll, changed, leaving=True)
+        self._complete(coll)
 
     def _add_load(self, coll: Collective, sign: float) -> list[int]:
         changed = []
