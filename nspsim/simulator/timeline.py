@@ -31,32 +31,46 @@ def build_timeline(
     program: Program, blame: Sequence[Blame], repeats: Sequence[Repeat], members: Sequence[Sequence[int]] | None = None
 ) -> tuple[TimelineEvent, ...]:
     """Every task and accounting interval as events, with repeated layers materialised and each
-    simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU)."""
-    move = shifts(list(repeats), len(program.segments))
+    simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU).
+
+    Per-segment values (shift, layer offset, segment) are read once as plain Python numbers and the
+    events are sorted through a key list; the times are the same sums as
+    ``a + (move + k * shift)`` and the order the same stable sort by (GPU, start, track)."""
+    move = shifts(list(repeats), len(program.segments)).tolist()
     copies = {rep.segment: rep for rep in repeats}
-    layer_offset = _layer_offsets(program, repeats)
+    layer_offset = _layer_offsets(program, repeats).tolist()
+    segments = program.segments
+    track_index = {track: i for i, track in enumerate(TRACKS)}
     events: list[TimelineEvent] = []
+    keys: list[tuple[int, float, int]] = []
+    add_event, add_key, new, cls = events.append, keys.append, object.__new__, TimelineEvent
     for seg, unit, track, name, cat, a, b in _raw_events(program, blame):
         rep = copies.get(seg)
-        segment = program.segments[seg]
+        segment = segments[seg]
+        tid, micro_batch = track_index[track], segment.micro_batch
+        gpus = members[unit] if members is not None else (unit,)
         for k in range(1 + (rep.copies if rep else 0)):
-            dt = float(move[seg]) + (k * rep.shift if rep else 0.0)
-            layer = segment.layer + int(layer_offset[seg]) + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
-            for gpu in members[unit] if members is not None else (unit,):
-                events.append(
-                    TimelineEvent(
-                        gpu=gpu,
-                        track=track,
-                        name=name,
-                        category=cat,
-                        start=a + dt,
-                        end=b + dt,
-                        layer=layer,
-                        micro_batch=segment.micro_batch,
-                    )
+            dt = move[seg] + (k * rep.shift if rep else 0.0)
+            layer = segment.layer + layer_offset[seg] + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
+            start, end = a + dt, b + dt
+            for gpu in gpus:
+                # the fields set as the frozen dataclass's constructor sets them, minus its per-field
+                # object.__setattr__ (a timeline has tens of thousands of events)
+                event = new(cls)
+                event.__dict__.update(
+                    gpu=gpu,
+                    track=track,
+                    name=name,
+                    category=cat,
+                    start=start,
+                    end=end,
+                    layer=layer,
+                    micro_batch=micro_batch,
                 )
-    events.sort(key=lambda e: (e.gpu, e.start, TRACKS.index(e.track)))
-    return tuple(events)
+                add_event(event)
+                add_key((gpu, start, tid))
+    order = sorted(range(len(events)), key=keys.__getitem__)
+    return tuple(events[i] for i in order)
 
 
 def _copy_layer(kind: str, k: int) -> int:

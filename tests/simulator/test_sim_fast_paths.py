@@ -3,9 +3,10 @@
 Each fast path (one-unit port loads without slices; no affected-set or re-timing call when nothing
 is oversubscribed; timeouts whose callback reads the value itself; kernels appended by
 ``Program.add_kernel``; the cost model's latency asked once per group size; the executor's inlined
-input rule) is swapped back for the plain code below, and a nested plan (Ulysses groups, FSDP,
-expert parallelism on Qwen3-235B) is simulated both ways with timelines: step time, every GPU's
-breakdown, events and every timeline event must be equal, not close.
+input rule; timeline events made without the frozen constructor's per-field calls) is swapped back
+for the plain code below, and a nested plan (Ulysses groups, FSDP, expert parallelism on
+Qwen3-235B) is simulated both ways with timelines: step time, every GPU's breakdown, events and
+every timeline event (fields, their order, hashes) must be equal, not close.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from nspsim.simulator import SimOptions, Simulator
 from nspsim.simulator import hardware as hw
 from nspsim.simulator.engine import Executor, _note_input
 from nspsim.simulator.hardware import Collective, Fabric
+from nspsim.simulator.periodic import Repeat, shifts
 from nspsim.simulator.program import COMPUTE, Program, Task
-from nspsim.simulator.results import StepResult
+from nspsim.simulator.results import StepResult, TimelineEvent
+from nspsim.simulator.timeline import TRACKS, _copy_layer, _layer_offsets, _raw_events
 from nspsim.workload import WorkloadConfig, build_workload
 
 
@@ -106,8 +109,41 @@ def _plain_finish(self: Executor, task: Task) -> None:
             ready.append(nxt)
 
 
+def _plain_timeline(
+    program: Program, blame: Any, repeats: list[Repeat], members: list[list[int]] | None = None
+) -> tuple[TimelineEvent, ...]:
+    """The timeline as it was built before: numpy scalars per event, the dataclass constructor, a sort
+    of the events by a key function."""
+    move = shifts(list(repeats), len(program.segments))
+    copies = {rep.segment: rep for rep in repeats}
+    layer_offset = _layer_offsets(program, repeats)
+    events: list[TimelineEvent] = []
+    for seg, unit, track, name, cat, a, b in _raw_events(program, blame):
+        rep = copies.get(seg)
+        segment = program.segments[seg]
+        for k in range(1 + (rep.copies if rep else 0)):
+            dt = float(move[seg]) + (k * rep.shift if rep else 0.0)
+            layer = segment.layer + int(layer_offset[seg]) + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
+            for gpu in members[unit] if members is not None else (unit,):
+                events.append(
+                    TimelineEvent(
+                        gpu=gpu,
+                        track=track,
+                        name=name,
+                        category=cat,
+                        start=a + dt,
+                        end=b + dt,
+                        layer=layer,
+                        micro_batch=segment.micro_batch,
+                    )
+                )
+    events.sort(key=lambda e: (e.gpu, e.start, TRACKS.index(e.track)))
+    return tuple(events)
+
+
 def _plain_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Swap every fast path for the plain code."""
+    monkeypatch.setattr("nspsim.simulator.simulator.build_timeline", _plain_timeline)
     monkeypatch.setattr("nspsim.simulator.engine.Fabric", PlainFabric)
     monkeypatch.setattr(Executor, "_finish", _plain_finish)
     monkeypatch.setattr(Program, "add_kernel", Program.add)
@@ -127,6 +163,9 @@ def _assert_identical(a: StepResult, b: StepResult) -> None:
     assert a.breakdown_s == b.breakdown_s
     assert np.array_equal(a.per_gpu_breakdown_s, b.per_gpu_breakdown_s)
     assert a.timeline == b.timeline
+    assert [vars(e) for e in a.timeline] == [vars(e) for e in b.timeline]  # same fields, in the same order
+    assert [list(vars(e)) for e in a.timeline[:3]] == [list(vars(e)) for e in b.timeline[:3]]
+    assert all(hash(x) == hash(y) for x, y in zip(a.timeline, b.timeline, strict=True))
 
 
 @pytest.mark.parametrize(
