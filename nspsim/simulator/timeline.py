@@ -33,23 +33,22 @@ def build_timeline(
     """Every task and accounting interval as events, with repeated layers materialised and each
     simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU).
 
-    Per-segment values (shift, layer offset, segment) are read once as plain Python numbers and the
-    events are sorted through a key list; the times are the same sums as
-    ``a + (move + k * shift)`` and the order the same stable sort by (GPU, start, track). Events are
-    made by the dataclass constructor: setting their ``__dict__`` directly built the timeline 1.47x
-    faster but took 1.8x the memory per event (a dict object per event instead of inline values)."""
+    Per-segment values (shift, layer offset, segment) are read once as plain Python numbers, not
+    numpy scalars per event; the times are the same sums as ``a + (move + k * shift)`` and the order
+    the same stable sort by (GPU, start, track). Events are made by the dataclass constructor: setting
+    their ``__dict__`` directly built the timeline 1.47x faster but took 1.8x the memory per event (a
+    dict object per event instead of inline values)."""
     move = shifts(list(repeats), len(program.segments)).tolist()
     copies = {rep.segment: rep for rep in repeats}
     layer_offset = _layer_offsets(program, repeats).tolist()
     segments = program.segments
     track_index = {track: i for i, track in enumerate(TRACKS)}
     events: list[TimelineEvent] = []
-    keys: list[tuple[int, float, int]] = []
-    add_event, add_key = events.append, keys.append
+    add_event = events.append
     for seg, unit, track, name, cat, a, b in _raw_events(program, blame):
         rep = copies.get(seg)
         segment = segments[seg]
-        tid, micro_batch = track_index[track], segment.micro_batch
+        micro_batch = segment.micro_batch
         gpus = members[unit] if members is not None else (unit,)
         for k in range(1 + (rep.copies if rep else 0)):
             dt = move[seg] + (k * rep.shift if rep else 0.0)
@@ -68,9 +67,8 @@ def build_timeline(
                         micro_batch=micro_batch,
                     )
                 )
-                add_key((gpu, start, tid))
-    order = sorted(range(len(events)), key=keys.__getitem__)
-    return tuple(events[i] for i in order)
+    events.sort(key=lambda e: (e.gpu, e.start, track_index[e.track]))
+    return tuple(events)
 
 
 def _copy_layer(kind: str, k: int) -> int:

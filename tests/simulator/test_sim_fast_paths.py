@@ -3,7 +3,7 @@
 Each fast path (one-unit port loads without slices; no affected-set or re-timing call when nothing
 is oversubscribed; timeouts whose callback reads the value itself; kernels appended by
 ``Program.add_kernel``; the cost model's latency asked once per group size; the executor's inlined
-input rule; timeline values read once per segment, events sorted through a key list) is swapped back
+input rule; timeline values read once per segment) is swapped back
 for the plain code below, and a nested plan (Ulysses groups, FSDP, expert parallelism on
 Qwen3-235B) is simulated both ways with timelines: step time, every GPU's breakdown, events and
 every timeline event (fields, their order, hashes) must be equal, not close.
