@@ -90,7 +90,8 @@ class Executor:
     def _drain(self) -> None:
         """Issue every ready task; kernels finish at once (their end is known); a collective is
         launched when its last member arrives."""
-        ready, free, launch, members = self._ready, self.free, self.fabric.launch, self.prog.members
+        ready, free, launch, finish = self._ready, self.free, self.fabric.launch, self._finish
+        members = self.prog.members
         while ready:
             task = ready.pop()
             issue = task.issue = task.ready_at
@@ -100,7 +101,7 @@ class Executor:
             if coll is None:
                 task.start = issue
                 task.end = issue + task.dur
-                self._finish(task)
+                finish(task)
                 continue
             coll.arrived += 1
             if issue > coll.start:
@@ -131,28 +132,40 @@ class Executor:
 
     def _finish(self, task: Task) -> None:
         """``task``'s end is known: release its waiters and its queue successor (:func:`_note_input`
-        inlined with :func:`holds_back`'s rule: this loop runs once per dependency edge)."""
-        end, ready = task.end, self._ready
+        inlined with :func:`holds_back`'s rule, its three cases split by where ``end`` falls against the
+        waiter's latest input so far: this loop runs once per dependency edge)."""
+        end, ready, order = task.end, self._ready, task.order
         self._finished += 1
         if task.queue == COMPUTE:
             self.free[task.gpu] = end
         for waiter in task.waiters:
-            waiter.deps_left -= 1
-            blocker = waiter.ready_by
-            if (
-                blocker is None
-                or end > waiter.ready_at + TIE_S
-                or (end >= waiter.ready_at - TIE_S and task.order < blocker.order)
-            ):
-                waiter.ready_by = task
-            if end > waiter.ready_at:
+            left = waiter.deps_left = waiter.deps_left - 1
+            at = waiter.ready_at
+            if end > at:
+                blocker = waiter.ready_by
+                if blocker is None or end > at + TIE_S or order < blocker.order:
+                    waiter.ready_by = task
                 waiter.ready_at = end
-            if waiter.deps_left == 0 and waiter.head:
+            elif end >= at - TIE_S:
+                blocker = waiter.ready_by
+                if blocker is None or order < blocker.order:
+                    waiter.ready_by = task
+            elif waiter.ready_by is None:
+                waiter.ready_by = task
+            if left == 0 and waiter.head:
                 ready.append(waiter)
         nxt = task.next
         if nxt is not None:
             nxt.head = True
-            _note_input(nxt, task)
+            blocker = nxt.ready_by
+            if (
+                blocker is None
+                or end > nxt.ready_at + TIE_S
+                or (end >= nxt.ready_at - TIE_S and task.order < blocker.order)
+            ):
+                nxt.ready_by = task
+            if end > nxt.ready_at:
+                nxt.ready_at = end
             if nxt.deps_left == 0:
                 ready.append(nxt)
 

@@ -15,6 +15,12 @@ an FSDP all-gather) slow each other down. Rates change only when a collective en
 port that is (or becomes) oversubscribed; then the affected collectives' remaining work is
 re-timed. Trade-off: unlike max-min fairness, bandwidth a collective cannot use because another
 port throttles it is not handed to the others; this keeps every update local to one block of ranks.
+
+Speed (every shortcut computes the same sums in the same order, so results are bit-identical to the
+plain code kept in ``tests/simulator/test_sim_fast_paths.py``): a one-unit collective updates and
+reads one port entry instead of slices; a transfer that oversubscribes nothing gets its first rate
+without the re-timing machinery; timeouts are SimPy ``Timeout`` objects whose callback reads the
+value itself (no closure per event).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import simpy
+from simpy.events import Timeout
 
 from nspsim.cost.comm import Traffic, alltoall_traffic, ring_collective_traffic
 from nspsim.cost.interface import CostModel
@@ -105,25 +112,35 @@ class Fabric:
         self._after(max(start - self.env.now, 0.0) + wait + coll.latency, self._begin_transfer, coll)
 
     def _after(self, delay: float, callback: Callable[[Any], None], value: Any) -> None:
-        event = self.env.timeout(delay, value)
-        event.callbacks.append(lambda ev: callback(ev.value))
+        """Call ``callback(value)`` ``delay`` seconds from now: one SimPy timeout (what ``env.timeout``
+        schedules, in the same order), whose callback reads the value without an extra closure."""
+        event = Timeout(self.env, delay, value)
+        event.callbacks.append(callback)
         self.events += 1
 
-    def _begin_transfer(self, coll: Collective) -> None:
+    def _begin_transfer(self, event: Timeout) -> None:
+        coll: Collective = event._value
         if coll.work <= 0:
             self._complete(coll)
             return
         coll.stamp = self.env.now
         changed = self._add_load(coll, +1.0)
-        self._retime(coll, changed)
+        if changed or coll.version:
+            self._retime(coll, changed)
+            return
+        # Nothing oversubscribed: only this collective needs a rate, its first (what _set_rate does then).
+        rate = coll.rate = self._rate(coll)
+        coll.version = 1
+        self._after(coll.work / rate, self._finish_transfer, (coll, 1))
 
-    def _finish_transfer(self, token: tuple[Collective, int]) -> None:
-        coll, version = token
+    def _finish_transfer(self, event: Timeout) -> None:
+        coll, version = event._value
         if version != coll.version:
             return  # superseded by a re-timing
         coll.work = 0.0
         changed = self._add_load(coll, -1.0)
-        self._retime(coll, changed, leaving=True)
+        if changed:
+            self._retime(coll, changed, leaving=True)
         self._complete(coll)
 
     def _complete(self, coll: Collective) -> None:
@@ -140,10 +157,16 @@ class Fabric:
             if share <= 0:
                 continue
             load, delta = self.load[kind], sign * share
-            before = max(load[first:end])
-            for g in range(first, end):
-                load[g] += delta
-            if max(before, max(load[first:end])) > 1 + _EPS:
+            if end - first == 1:  # one unit: the same sums without slices
+                before = load[first]
+                after = load[first] = before + delta
+                peak = before if before > after else after
+            else:
+                part = load[first:end]
+                new = [x + delta for x in part]
+                load[first:end] = new
+                peak = max(max(part), max(new))
+            if peak > 1 + _EPS:
                 changed.append(kind)
             if sign > 0:
                 self.active[kind].add(coll)
@@ -153,6 +176,10 @@ class Fabric:
 
     def _retime(self, coll: Collective, changed: list[int], leaving: bool = False) -> None:
         """Re-rate ``coll`` (unless leaving) and every active collective sharing an oversubscribed port."""
+        if not changed:  # nothing oversubscribed: only the entering collective needs a rate
+            if not leaving:
+                self._set_rate(coll, self._rate(coll))
+            return
         affected = set() if leaving else {coll}
         for kind in changed:
             affected.update(c for c in self.active[kind] if c.overlaps(coll))
@@ -160,10 +187,13 @@ class Fabric:
             self._set_rate(other, self._rate(other))
 
     def _rate(self, coll: Collective) -> float:
-        worst = 1.0
+        worst, first, end = 1.0, coll.first, coll.end
         for kind, share in enumerate(coll.shares):
             if share > 0:
-                worst = max(worst, max(self.load[kind][coll.first : coll.end]))
+                load = self.load[kind]
+                peak = load[first] if end - first == 1 else max(load[first:end])
+                if peak > worst:
+                    worst = peak
         return 1.0 / worst
 
     def _set_rate(self, coll: Collective, rate: float) -> None:
@@ -182,6 +212,7 @@ class CollectiveFactory:
     def __init__(self, cost: CostModel, cluster: ClusterSpec) -> None:
         self.cost, self.cluster = cost, cluster
         self._shares: dict[tuple[str, int], tuple[float, float]] = {}
+        self._latency: dict[int, float] = {}  # the cost model's latency per group size, asked once
 
     def make(
         self, cid: int, name: str, first: int, end: int, seconds: float, pattern: str, size: int | None = None
@@ -189,7 +220,10 @@ class CollectiveFactory:
         """A collective over units ``[first, end)`` of a group of ``size`` ranks (default: one rank per
         unit) taking ``seconds`` uncontended."""
         size = end - first if size is None else size
-        latency = min(self.cost.latency(size), seconds)
+        latency = self._latency.get(size)
+        if latency is None:
+            latency = self._latency[size] = self.cost.latency(size)
+        latency = min(latency, seconds)
         return Collective(cid, name, first, end, latency, seconds - latency, self._port_shares(pattern, size), size)
 
     def _port_shares(self, pattern: str, size: int) -> tuple[float, float]:

@@ -73,15 +73,23 @@ class Task:
         deps: list[Task | None],
     ) -> None:
         self.order = 0  # creation index, set by Program.add
-        self.gpu, self.queue, self.cat, self.seg, self.name = gpu, queue, cat, seg, name
-        self.dur, self.coll = dur, coll
+        self.gpu = gpu
+        self.queue = queue
+        self.cat = cat
+        self.seg = seg
+        self.name = name
+        self.dur = dur
+        self.coll = coll
         self.waiters: list[Task] = []
-        self.deps_left = 0
+        left = 0
         for dep in deps:
             if dep is not None:
                 dep.waiters.append(self)
-                self.deps_left += 1
-        self.issue = self.start = self.end = -1.0
+                left += 1
+        self.deps_left = left
+        self.issue = -1.0
+        self.start = -1.0
+        self.end = -1.0
         self.ready_at = 0.0
         self.ready_by: Task | None = None
         self.next: Task | None = None  # queue successor
@@ -173,7 +181,8 @@ class Program:
         tasks, tails = self.tasks, self._tails
         task.order = len(tasks)
         tasks.append(task)
-        key = (task.gpu if task.gpu != SHARED else self.num_gpus) * _NUM_QUEUES + task.queue
+        gpu = task.gpu
+        key = (gpu if gpu != SHARED else self.num_gpus) * _NUM_QUEUES + task.queue
         tail = tails[key]
         if tail is None:
             task.head = True
@@ -184,6 +193,20 @@ class Program:
         if task.coll is not None:
             self.members[task.coll.cid].append(task)
         return task
+
+    def add_kernel(self, task: Task) -> None:
+        """:meth:`add` for a compute-queue kernel (no collective, ``gpu`` >= 0): the step's most common task."""
+        tasks = self.tasks
+        task.order = len(tasks)
+        tasks.append(task)
+        key = task.gpu * _NUM_QUEUES  # + COMPUTE (0)
+        tail = self._tails[key]
+        if tail is None:
+            task.head = True
+            self.heads[key] = task
+        else:
+            tail.next = task
+        self._tails[key] = task
 
     def add_collective(self, coll: Collective) -> Collective:
         """Register ``coll`` (its id must be the next one); its member tasks are added with :meth:`add`."""

@@ -142,7 +142,8 @@ class StepModel:
         """A kernel on ``gpu``'s compute queue."""
         if self.noise is not None and seconds > 0:
             seconds = self.noise(seconds)
-        task = self.prog.add(Task(gpu, COMPUTE, cat, seg, name, seconds, None, deps))
+        task = Task(gpu, COMPUTE, cat, seg, name, seconds, None, deps)
+        self.prog.add_kernel(task)
         self.last_compute[gpu] = task
         return task
 
@@ -164,11 +165,11 @@ class StepModel:
             self.colls.make(len(self.prog.collectives), name, first, end, seconds, pattern, size)
         )
         q = self.queue(queue)
-        members = {}
+        members, add = {}, self.prog.add
         for g in range(first, end):
-            members[g] = self.prog.add(Task(g, q, cat, seg, name, 0.0, coll, deps(g)))
+            members[g] = task = add(Task(g, q, cat, seg, name, 0.0, coll, deps(g)))
             if q == COMPUTE:
-                self.last_compute[g] = members[g]
+                self.last_compute[g] = task
         return members
 
     def world(
@@ -356,9 +357,11 @@ class MicroBatchModel:
         self, sp: StagedPass, seg: int, pro: dict[int, Task], inputs: Callable[[int], Deps], last_pro: dict[int, Task]
     ) -> dict[int, Task]:
         out, compute = {}, self.s.compute
+        secs, cat, name = sp.compute_s, sp.compute_cat, sp.compute_name
         for g in range(*sp.units):
+            # ``last_pro`` is empty when streaming; a ``None`` dependency is ignored either way
             deps = [pro[g], last_pro.get(g)] if g in pro else [*inputs(g), last_pro.get(g)]
-            out[g] = compute(g, sp.compute_s, sp.compute_cat, seg, sp.compute_name, deps)
+            out[g] = compute(g, secs, cat, seg, name, deps)
         return out
 
     @staticmethod

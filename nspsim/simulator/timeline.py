@@ -31,31 +31,43 @@ def build_timeline(
     program: Program, blame: Sequence[Blame], repeats: Sequence[Repeat], members: Sequence[Sequence[int]] | None = None
 ) -> tuple[TimelineEvent, ...]:
     """Every task and accounting interval as events, with repeated layers materialised and each
-    simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU)."""
-    move = shifts(list(repeats), len(program.segments))
+    simulated unit's events given to every GPU in ``members[unit]`` (default: unit = GPU).
+
+    Per-segment values (shift, layer offset, segment) are read once as plain Python numbers, not
+    numpy scalars per event; the times are the same sums as ``a + (move + k * shift)`` and the order
+    the same stable sort by (GPU, start, track). Events are made by the dataclass constructor: setting
+    their ``__dict__`` directly built the timeline 1.47x faster but took 1.8x the memory per event (a
+    dict object per event instead of inline values)."""
+    move = shifts(list(repeats), len(program.segments)).tolist()
     copies = {rep.segment: rep for rep in repeats}
-    layer_offset = _layer_offsets(program, repeats)
+    layer_offset = _layer_offsets(program, repeats).tolist()
+    segments = program.segments
+    track_index = {track: i for i, track in enumerate(TRACKS)}
     events: list[TimelineEvent] = []
+    add_event = events.append
     for seg, unit, track, name, cat, a, b in _raw_events(program, blame):
         rep = copies.get(seg)
-        segment = program.segments[seg]
+        segment = segments[seg]
+        micro_batch = segment.micro_batch
+        gpus = members[unit] if members is not None else (unit,)
         for k in range(1 + (rep.copies if rep else 0)):
-            dt = float(move[seg]) + (k * rep.shift if rep else 0.0)
-            layer = segment.layer + int(layer_offset[seg]) + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
-            for gpu in members[unit] if members is not None else (unit,):
-                events.append(
+            dt = move[seg] + (k * rep.shift if rep else 0.0)
+            layer = segment.layer + layer_offset[seg] + _copy_layer(segment.kind, k) if segment.layer >= 0 else -1
+            start, end = a + dt, b + dt
+            for gpu in gpus:
+                add_event(
                     TimelineEvent(
                         gpu=gpu,
                         track=track,
                         name=name,
                         category=cat,
-                        start=a + dt,
-                        end=b + dt,
+                        start=start,
+                        end=end,
                         layer=layer,
-                        micro_batch=segment.micro_batch,
+                        micro_batch=micro_batch,
                     )
                 )
-    events.sort(key=lambda e: (e.gpu, e.start, TRACKS.index(e.track)))
+    events.sort(key=lambda e: (e.gpu, e.start, track_index[e.track]))
     return tuple(events)
 
 
