@@ -12,7 +12,7 @@ and one just after it.
 Cost: the reference measured 4.5-5.7 ms per call of the mix for the tiny model on the 2-core
 development VM (2026-12-02, no other job), so ~0.05 s a reference (plus a barrier and a gather).
 Trade-off: short, so it takes a small share of a run made of ~1-3 s steps, but noisy. On that quiet
-machine the six references of a calibration spread by 17-78%, and in three validation runs
+machine the six references of a calibration spread by 17-78%, and in four validation runs
 whose raw MAPE was 2.9-7.8% the speed correction moved the MAPE by -3.0 to +4.0 points. The
 correction paid off only when the machine really moved (raw 22.1%, corrected 9.8%). A longer
 reference is the next step (issue 28).
