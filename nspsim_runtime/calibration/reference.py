@@ -9,13 +9,13 @@ it before, between and after its phases (the profile's ``provenance.speed_refere
 validation worker takes it between consecutive blocks of steps, so each block has one just before
 and one just after it.
 
-Cost: the reference measured 4.5-5.7 ms per call of the mix for the tiny model on the 2-core
-development VM (2026-12-02, no other job), so ~0.05 s a reference (plus a barrier and a gather).
-Trade-off: short, so it takes a small share of a run made of ~1-3 s steps, but noisy. On that quiet
-machine the six references of a calibration spread by 17-78%, and in four validation runs
-whose raw MAPE was 2.9-7.8% the speed correction moved the MAPE by -3.0 to +4.0 points. The
-correction paid off only when the machine really moved (raw 22.1%, corrected 9.8%). A longer
-reference is the next step (issue 28).
+Cost and noise, measured on the 2-core development VM (2026-12-02, no other job, one thread): twelve
+references 0.2 s apart spread by 73% (coefficient of variation 12.4%) at 512 tokens, 6.7 ms a call;
+41% (11.9%) with 27 calls instead of 9; and 22% (6.1%) at 2,048 tokens, 42 ms a call. Hence
+2,048 tokens and 9 calls: ~0.4 s a reference (plus a barrier and a gather). At 512 tokens, in
+validation runs whose raw MAPE was 2.9-7.8%, the correction moved the MAPE by -3.0 to +4.0 points;
+it paid off only where the machine really moved (raw 22.1%, corrected 9.8%). Trade-off: a longer
+reference resolves smaller speed changes but takes a larger share of a run made of ~1-3 s steps.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch.distributed as dist
 from nspsim.specs.model import ModelSpec
 from nspsim_runtime.calibration.mix import kernel_mix
 
-REF_TOKENS = 512
+REF_TOKENS = 2048
 """Tokens of the reference mix (fixed: a calibration and a validation must time the same work)."""
 REF_REPS = 9
 """Timed calls per rank per reference (after one warm-up call); each rank's median is kept."""

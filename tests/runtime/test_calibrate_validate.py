@@ -13,6 +13,7 @@ import pytest
 from nspsim.cost.profile import load_profile
 from nspsim.plan.refs import profile_fingerprint
 from nspsim.workload import WorkloadConfig, build_workload
+from nspsim_runtime.calibration.reference import REF_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_calibration_writes_a_profile_with_provenance(profile: Path) -> None:
     assert prov["ranks"] == 2 and prov["threads"] == 1 and prov["torch"] and prov["date"] and prov["host"]
     assert "nspsim_runtime.calibrate" in prov["command"]
     ref = prov["speed_reference"]  # issue 28: how fast the machine was while calibrated
-    assert len(ref["samples"]) == 6 and ref["median_s"] > 0 and ref["drift"] >= 0 and ref["tokens"] == 512
+    assert len(ref["samples"]) == 6 and ref["median_s"] > 0 and ref["drift"] >= 0 and ref["tokens"] == REF_TOKENS
     assert prov["machine"]["during"]["samples"] == 6 and "load1" in prov["machine"]["before"]
     assert set(data["collectives"]) == {"alltoall", "p2p", "allgather", "reduce_scatter"}
     assert set(data["attn_fwd_flops_by_heads"]) == {"8", "4"}  # heads per rank at degrees 1 and 2
