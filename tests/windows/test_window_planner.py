@@ -124,3 +124,12 @@ def test_bad_candidate_sets_are_refused() -> None:
         WindowPlanner(step=get_planner("nsp"), candidates=("per-step", "shuffle"))
     with pytest.raises(ValueError, match="at least one batch"):
         WindowPlanner(step=get_planner("nsp")).plan([], _workload())
+
+
+def test_per_step_is_the_reference_whatever_order_the_candidates_are_given_in() -> None:
+    asked, judge = _judge_by_name({True: 10.0, False: 10.0})  # a tie: per-step must be kept
+    planner = WindowPlanner(step=get_planner("nsp"), candidates=("grouped", "per-step"))
+    window = planner.plan(_sources(), _workload(), judge=judge)  # type: ignore[arg-type]
+    assert window.is_per_step
+    if asked:  # the judge was asked: per-step against grouped, not grouped against itself
+        assert sorted(asked) == [False, True]

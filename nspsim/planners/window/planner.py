@@ -79,7 +79,7 @@ class WindowPlanner:
         work = sample_work(workload, lengths)
         assigning = time.perf_counter() - start
         routed: list[Candidate] = []
-        for name in self.candidates:
+        for name in ("per-step", *(c for c in self.candidates if c != "per-step")):  # per-step first: ties keep it
             start = time.perf_counter()
             ids = assign(name, sizes, lengths, work, batches[0].tokens_per_batch)
             assigning += time.perf_counter() - start
@@ -88,7 +88,7 @@ class WindowPlanner:
             plans = tuple(self.step.plan(b, workload) for b in pass_batches(batches, ids))
             routed.append(Candidate(name, ids, plans, sum(plan_estimate(p) for p in plans)))
         routing = sum(float(p.metadata.get("planning_time_s", 0.0)) for c in routed for p in c.plans)
-        per_step = routed[0]
+        per_step = routed[0]  # routed first, and no other candidate can equal it (duplicates are skipped)
         best = min(routed, key=lambda c: c.estimate_s)
         judged: dict[str, float] = {}
         if judge is not None and best is not per_step:
