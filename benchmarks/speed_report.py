@@ -120,16 +120,19 @@ def exponent(xs: list[float], ys: list[float]) -> float:
 
 
 def fig7_seconds() -> tuple[float, float]:
-    """Wall seconds of the Figure 7 sweep cold (a new folder) and then warm (the same folder)."""
+    """Wall seconds of the Figure 7 sweep cold (a new folder) and then warm (the same folder);
+    ``RuntimeError`` with the sweep's last line when it fails."""
     with tempfile.TemporaryDirectory() as tmp:
         times = []
         for _ in range(2):
             started = time.perf_counter()
-            subprocess.run(
+            done = subprocess.run(
                 [sys.executable, "-m", "nspsim", "sweep", str(ROOT / "nspsim_studies/sweeps/fig7.toml"), "-o",
-                 f"{tmp}/fig7", "--jobs", "2", "--quiet"],
-                check=True, cwd=ROOT, capture_output=True,
+                 f"{tmp}/fig7", "--jobs", "2", "--json"],
+                check=False, cwd=ROOT, capture_output=True, text=True,
             )  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
             times.append(time.perf_counter() - started)
     return times[0], times[1]
 
@@ -187,8 +190,12 @@ def report(batches: int, fig7: bool) -> str:
                 f"(Qwen3-30B-A3B, 64 to {max(gs):,} GPUs)"
             )
     if fig7:
-        cold, warm = fig7_seconds()
-        lines += ["", f"## Figure 7 sweep\n\ncold {cold:.0f} s, warm {warm:.1f} s (wall, `--jobs 2`)"]
+        try:
+            cold, warm = fig7_seconds()
+            said = f"cold {cold:.0f} s, warm {warm:.1f} s (wall, `--jobs 2`)"
+        except RuntimeError as exc:
+            said = f"failed: {exc}"
+        lines += ["", f"## Figure 7 sweep\n\n{said}"]
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     lines += ["", f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; load "
               f"average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {stamp}."]  # fmt: skip

@@ -18,13 +18,16 @@ and the largest move of the reference within one of its blocks (flagged above 10
 :mod:`nspsim_runtime.validation.drift`). The load average, CPU steal and frequency before, during and
 after the run are recorded beside the calibration's (:mod:`nspsim_runtime.machine`).
 
+Each case's error is also given off its rank count's common level (``dev``; ``!`` when it stands
+out: :mod:`nspsim_runtime.validation.level`): the part no speed common to the interleaved run explains.
 The first line printed (and ``verdict`` in the JSON, and the report's first line) names the cause of
 the error: within ``--max-mape``, the machine moved, or the model is wrong (rules in
 :mod:`nspsim_runtime.validation.drift`). Exit status: 0 within ``--max-mape`` (or without it);
-1 (``EXIT_FAILED_MAPE``) when the MAPE is above ``--max-mape`` on a steady machine: *the model is
-wrong*; 4 (``EXIT_MACHINE_MOVED``) when it is above but the speed-corrected MAPE is within, or the
-speed reference, steal or foreign load crossed their thresholds: *the machine moved*, rerun on a
-quiet machine; 3 when some case failed (the others still reported).
+1 (``EXIT_FAILED_MAPE``) when the MAPE is above ``--max-mape`` and a case stands out from the common
+level, or on a steady machine: *the model is wrong*; 4 (``EXIT_MACHINE_MOVED``) when it is above but
+no case stands out and the speed-corrected MAPE is within, or the speed reference, steal or foreign
+load crossed their thresholds: *the machine moved*, rerun on a quiet machine; 3 when some case
+failed (the others still reported).
 
 ``-o DIR`` (default ``out/validation``) receives ``validation.json``, the resolved configuration
 (``validation.config.json``), the profile(s) used, every case's records and log, and ``report.html``
@@ -57,6 +60,7 @@ from nspsim_runtime.machine import snapshot
 from nspsim_runtime.machine import summarise as machine_summary
 from nspsim_runtime.validation.cases import SUITES, Case, dump_cases, load_cases
 from nspsim_runtime.validation.drift import EXIT_MACHINE_MOVED, Machine, Verdict, verdict
+from nspsim_runtime.validation.level import Deviation, deviations, spread, step_error_se
 from nspsim_runtime.validation.run import ANALYTIC, CaseFailed, GroupOutcome, precheck_case, records_case, run_group
 from nspsim_runtime.validation.stats import CaseResult, Summary, summarise
 
@@ -132,18 +136,21 @@ def _calibrate(ranks: int, out: Path) -> str:
     return str(target)
 
 
-def table(results: list[CaseResult], failed: dict[str, str]) -> str:
-    """The per-case table a person reads."""
+def table(results: list[CaseResult], failed: dict[str, str], devs: tuple[Deviation, ...] = ()) -> str:
+    """The per-case table a person reads (``dev``: the error off the common level, ``!`` when it stands out)."""
     lines = [
-        f"{'case':<36} {'meas s':>8} {'std':>7} {'pred s':>8} {'error':>7} {'speed':>6} {'corr s':>8} {'c.err':>7} "
-        f"{'drift':>6}  worst category"
+        f"{'case':<36} {'meas s':>8} {'std':>7} {'pred s':>8} {'error':>7} {'dev':>7} {'speed':>6} {'corr s':>8} "
+        f"{'c.err':>7} {'drift':>6}  worst category"
     ]
+    by_label = {d.label: d for d in devs}
     for r in results:
+        d = by_label.get(r.label)
+        dev = f"{_num(None if d is None else d.deviation, '+6.1%')}{'!' if d is not None and d.stands_out else ' '}"
         worst = max(r.breakdown_error.items(), key=lambda kv: abs(kv[1]), default=("-", 0.0))
         corrected = r.corrected_predicted_step_s
         lines.append(
             f"{shown(r.label):<36} {r.measured_step_s:8.3f} {r.measured_std_s:7.3f} {r.predicted_step_s:8.3f} "
-            f"{r.error:+7.1%} {_num(r.speed_factor, '6.2f')} {_num(corrected, '8.3f')} "
+            f"{r.error:+7.1%} {dev} {_num(r.speed_factor, '6.2f')} {_num(corrected, '8.3f')} "
             f"{_num(r.corrected_error, '+7.1%')} "
             f"{_num(r.reference_drift, '6.0%')}{'!' if r.flagged else ' '} {worst[0]} {worst[1]:+.1%}"
         )
@@ -293,12 +300,15 @@ def _report(
     if args.records is not None:
         used = {"records": "the profile each run used (its records' profile field)"}
     machine, drift = drift_section(results, groups or {}, before or snapshot(), profiles)
-    judged = verdict(summary.mape, summary.corrected_mape, machine, args.max_mape)
+    devs = case_deviations(results, args.max_mape)
+    # only cases run interleaved share the machine's drift; --records may come from runs far apart
+    judged = verdict(summary.mape, summary.corrected_mape, machine, args.max_mape, devs if groups else ())
     payload: dict[str, Any] = {
         "verdict": judged.to_dict(),
-        "cases": [r.to_dict() for r in results],
+        "cases": [{**r.to_dict(), **_deviation_fields(d)} for r, d in zip(results, devs, strict=True)],
         "failed": failed,
         **summary.to_dict(),
+        "spread": spread(devs),
         "profile": used,
         "drift": drift,
         "seed": args.seed,
@@ -318,16 +328,27 @@ def _report(
         print(json.dumps(payload))
     else:
         print(judged.line)
-        print(table(results, failed))
-        print(_totals(summary, started, out))
+        print(table(results, failed, devs))
+        print(_totals(summary, started, out, spread(devs)))
     _exit(args, judged, summary, failed)
 
 
-def _totals(summary: Summary, started: float, out: Path) -> str:
+def case_deviations(results: list[CaseResult], max_mape: float | None) -> tuple[Deviation, ...]:
+    """Each case's deviation from its rank count's common level (:mod:`nspsim_runtime.validation.level`)."""
+    rows = [(r.label, r.ranks, r.error, step_error_se(r.measured_s, r.predicted_s)) for r in results]
+    return deviations(rows, max_mape)
+
+
+def _deviation_fields(d: Deviation) -> dict[str, Any]:
+    return {"level": d.level, "deviation": d.deviation, "deviation_se": d.stderr, "stands_out": d.stands_out}
+
+
+def _totals(summary: Summary, started: float, out: Path, around: float | None) -> str:
     corrected = "n/a" if summary.corrected_mape is None else f"{summary.corrected_mape:.1%}"
+    level = "" if around is None else f", {around:.1%} around the common level"
     tau = summary.kendall_tau if summary.kendall_tau is None else round(summary.kendall_tau, 3)
     return (
-        f"MAPE {summary.mape:.1%} (speed-corrected {corrected})  max {summary.max_abs_error:.1%}  "
+        f"MAPE {summary.mape:.1%} (speed-corrected {corrected}{level})  max {summary.max_abs_error:.1%}  "
         f"geomean {summary.geomean_abs_error:.1%}  pairs resolved {summary.pairs_resolved}, agree "
         f"{summary.pairs_agree}  Kendall tau {tau}  ({time.perf_counter() - started:.0f} s; {out}/report.html)"
     )

@@ -15,15 +15,20 @@ when the reference moved by more than :data:`DRIFT_FLAG` within one of its measu
 :data:`RUN_DRIFT_LIMIT`, or a case is flagged, or CPU steal above :data:`STEAL_LIMIT`, or a foreign
 load above :data:`LOAD_LIMIT` per core (:mod:`nspsim_runtime.machine`):
 
-1. ``raw <= T``: within (exit 0), the signals noted;
-2. else ``corrected <= T``: *the machine moved* (the correction explains the error; exit 4);
-3. else any machine signal: *the machine moved* (the run cannot judge the model; exit 4);
-4. else *the model is wrong* (exit 1).
+1. ``raw <= T``: within (exit 0), the signals and any case that stands out noted;
+2. else a case *stands out* from its rank count's common level (:mod:`nspsim_runtime.validation.level`):
+   *the model is wrong* for it (exit 1), whatever the machine did, since interleaved cases share the
+   machine's drift;
+3. else ``corrected <= T``: *the machine moved* (the correction explains the error; exit 4);
+4. else any machine signal: *the machine moved* (the run cannot judge the model; exit 4);
+5. else *the model is wrong* (exit 1).
 
-Without ``--max-mape`` the verdict line names the machine as the cause when there is a signal or the
-correction removes at least :data:`EXPLAINS_SHARE` of the MAPE, and says the machine was steady
-otherwise. Trade-off: rule 3 lets a wrong model hide behind a busy machine, but never as a pass: it
-exits non-zero and asks for a run on a quiet machine, where rule 4 can speak.
+Without ``--max-mape`` the verdict line names the cases that stand out first (the model), else the
+machine when there is a signal or the correction removes at least :data:`EXPLAINS_SHARE` of the MAPE,
+and says the machine was steady otherwise. The common level and the spread around it are in every
+line. Trade-off: rule 4 lets a wrong model hide behind a busy machine when its error is common to
+every case, but never as a pass: it exits non-zero and asks for a run on a quiet machine, where rule 5
+can speak; an error of one strategy against the others cannot hide (rule 2).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from nspsim_runtime.validation.level import Deviation, spread, standout_phrase
 
 DRIFT_FLAG = 0.10
 """A case is flagged when the speed reference moved more than this within one of its blocks: the
@@ -125,27 +132,42 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def verdict(raw: float, corrected: float | None, machine: Machine, max_mape: float | None) -> Verdict:
+def verdict(
+    raw: float,
+    corrected: float | None,
+    machine: Machine,
+    max_mape: float | None,
+    devs: Sequence[Deviation] = (),
+) -> Verdict:
     """The verdict of a run whose MAPE is ``raw`` (``corrected`` after the speed correction, ``None``
-    without a calibration reference) on ``machine``, against ``max_mape`` (module docstring's rules)."""
+    without a calibration reference) on ``machine``, against ``max_mape``, with each case's deviation
+    from the common level in ``devs`` (module docstring's rules)."""
     found = signals(machine)
     said = "; ".join(found)
-    mapes = f"corrected MAPE {_pct(corrected)}, raw {_pct(raw)}"
+    out = standout_phrase(devs)
+    level = _level_phrase(devs)
+    mapes = f"corrected MAPE {_pct(corrected)}, raw {_pct(raw)}{level}"
     steady = (
         f"machine steady (reference moved {_pct(machine.run_drift)}, steal {_pct(machine.steal)}, "
         f"foreign load {'n/a' if machine.foreign_load is None else f'{machine.foreign_load:.2f}'} per core)"
     )
+    wrong_for = f"verdict: the model is wrong for {out}, off the common level of the interleaved cases ({mapes})"
     if max_mape is None:
         explains = corrected is not None and raw - corrected >= EXPLAINS_SHARE * raw > 0
+        if out:
+            return Verdict(status="model", exit_code=0, line=wrong_for, signals=found)
         if found or explains:
             why = said or "the speed correction removes a third or more of the error"
             return Verdict(status="machine", exit_code=0, line=f"verdict: the machine moved: {why} ({mapes})",
                            signals=found)  # fmt: skip
         return Verdict(status="steady", exit_code=0, line=f"verdict: {steady}; the errors are the model's ({mapes})")
     if raw <= max_mape:
-        note = f"; note: {said}" if found else ""
+        notes = [x for x in (said, f"{out} off the common level" if out else "") if x]
+        note = f"; note: {'; '.join(notes)}" if notes else ""
         return Verdict(status="within", exit_code=0, line=f"verdict: MAPE {_pct(raw)} within --max-mape "
                        f"{_pct(max_mape)}{note}", signals=found)  # fmt: skip
+    if out:
+        return Verdict(status="model", exit_code=1, line=wrong_for, signals=found)
     if corrected is not None and corrected <= max_mape:
         why = f"; {said}" if found else ""
         line = f"verdict: the machine moved: {mapes}, within --max-mape {_pct(max_mape)} only once corrected{why}"
@@ -157,3 +179,16 @@ def verdict(raw: float, corrected: float | None, machine: Machine, max_mape: flo
         return Verdict(status="machine", exit_code=EXIT_MACHINE_MOVED, line=line, signals=found)
     line = f"verdict: the model is wrong: {mapes} above --max-mape {_pct(max_mape)} on a {steady}"
     return Verdict(status="model", exit_code=1, line=line)
+
+
+def _level_phrase(devs: Sequence[Deviation]) -> str:
+    """``"; every case -7% alike, spread 8.3% around it"`` (one level per rank count when there are several)."""
+    if not devs:
+        return ""
+    levels = {d.ranks: d.level for d in devs}
+    alike = (
+        f"{next(iter(levels.values())):+.0%}"
+        if len(levels) == 1
+        else ", ".join(f"{level:+.0%} at {ranks} ranks" for ranks, level in sorted(levels.items()))
+    )
+    return f"; every case {alike} alike, spread {_pct(spread(devs))} around it"

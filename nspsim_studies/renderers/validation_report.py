@@ -2,8 +2,9 @@
 verdict line that names the cause of the error (within ``--max-mape``, the machine moved, the model is
 wrong), then predicted against measured step time per case with the y = x line and a +-10% band, the
 speed reference over the run against the calibration's, the per-category errors, the per-case table
-(raw prediction and error beside the speed factor, corrected prediction and error, and the reference's
-drift within a block, flagged), and the machine (load, steal, frequency) during calibration and
+(raw prediction and error, the error off the common level of the interleaved cases, red when the case
+stands out, beside the speed factor, corrected prediction and error, and the reference's drift within a
+block, flagged), and the machine (load, steal, frequency) during calibration and
 validation, as one self-contained plotly page. Keys a payload lacks (``--records`` runs have no
 speed reference) are shown as n/a."""
 
@@ -121,20 +122,23 @@ def case_table(payload: dict[str, Any]) -> str:
     """The per-case table as HTML: raw and speed-corrected side by side; a flagged drift in red."""
     head = (
         "<tr><th>case</th><th>ranks</th><th>measured s</th><th>std</th><th>predicted s</th><th>error</th>"
-        "<th>speed factor</th><th>corrected s</th><th>corrected error</th><th>reference drift</th></tr>"
+        "<th>off the common level</th><th>speed factor</th><th>corrected s</th><th>corrected error</th>"
+        "<th>reference drift</th></tr>"
     )
     rows = []
     for c in payload["cases"]:
         flag = " style='color:#b00;font-weight:bold'" if c.get("drift_flagged") else ""
+        out = " style='color:#b00;font-weight:bold'" if c.get("stands_out") else ""
         rows.append(
             f"<tr><td>{html.escape(c['label'])}</td><td>{c['ranks']}</td><td>{c['measured_step_s']:.3f}</td>"
             f"<td>{c['measured_std_s']:.3f}</td><td>{c['predicted_step_s']:.3f}</td><td>{c['error']:+.1%}</td>"
+            f"<td{out}>{_fmt(c.get('deviation'), '+.1%')}{' (stands out)' if out else ''}</td>"
             f"<td>{_fmt(c.get('speed_factor'), '.2f')}</td><td>{_fmt(c.get('corrected_predicted_step_s'), '.3f')}</td>"
             f"<td>{_fmt(c.get('corrected_error'), '+.1%')}</td>"
             f"<td{flag}>{_fmt(c.get('reference_drift'), '.0%')}{' (flagged)' if flag else ''}</td></tr>"
         )
     failed = [
-        f"<tr><td>{html.escape(k)}</td><td colspan=9>failed: {html.escape(v)}</td></tr>"
+        f"<tr><td>{html.escape(k)}</td><td colspan=10>failed: {html.escape(v)}</td></tr>"
         for k, v in payload["failed"].items()
     ]
     return f"<table>{head}{''.join(rows + failed)}</table>"
@@ -150,7 +154,8 @@ def render(payload: dict[str, Any]) -> str:
     colour = VERDICT_COLOURS.get(verdict["status"], "#eee")
     first = f"<p style='background:{colour};padding:8px;font-size:1.1em'><b>{html.escape(verdict['line'])}</b></p>"
     lines = (
-        f"MAPE {payload['mape']:.1%} (speed-corrected {_fmt(payload.get('corrected_mape'), '.1%')})"
+        f"MAPE {payload['mape']:.1%} (speed-corrected {_fmt(payload.get('corrected_mape'), '.1%')};"
+        f" {_fmt(payload.get('spread'), '.1%')} around the common level)"
         f" · seed {payload.get('seed')} · max {payload['max_abs_error']:.1%}"
         f" · geomean {payload['geomean_abs_error']:.1%}"
         f" · pairs resolved {payload['pairs_resolved']}, ordered right {payload['pairs_agree']}"
