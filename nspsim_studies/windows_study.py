@@ -22,6 +22,7 @@ far the proof carries to the simulator.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -34,8 +35,9 @@ import plotly.io as pio
 from nspsim.cost.profile import load_profile
 from nspsim.jsonfile import dumps_json
 from nspsim.sweep import SweepSpec, build_windows, load_spec, resolved_config, summarise, write_results
+from nspsim.units import format_tokens, parse_tokens
 from nspsim_studies.paper_figures.common import STYLE, clean, run_spec
-from nspsim_studies.windows_tables import analyse, figure, markdown
+from nspsim_studies.windows_tables import Point, analyse, figure, markdown
 
 NAME = "windows_study"
 SPEC_PATH = Path(__file__).resolve().parent / "sweeps" / "windows.toml"
@@ -58,8 +60,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--spec", type=Path, default=SPEC_PATH, help="sweep spec (default: the study's)")
     parser.add_argument("--iters", type=int, default=None, help="batches per point (a multiple of every W)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel sweep workers (default 1)")
+    parser.add_argument(
+        "--max-context", default=None, help="only this max context of the spec's (e.g. 384k: half the points)"
+    )
     parser.add_argument("--flexsp", action="store_true", help="add FlexSP (~80 CPU-min at 16 batches)")
     parser.add_argument("--profile", default=None, help="cost profile for every point")
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="analyse the tables DIR already holds (results, windows.parquet) without planning the sweep",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -68,17 +78,26 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     try:
         if args.profile is not None:
             load_profile(args.profile)
-        args.sweep = build_spec(args.iters, args.flexsp, args.profile, args.spec)
+        args.sweep = build_spec(args.iters, args.flexsp, args.profile, args.spec, args.max_context)
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     return args
 
 
-def build_spec(iters: int | None, flexsp: bool, profile: str | None, path: Path = SPEC_PATH) -> SweepSpec:
+def build_spec(
+    iters: int | None, flexsp: bool, profile: str | None, path: Path = SPEC_PATH, max_context: str | None = None
+) -> SweepSpec:
     """The study's sweep: the spec at ``path`` with ``iters`` batches (the spec's when ``None``), FlexSP
-    added under ``flexsp``, every point priced by ``profile``; ``ValueError`` when ``iters`` is not a
-    multiple of every window."""
+    added under ``flexsp``, every point priced by ``profile``, only ``max_context`` of the spec's contexts
+    when given; ``ValueError`` when ``iters`` is not a multiple of every window or the context is not swept."""
     spec = load_spec(path)
+    if max_context is not None:
+        context = parse_tokens(max_context)
+        swept = tuple(spec.axes.get("max_context", ()))
+        if context not in swept:
+            shown = ", ".join(format_tokens(c) for c in swept) or "none"
+            raise ValueError(f"--max-context {max_context}: the spec sweeps max contexts {shown}")
+        spec = replace(spec, axes={**spec.axes, "max_context": (context,)})
     run = spec.run
     if iters is not None:
         sizes = sorted({int(w) for w in spec.axes.get("window", (run.window,))})
@@ -96,11 +115,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     spec: SweepSpec = args.sweep
     out: Path = args.output
-    run = run_spec(spec, out, jobs=args.jobs)
-    config = resolved_config(run.plan, source=f"nspsim_studies/{NAME}.py")
-    windows = build_windows(run.plan) or []
-    write_results(out, run.records, summarise(run.records), config, windows)
-    result = analyse(run.plan, pd.DataFrame(run.records), pd.DataFrame(windows))
+    points = [Point(index=i, config=c, window=w) for i, (c, w) in enumerate(spec.grid())]
+    if args.tables_only:
+        try:
+            rows, windows = pd.read_parquet(out / "results.parquet"), pd.read_parquet(out / "windows.parquet")
+        except OSError as exc:
+            print(f"{NAME}: --tables-only: cannot read the sweep's tables in {out} ({exc})", file=sys.stderr)
+            return 2
+        config: dict[str, object] = json.loads((out / "sweep.config.json").read_text())
+        bad = int((rows["error"] != "").sum())
+        done = f"{NAME}: analysed the tables in {out}"
+    else:
+        run = run_spec(spec, out, jobs=args.jobs)
+        config = resolved_config(run.plan, source=f"nspsim_studies/{NAME}.py")
+        records = run.records
+        window_rows = build_windows(run.plan) or []
+        write_results(out, records, summarise(records), config, window_rows)
+        rows, windows = pd.DataFrame(records), pd.DataFrame(window_rows)
+        bad = int((rows["error"] != "").sum())
+        done = f"{NAME}: {run.computed} units computed, {run.cached} cached, {run.wall_s:.0f} s"
+    result = analyse(points, rows, windows)
     study = {"study": NAME, "iters": spec.run.iters, "planners": list(spec.run.planners), "sweep": config}
     text = markdown(result, spec.run.iters)
     (out / f"{NAME}.md").write_text(text, encoding="utf-8")
@@ -109,8 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / f"{NAME}.html").write_text(f"{page}<body>{body}<pre>{text}</pre></body></html>", encoding="utf-8")
     (out / f"{NAME}.json").write_text(dumps_json(clean(result.to_json()), what=NAME, indent=2) + "\n")
     (out / f"{NAME}.config.json").write_text(dumps_json(clean(study), what=f"{NAME} config", indent=2) + "\n")
-    bad = int((run.rows["error"] != "").sum()) if "error" in run.rows else 0
-    print(f"{NAME}: {run.computed} units computed, {run.cached} cached, {run.wall_s:.0f} s; wrote {out / NAME}.md")
+    print(f"{done}; wrote {out / NAME}.md")
     if bad:
         print(f"{NAME}: {bad} rows failed; see {out / 'results.parquet'}", file=sys.stderr)
     return 1 if bad else 0

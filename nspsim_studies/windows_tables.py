@@ -32,9 +32,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from nspsim.planners.window.bound import window_floor
-from nspsim.sweep.engine import PointInfo, SweepPlan
 from nspsim.units import format_tokens
-from nspsim.workload import build_workload
+from nspsim.workload import WorkloadConfig, build_workload
 from nspsim_studies.palette import planner_color
 
 NSP = "nsp"
@@ -42,6 +41,15 @@ CONFIG = ["model", "max_context", "trace"]
 NEVER_SLOWER_SLACK = 1e-9
 """Relative slack of "a window is never slower than its per-step assignment": both are sums of the same
 simulated floats in different orders only where per-step won."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """A sweep point as the analysis needs it: its index, workload and window W."""
+
+    index: int
+    config: WorkloadConfig
+    window: int
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class WindowStudy:
         }
 
 
-def _config(point: PointInfo) -> dict[str, Any]:
+def _config(point: Point) -> dict[str, Any]:
     c = point.config
     return {"model": c.model, "max_context": int(c.max_context), "trace": c.trace}
 
@@ -74,10 +82,10 @@ def _estimate(frame: pd.DataFrame) -> pd.Series:
     return np.maximum(frame["step_estimate_s"], frame["chosen_estimate_s"])
 
 
-def _per_window(plan: SweepPlan, rows: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def _per_window(points: list[Point], rows: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """One record per (point, planner, window) with its time and per-step NSP's on the same batches."""
     out = []
-    for point in plan.points:
+    for point in points:
         mine = rows[rows["point"] == point.index]
         size = point.window
         for planner, group in mine.groupby("planner", sort=False):
@@ -110,10 +118,10 @@ def _per_window(plan: SweepPlan, rows: pd.DataFrame, windows: pd.DataFrame) -> p
     return pd.DataFrame(out)
 
 
-def _floors(plan: SweepPlan, rows: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+def _floors(points: list[Point], rows: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """Per (configuration, W, window): the floor, per-step NSP's estimate (from the W = 1 point's NSP
     rows) and the floor's micro-batch count."""
-    singles = {tuple(_config(p).values()): p for p in plan.points if p.window == 1}
+    singles = {tuple(_config(p).values()): p for p in points if p.window == 1}
     out = []
     for key, group in frame.groupby([*CONFIG, "W"], sort=False):
         config, size = tuple(key[:3]), int(key[3])
@@ -139,18 +147,19 @@ def _floors(plan: SweepPlan, rows: pd.DataFrame, frame: pd.DataFrame) -> pd.Data
     return pd.DataFrame(out)
 
 
-def analyse(plan: SweepPlan, rows: pd.DataFrame, windows: pd.DataFrame) -> WindowStudy:
-    """The study's figures (module docstring) from a windowed sweep's plan, rows and window rows."""
-    frame = _per_window(plan, rows, windows)
+def analyse(points: list[Point], rows: pd.DataFrame, windows: pd.DataFrame) -> WindowStudy:
+    """The study's figures (module docstring) from a windowed sweep's points (in the sweep's order:
+    ``SweepSpec.grid()``), pass rows and window rows."""
+    frame = _per_window(points, rows, windows)
     nsp = frame[frame["planner"] == NSP][[*CONFIG, "W", "first_batch", "own_per_step_s"]]
     frame = frame.merge(nsp.rename(columns={"own_per_step_s": "nsp_per_step_s"}), on=[*CONFIG, "W", "first_batch"])
-    frame = frame.merge(_floors(plan, rows, frame), on=[*CONFIG, "W", "first_batch"], how="left")
+    frame = frame.merge(_floors(points, rows, frame), on=[*CONFIG, "W", "first_batch"], how="left")
     frame["vs_nsp"] = frame["time_s"] / frame["nsp_per_step_s"]
     frame["vs_own"] = frame["time_s"] / frame["own_per_step_s"]
     frame["floor_vs_nsp_estimate"] = frame["floor_s"] / frame["nsp_estimate_s"]
     frame["nsp_sim_over_estimate"] = frame["nsp_per_step_s"] / frame["nsp_estimate_s"]
     slower = frame[frame["time_s"] > frame["own_per_step_s"] * (1 + NEVER_SLOWER_SLACK)]
-    return WindowStudy(windows=frame, summary=_summary(frame), traits=_traits(plan, rows), slower=slower)
+    return WindowStudy(windows=frame, summary=_summary(frame), traits=_traits(points, rows), slower=slower)
 
 
 def _summary(frame: pd.DataFrame) -> pd.DataFrame:
@@ -175,11 +184,11 @@ def _summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _traits(plan: SweepPlan, rows: pd.DataFrame) -> pd.DataFrame:
+def _traits(points: list[Point], rows: pd.DataFrame) -> pd.DataFrame:
     """Per configuration (its W = 1 point): the token share of samples over 128K (skew), and per-step
     NSP's mean micro-batches per batch and share of batches with more than one (memory pressure)."""
     out = []
-    for point in (p for p in plan.points if p.window == 1):
+    for point in (p for p in points if p.window == 1):
         nsp = rows[(rows["point"] == point.index) & (rows["planner"] == NSP)]
         out.append(
             {

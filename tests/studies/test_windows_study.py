@@ -71,9 +71,17 @@ def test_bad_command_lines_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     for argv, message in (
         (["--iters", "3"], "--iters must be a positive multiple of every window [1, 2], got 3"),
         (["--jobs", "0"], "--jobs must be at least 1"),
+        (["--max-context", "100k"], "--max-context 100k: the spec sweeps max contexts none"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             windows_study.main(["--spec", str(tmp_path / "spec.toml"), *argv])
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err
+
+
+def test_tables_only_reanalyses_the_written_tables_to_the_same_figures(study: Path) -> None:
+    before = (study / "windows_study.json").read_text()
+    spec = study.parent / "spec.toml"
+    assert windows_study.main(["--spec", str(spec), "-o", str(study), "--tables-only"]) == 0
+    assert (study / "windows_study.json").read_text() == before
