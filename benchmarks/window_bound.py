@@ -98,8 +98,8 @@ def table(results: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
     """The Markdown table: per configuration and W, the floor over per-step NSP's estimate, the gap's parts
     as shares of that estimate, and each candidate's NSP estimate over per-step's."""
     lines = [
-        "| configuration | W | floor / NSP est. | most gain, worst window | micro-batches | degrees | imbalance "
-        "| recompute | grouped / per-step est. | balanced / per-step est. |",
+        "| configuration | W | floor / NSP est. | max over windows of 1 - floor / NSP est. | micro-batches | degrees "
+        "| imbalance | recompute | grouped / per-step est. | balanced / per-step est. |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in results:
