@@ -8,12 +8,16 @@ where the planner evaluated it, else the step estimate; :mod:`nspsim.plan.estima
 the lowest estimate wins. With a ``judge`` (a function from the candidate's W plans to seconds; compare
 passes the simulator) the per-step candidate and the best-estimated other one are judged and the
 lower judged time wins: the estimate proposes, the judge disposes. Ties keep per-step, so the window
-planner never does worse than per-step planning by the measure that chose.
+planner never does worse than per-step planning by the measure that chose. With ``search`` among the
+candidates (opt-in), :func:`~nspsim.planners.window.search.local_search` then moves long samples between
+the passes of the best-estimated candidate, re-routing the two passes each move touches, and its result
+competes as one more candidate.
 
 Trade-off: routing every candidate costs (candidates x W) step plans per window (``window_planning_time_s``:
 the assignments plus every routing's ``planning_time_s``, so, like a plan's, it leaves out building and
 validating plans); judging only two candidates keeps a simulator judge at 2W simulations per window
-while catching the estimate's misrankings between per-step and the best alternative.
+while catching the estimate's misrankings between per-step and the best alternative. The search costs two
+more routings a move, which is why it is not a default (:mod:`nspsim.planners.window.search`).
 """
 
 from __future__ import annotations
