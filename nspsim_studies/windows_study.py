@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     study = {"study": NAME, "iters": spec.run.iters, "planners": list(spec.run.planners), "sweep": config}
     text = markdown(result, spec.run.iters)
     (out / f"{NAME}.md").write_text(text, encoding="utf-8")
-    body = pio.to_html(figure(result), full_html=False, include_plotlyjs=True)
+    body = pio.to_html(figure(result), full_html=False, include_plotlyjs="cdn")  # small enough to keep with results
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>{NAME}</title><style>{STYLE}</style></head>"
     (out / f"{NAME}.html").write_text(f"{page}<body>{body}<pre>{text}</pre></body></html>", encoding="utf-8")
     (out / f"{NAME}.json").write_text(dumps_json(clean(result.to_json()), what=NAME, indent=2) + "\n")
