@@ -13,13 +13,13 @@ the window's estimate never rises and the result is never worse than the start b
 Why long samples: per-step NSP's gap above the window floor (:mod:`nspsim.planners.window.gap`) is mostly
 long samples routed on wider SP groups than memory needs (so they do not straggle) and the imbalance
 around them; where a long sample lands decides both, while short samples only fill. Measured on
-Qwen3-235B-A22B, 384K, W = 4 (benchmarks/results/window_bound.md): 200 moves found 1.4-4.8% by estimate
-on windows where grouped / balanced found 0-2.9%, and the simulator confirmed it (0.982 and 0.954 of
-per-step NSP's simulated window time).
+Qwen3-235B-A22B, 384K, W = 4 (benchmarks/results/window_bound.md): with 64 moves, the simulator judged
+0.955 and 0.993 of per-step NSP's window time on two of four windows (per-step kept on the other two).
 
 Trade-off: each move costs two routings by the step planner, so the search costs ``2 moves`` routings
 per window, far above the planning budget of W step plans (64 moves on Qwen3-235B is ~130 NSP routings,
-~1 s); it is therefore opt-in, a measure of what is left to gain rather than a default.
+0.9-7 s on a loaded 2-core machine); it is therefore opt-in, a measure of what is left to gain rather
+than a default.
 """
 
 from __future__ import annotations
@@ -105,8 +105,9 @@ def _propose(
             held += int(lengths[i])
         if held < need:
             return None
+    moved_back = set(back)
     new_a = [i for i in passes[a] if i != x] + back
-    new_b = [i for i in passes[b] if i not in set(back)] + [x]
+    new_b = [i for i in passes[b] if i not in moved_back] + [x]
     if not new_a or int(lengths[new_a].sum()) > budget:
         return None
     return a, b, new_a, new_b
