@@ -184,16 +184,25 @@ def _summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+LONG_TOKENS = 64 * 1024
+"""Skew measure: the share of a configuration's tokens in samples longer than this (64K: the samples NSP
+routes on SP groups wider than 8 GPUs on these workloads)."""
+
+
 def _traits(points: list[Point], rows: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration (its W = 1 point): the token share of samples over 128K (skew), and per-step
-    NSP's mean micro-batches per batch and share of batches with more than one (memory pressure)."""
+    """Per configuration (its W = 1 point): the share of its tokens in samples over :data:`LONG_TOKENS`
+    and its longest sample (skew), and per-step NSP's mean micro-batches per batch and share of batches
+    split into more than one (memory pressure)."""
     out = []
     for point in (p for p in points if p.window == 1):
         nsp = rows[(rows["point"] == point.index) & (rows["planner"] == NSP)]
+        workload = build_workload(point.config)
+        lengths = np.concatenate([workload.sampler.batch(int(i)).lengths_array() for i in nsp["batch_index"]])
         out.append(
             {
                 **_config(point),
-                "share_over_128k": float(nsp["share_over_128k"].mean()),
+                "long_token_share": float(lengths[lengths > LONG_TOKENS].sum() / lengths.sum()),
+                "longest": int(lengths.max()),
                 "nsp_micro_batches": float(nsp["num_micro_batches"].mean()),
                 "nsp_split_batches": float((nsp["num_micro_batches"] > 1).mean()),
             }
@@ -237,14 +246,15 @@ def markdown(study: WindowStudy, iters: int) -> str:
         )
     lines += [
         "",
-        "| model | context | trace | tokens over 128K | NSP micro-batches | NSP batches split |",
-        "|---|---|---|---|---|---|",
+        "| model | context | trace | tokens in samples over 64K | longest sample | NSP micro-batches "
+        "| NSP batches split |",
+        "|---|---|---|---|---|---|---|",
     ]
     for _, r in study.traits.iterrows():
         model, context, trace = _label(r)
         lines.append(
-            f"| {model} | {context} | {trace} | {_num(r['share_over_128k'])} | {_num(r['nsp_micro_batches'], '.2f')} | "
-            f"{_num(r['nsp_split_batches'], '.2f')} |"
+            f"| {model} | {context} | {trace} | {_num(r['long_token_share'])} | {format_tokens(int(r['longest']))} | "
+            f"{_num(r['nsp_micro_batches'], '.2f')} | {_num(r['nsp_split_batches'], '.2f')} |"
         )
     slower = len(study.slower)
     lines += ["", f"Windows slower than their own per-step assignment: {slower} of {len(study.windows)}."]
