@@ -131,19 +131,18 @@ def test_one_short_batch_in_one_micro_batch_is_the_micro_batch_floor() -> None:
     assert floor.floor_s == pytest.approx(expected, rel=1e-12)
 
 
-def test_a_long_sample_costs_at_least_its_smallest_holding_degree() -> None:
-    """A sample longer than B_tok cannot take degree 1: the floor prices it at a degree that holds it,
-    so it is above the unrestricted cheapest work whenever degree 1 would be the cheapest."""
+def test_a_long_sample_is_priced_only_at_the_degrees_that_hold_it() -> None:
+    """15,000 tokens under B_tok = 6,000 on 8 GPUs: only degrees 4 and 8 hold it (15,000 / 2 > 6,000),
+    so its work is min(4 fwd(4), 8 fwd(8)), above the unrestricted cheapest work (degree 1's here)."""
     wl = _workload("tiny-8gpu")
-    batch = batch_of([15000])  # > 2 * 6000: degree 4 or more
-    ctx = make_context(batch, wl)
+    assert sorted(wl.tree.degrees) == [1, 2, 4, 8] and wl.token_budget == 6000
+    ctx = make_context(batch_of([15000]), wl)
+    floor = window_floor(wl, [batch_of([15000])])
+    (f4, b4), (f8, b8) = ctx.table.sample_costs(4), ctx.table.sample_costs(8)
+    assert floor.work_fwd_s == pytest.approx(min(4 * float(f4[0]), 8 * float(f8[0])) / 8, rel=1e-12)
+    assert floor.work_bwd_s == pytest.approx(min(4 * float(b4[0]), 8 * float(b8[0])) / 8, rel=1e-12)
     fwd, bwd = ctx.table.cheapest_work()
-    floor = window_floor(wl, [batch])
-    d = 4
-    f, b = ctx.table.sample_costs(d)
-    assert floor.work_fwd_s <= d * float(f[0]) / 8 * (1 + 1e-12)
-    assert floor.work_fwd_s >= float(fwd[0]) / 8 * (1 - 1e-12)
-    assert floor.work_fwd_s + floor.work_bwd_s >= (float(fwd[0]) + float(bwd[0])) / 8
+    assert floor.work_fwd_s + floor.work_bwd_s > (float(fwd[0]) + float(bwd[0])) / 8
 
 
 def test_the_floor_is_the_same_for_every_order_of_the_window() -> None:
