@@ -72,6 +72,12 @@ def stage_step(ctx: Context, stages: Stages) -> float:
 _FLOORS: dict[int, tuple[CostModel, tuple[float, float, float]]] = {}
 
 
+def step_floors(cost: CostModel) -> tuple[float, float, float]:
+    """The forward and backward FSDP floors of a micro-batch and its fixed cost per micro-batch, all
+    layers (:func:`stage_step`'s terms besides the stages)."""
+    return _step_floors(cost)
+
+
 def _step_floors(cost: CostModel) -> tuple[float, float, float]:
     """The forward and backward FSDP floors of a micro-batch and its fixed cost, all layers (asked of
     the cost model once per model: every call is batch-independent)."""
