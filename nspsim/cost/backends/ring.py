@@ -14,12 +14,13 @@ diagonal blocks of the first step are causal (1/(2k) of its work, at the causal 
 c); the first step's cross block (another 1/(2k)) and every later step (1/k each) are full blocks, at
 the full-block throughput (:meth:`~nspsim.cost.backends.base.Coefficients.full_attn_throughput`): a
 causal kernel computes and masks the tiles on its diagonal, a full block has none. Measured on the
-2-core CPU host (tiny model, torch's CPU flash kernel, one thread, 2026-12-02; the blocks of a ring
-walk interleaved with the Ulysses kernel of the same sample): at k = 2 and 4.8K-5.9K tokens, full
-c x c blocks ran at 13.5-14.9 GFLOP/s forward and 10.9-11.5 backward, a causal kernel over c at
-9.3-10.6 and 7.8-8.4, and the whole walk at 0.93-1.11x the Ulysses kernel; every block at the causal
-figure had priced the ring at 1.4x (forward) and 1.5x (backward) of Ulysses. Trade-off: a later step's
-2c x c blocks are priced at the c x c figure (measured within 12% of it) rather than a second table.
+2-core CPU host (tiny model, torch's CPU flash kernel, one thread, 2026-12-02; two runs of the blocks
+of a ring walk interleaved with the Ulysses kernel of the same sample, 4.8K-5.9K tokens, k = 2): full
+c x c blocks ran at 1.2-1.6x (forward) and 1.2-1.4x (backward) the FLOP rate of a causal kernel over
+c, and the whole walk took 0.93-1.11x the Ulysses kernel's time; every block at the causal rate of
+the validation's profile had priced it at 1.4x (forward) and 1.6x (backward) of Ulysses. Trade-off: a
+later step's 2c x c blocks are priced at the c x c figure (measured within 25% of it, either way)
+rather than from a second table.
 
 After the kernels of every step but the first, the partial results are merged in fp32, as
 ring-flash-attention's ``update_out_and_lse`` and its backward accumulation do: forward reads and
