@@ -183,6 +183,9 @@ def combine(results: list[dict[str, Any]], model: str) -> Measurements:
         host_cores=cores,
         sharing_curve={int(n): float(s) for n, s in curve.items()},
         lockstep=_lockstep(results),
+        attn_full_lengths=tuple(att.get("full_lengths", ())),
+        attn_full_fwd_s={h: tuple(mean(("attention", "full_fwd", h))) for h in att.get("full_fwd", {})},
+        attn_full_bwd_s={h: tuple(mean(("attention", "full_bwd", h))) for h in att.get("full_bwd", {})},
     )
 
 
@@ -206,6 +209,10 @@ def summary(profile: dict[str, Any]) -> str:
         )
         longest = int(next(iter(profile[key].values()))[-1][0])
         lines.append(f"  {key.split('_')[1]} attention GFLOP/s at {longest} tokens: {cells}")
+    full_fwd, full_bwd = (profile.get(f"attn_full_{p}_flops_by_length") for p in ("fwd", "bwd"))
+    if full_fwd and full_bwd:
+        n, fwd, bwd = int(full_fwd[-1][0]), full_fwd[-1][1] / 1e9, full_bwd[-1][1] / 1e9
+        lines.append(f"  full-block attention GFLOP/s at {n} x {n}: {fwd:.2f} fwd, {bwd:.2f} bwd")
     for key in ("nonattn_fwd_s_by_tokens", "nonattn_bwd_s_by_tokens", "head_fwd_s_by_tokens", "head_bwd_s_by_tokens"):
         table = profile[key]
         err = profile["fit"][key]["affine_max_rel_error"]

@@ -140,6 +140,12 @@ class AnalyticCostModel:
         eff = self.moe_gemm_efficiency if self.model.moe else self.dense_gemm_efficiency
         return self.cluster.gpu.matmul_flops * eff
 
+    def full_attn_throughput(self, lengths: np.ndarray, backward: bool) -> np.ndarray:
+        """Achieved FLOP/s of non-causal ``L x L`` blocks over all the model's heads: the profile's
+        full-block table, else the causal throughput at ``L`` (the only figure there is)."""
+        table = self.profile.full_attention_table(backward)
+        return table(lengths) if table is not None else self.attn_throughput(lengths, backward)
+
     def latency(self, group_size: int) -> float:
         """Per-collective latency of an aligned group (a profile's all-to-all fit when it has one)."""
         if group_size <= 1:

@@ -5,7 +5,8 @@
   bandwidth), with the latency floored at 10 ns (:data:`nspsim.cost.profile.ranges.LATENCY`);
 * attention kernels: throughput tables by (query heads per rank, length), FLOPs counted as the cost
   model counts them (forward ``2 * L^2 * heads * head_dim``, backward 2.5x), so a table entry divided
-  into the cost model's FLOPs returns the measured time exactly;
+  into the cost model's FLOPs returns the measured time exactly; full ``L x L`` blocks (all heads) count
+  twice a causal sample's FLOPs (:func:`full_throughput_table`);
 * per-layer and head times: ``[tokens, seconds]`` tables as measured (the cost model fits them
   affinely, :class:`nspsim.cost.profile.tables.AffineFit`);
 * the executor's own work (:func:`executor_overhead`): real executor steps of degree-1 plans minus
@@ -81,6 +82,14 @@ def throughput_table(
     ]
 
 
+def full_throughput_table(
+    lengths: Sequence[int], seconds: Sequence[float], heads: int, head_dim: int, backward: bool
+) -> list[list[float]]:
+    """``[[length, FLOP/s], ...]`` from kernel times of one full (non-causal) ``L x L`` block per length:
+    twice the causal sample's FLOPs (every query attends to every key)."""
+    return [[n, 2.0 * f] for n, f in throughput_table(lengths, seconds, heads, head_dim, backward)]
+
+
 def rising(seconds: Sequence[float]) -> tuple[float, ...]:
     """``seconds`` measured at increasing token counts, made non-decreasing by isotonic regression
     (scipy's pool-adjacent-violators: the least-squares non-decreasing fit). More tokens never take
@@ -126,12 +135,19 @@ class Measurements:
     exec_local_s: tuple[float, ...] = ()  # executor steps of degree-1 plans, kernels subtracted
     exec_sp_s: tuple[float, ...] = ()  # the same with one Ulysses node over all ranks (informational)
     lockstep: Mapping[int, tuple[tuple[float, ...], tuple[float, ...]]] | None = None  # size -> (work, wait)
+    attn_full_lengths: tuple[int, ...] = ()  # full L x L blocks over all the model's heads
+    attn_full_fwd_s: Mapping[int, tuple[float, ...]] | None = None  # {heads: seconds per length}
+    attn_full_bwd_s: Mapping[int, tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {self.num_layers}")
         if len(self.exec_local_s) != len(self.exec_tokens) or len(self.exec_sp_s) not in (0, len(self.exec_tokens)):
             raise ValueError("executor timings need one value per token count in exec_tokens")
+        n = len(self.attn_full_lengths)
+        for full in (self.attn_full_fwd_s, self.attn_full_bwd_s):
+            if n and (not full or any(len(t) != n for t in full.values())):
+                raise ValueError("full-block attention timings need one value per length in attn_full_lengths")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,6 +287,12 @@ def build_profile(m: Measurements, *, name: str, provenance: Mapping[str, Any], 
         "overlap_slowdown": max(m.overlap_slowdown, 1.0),
         "fit": fit,
     }
+    if m.attn_full_lengths and m.attn_full_fwd_s and m.attn_full_bwd_s:
+        for key, times, backward in (("fwd", m.attn_full_fwd_s, False), ("bwd", m.attn_full_bwd_s, True)):
+            heads = max(times)
+            profile[f"attn_full_{key}_flops_by_length"] = full_throughput_table(
+                m.attn_full_lengths, times[heads], heads, m.head_dim, backward
+            )
     if m.lockstep:
         profile["lockstep_wait_by_size"] = {
             str(size): [[d, w] for d, w in zip(*points, strict=True)] for size, points in sorted(m.lockstep.items())

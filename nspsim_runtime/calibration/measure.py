@@ -5,7 +5,8 @@ collectives. Each rank returns median seconds per point; the caller averages the
 * attention: the runtime's kernel (``--kernel``, ``auto`` = CPU flash) forward and backward over one
   causal sample of each length, for the query heads a rank holds at each Ulysses degree 1..N (KV heads
   ``max(kv // k, 1)``); the longest length is measured on the fewest heads only and scaled to the
-  others by the previous length's ratio (a long kernel costs seconds per head count);
+  others by the previous length's ratio (a long kernel costs seconds per head count); and over full
+  (non-causal) ``L x L`` blocks with all heads, what a Ring step's off-diagonal blocks run;
 * non-attention: one built-in decoder layer (norms, projections, RoPE, MLP or MoE) with the attention
   core replaced by a pass-through, forward and backward, over token counts;
 * head: embedding, final norm, tied output head and the loss, forward and backward;
@@ -52,6 +53,8 @@ from nspsim_runtime.model import DecoderLayer, DecoderLM, fsdp_shard
 
 ATTN_LENGTHS = (64, 256, 1024, 4096, 8192)
 LONG_LENGTH = 16384
+FULL_LENGTHS = (64, 256, 1024, 4096)
+"""Full (non-causal) L x L blocks: a Ring step's blocks are L/2k of a sample, a quarter of it at k = 2."""
 LAYER_TOKENS = (256, 1024, 4096, 8192, 16384)
 LINK_BYTES = (1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22)
 
@@ -117,22 +120,32 @@ def attention_times(spec: ModelSpec, cfg: CalibrationConfig, world: int) -> dict
             fwd[heads].append(fwd[heads][-1] * rf)
             bwd[heads].append(bwd[heads][-1] * rb)
         lengths = (*lengths, LONG_LENGTH)
-    return {"lengths": list(lengths), "fwd": fwd, "bwd": bwd}
+    full = FULL_LENGTHS[:2] if cfg.quick else FULL_LENGTHS
+    heads, kv = spec.num_heads, spec.num_kv_heads
+    points = [_attention_point(kernel, n, heads, kv, spec.head_dim, _reps(n, cfg.quick), True, False) for n in full]
+    return {
+        "lengths": list(lengths),
+        "fwd": fwd,
+        "bwd": bwd,
+        "full_lengths": list(full),
+        "full_fwd": {heads: [p[0] for p in points]},
+        "full_bwd": {heads: [p[1] for p in points]},
+    }
 
 
 def _attention_point(
-    kernel: Any, length: int, heads: int, kv: int, dim: int, reps: int, sync: bool
+    kernel: Any, length: int, heads: int, kv: int, dim: int, reps: int, sync: bool, causal: bool = True
 ) -> tuple[float, float]:
     gen = torch.Generator().manual_seed(length + heads)
     q = torch.randn(length, heads, dim, generator=gen)
     k, v = torch.randn(length, kv, dim, generator=gen), torch.randn(length, kv, dim, generator=gen)
     seg = Segments.same([length])
-    out, lse = kernel.forward(q, k, v, seg, causal=True)
+    out, lse = kernel.forward(q, k, v, seg, causal=causal)
     dout = torch.randn_like(out)
     barrier(sync)
-    f = median_time(lambda: kernel.forward(q, k, v, seg, causal=True), reps)
+    f = median_time(lambda: kernel.forward(q, k, v, seg, causal=causal), reps)
     barrier(sync)
-    b = median_time(lambda: kernel.backward(dout, q, k, v, out, lse, seg, causal=True), reps)
+    b = median_time(lambda: kernel.backward(dout, q, k, v, out, lse, seg, causal=causal), reps)
     return f, b
 
 

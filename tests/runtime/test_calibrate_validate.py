@@ -42,6 +42,7 @@ def test_calibration_writes_a_profile_with_provenance(profile: Path) -> None:
     assert prov["machine"]["during"]["samples"] == 6 and "load1" in prov["machine"]["before"]
     assert set(data["collectives"]) == {"alltoall", "p2p", "allgather", "reduce_scatter"}
     assert set(data["attn_fwd_flops_by_heads"]) == {"8", "4"}  # heads per rank at degrees 1 and 2
+    assert [p[0] for p in data["attn_full_bwd_flops_by_length"]] == [64, 256]  # full blocks (ring), quick lengths
     assert set(data["lockstep_wait_by_size"]) == {"2"}
     prof = load_profile(profile)
     cost = build_workload(WorkloadConfig(model="tiny", cluster="cpu", gpus=2, profile=str(profile))).cost

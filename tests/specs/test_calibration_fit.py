@@ -160,3 +160,34 @@ def test_a_measured_dip_is_fitted_non_decreasing_not_refused() -> None:
     assert rising([0.005607, 0.003514, 0.006, 0.01]) == pytest.approx((0.0045605, 0.0045605, 0.006, 0.01))
     table = time_table([256, 1024, 4096, 8192], [0.005607, 0.003514, 0.006, 0.01])
     TimeTable(tokens=tuple(p[0] for p in table), seconds=tuple(p[1] for p in table))
+
+
+def test_full_block_timings_price_the_ring_steps_off_diagonal_blocks() -> None:
+    """Full L x L blocks measured at 6 GFLOP/s forward and 3 backward (twice a causal sample's FLOPs):
+    the profile prices a full block at its measured time, and a degree-2 ring's later step is all full."""
+    from dataclasses import replace
+
+    from nspsim.cost.backends.ring import ring_kernels
+
+    spec, lengths = tiny(), (256, 1024)
+    full_fwd = {8: tuple(2 * attention_flops(n, 8, spec.head_dim, False) / 6e9 for n in lengths)}
+    full_bwd = {8: tuple(2 * attention_flops(n, 8, spec.head_dim, True) / 3e9 for n in lengths)}
+    m = replace(_measurements(), attn_full_lengths=lengths, attn_full_fwd_s=full_fwd, attn_full_bwd_s=full_bwd)
+    data = build_profile(m, name="syn", provenance={"ranks": 2}, cluster="cpu")
+    assert np.array(data["attn_full_fwd_flops_by_length"]) == pytest.approx(np.array([[256, 6e9], [1024, 6e9]]))
+    cost = AnalyticCostModel(
+        model=spec,
+        cluster=get_cluster("cpu", 2),
+        training=TrainingSpec(backend="ring", act_bytes=4, param_bytes=4, grad_bytes=4),
+        profile=parse_profile(data, "syn"),
+    )
+    assert cost.full_attn_throughput(np.array([512]), backward=True)[0] == pytest.approx(3e9)
+    # L = 2048 at k = 2: c = 512; a GPU's share F = attention_flops(2048) / 2, its later step F / 2 full,
+    # its first step F / 4 causal (8 heads at 4e9 forward, 2e9 backward) and F / 4 full.
+    share = attention_flops(2048, 8, spec.head_dim, False) / 2
+    f0, b0, fs, bs = ring_kernels(cost, np.array([2048]), 2)
+    assert fs[0] == pytest.approx(share / 2 / 6e9) and bs[0] == pytest.approx(2.5 * share / 2 / 3e9)
+    assert f0[0] == pytest.approx(share / 4 / 4e9 + share / 4 / 6e9)
+    assert b0[0] == pytest.approx(2.5 * (share / 4 / 2e9 + share / 4 / 3e9))
+    with pytest.raises(ValueError, match="one value per length in attn_full_lengths"):
+        replace(m, attn_full_fwd_s={8: (1.0,)})

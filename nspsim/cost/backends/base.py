@@ -40,6 +40,11 @@ class Coefficients(Protocol):
         per rank (``None``: the model's)."""
         ...
 
+    def full_attn_throughput(self, lengths: np.ndarray, backward: bool) -> np.ndarray:
+        """Achieved FLOP/s of non-causal (full) ``L x L`` blocks over all the model's query heads
+        (FLOPs counted as two causal samples of length ``L``)."""
+        ...
+
     def latency(self, group_size: int) -> float:
         """Per-collective latency of an aligned group."""
         ...

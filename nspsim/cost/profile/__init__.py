@@ -13,6 +13,8 @@ and seconds)::
       "element_bytes": 4,            # bytes per activation, parameter and gradient element the runtime used
       "attn_fwd_flops_by_heads": {"8": [[256, 2e9], [8192, 9e9]], "4": [[256, 1.5e9], [8192, 8e9]]},
       "attn_bwd_flops_by_heads": {"8": [[256, 1e9], [8192, 6e9]]},
+      "attn_full_fwd_flops_by_length": [[256, 4e9], [4096, 1e10]],  # non-causal L x L blocks, all heads
+      "attn_full_bwd_flops_by_length": [[256, 2e9], [4096, 7e9]],
       "nonattn_fwd_s_by_tokens": [[64, 1e-4], [8192, 4e-3]],    # one layer, one rank (model-bound)
       "nonattn_bwd_s_by_tokens": [[64, 2e-4], [8192, 9e-3]],
       "head_fwd_s_by_tokens": [[64, 5e-5], [8192, 2e-3]],       # embedding, head and loss (model-bound)
@@ -29,7 +31,11 @@ and seconds)::
       "fit": {...}                   # per-table fit errors (informational)
     }
 
-Version 1 files (``attn_*_flops_by_length``, ``nonattn_flops``, ``*_bw_by_degree``, ``allgather_bw``,
+``attn_full_*_flops_by_length`` are non-causal L x L blocks over all the model's heads, FLOPs counted as
+two causal samples of length L (what the off-diagonal blocks of a Ring step run); without them the cost
+model prices those blocks at the causal tables.
+
+Version 1 files (``attn_{fwd,bwd}_flops_by_length``, ``nonattn_flops``, ``*_bw_by_degree``, ``allgather_bw``,
 ``latency_s_by_degree``) still load; those keys stay valid in version 2. The value ranges are in
 :mod:`nspsim.cost.profile.ranges`, the tables' interpolation rules in :mod:`nspsim.cost.profile.tables`.
 Which coefficient overrides which analytic formula is :class:`~nspsim.cost.analytic.AnalyticCostModel`'s
@@ -83,6 +89,7 @@ COLLECTIVES = ("alltoall", "p2p", "allgather", "reduce_scatter")
 
 _LENGTH_TABLES = ("attn_fwd_flops_by_length", "attn_bwd_flops_by_length")
 _HEADS_TABLES = ("attn_fwd_flops_by_heads", "attn_bwd_flops_by_heads")
+_FULL_TABLES = ("attn_full_fwd_flops_by_length", "attn_full_bwd_flops_by_length")
 _TIME_TABLES = ("nonattn_fwd_s_by_tokens", "nonattn_bwd_s_by_tokens", "head_fwd_s_by_tokens", "head_bwd_s_by_tokens")
 _DEGREE_TABLES = ("alltoall_bw_by_degree", "p2p_bw_by_degree", "latency_s_by_degree")
 _SCALARS = ("nonattn_flops", "allgather_bw")
@@ -90,6 +97,7 @@ _V2_SCALARS = ("micro_batch_s", "optimizer_s", "step_s", "overlap_slowdown", "ho
 _META = ("format", "version", "name", "source", "notes", "provenance", "fit")
 _V2_ONLY = (
     *_HEADS_TABLES,
+    *_FULL_TABLES,
     *_TIME_TABLES,
     *_V2_SCALARS,
     "collectives",
@@ -149,6 +157,8 @@ class Profile:
     ranks: int | None = None
     attn_fwd_flops_by_heads: Mapping[int, LengthTable] = field(default_factory=dict)
     attn_bwd_flops_by_heads: Mapping[int, LengthTable] = field(default_factory=dict)
+    attn_full_fwd_flops_by_length: LengthTable | None = None
+    attn_full_bwd_flops_by_length: LengthTable | None = None
     nonattn_fwd_s_by_tokens: TimeTable | None = None
     nonattn_bwd_s_by_tokens: TimeTable | None = None
     head_fwd_s_by_tokens: TimeTable | None = None
@@ -196,6 +206,11 @@ class Profile:
         if by_heads:
             return by_heads[max(by_heads)]
         return self.attn_bwd_flops_by_length if backward else self.attn_fwd_flops_by_length
+
+    def full_attention_table(self, backward: bool) -> LengthTable | None:
+        """The throughput table of non-causal (full) L x L blocks over all the model's heads (what a ring
+        step's off-diagonal blocks run), or ``None`` when the profile did not measure them."""
+        return self.attn_full_bwd_flops_by_length if backward else self.attn_full_fwd_flops_by_length
 
     def link(self, collective: str, group_size: int) -> LinkFit | None:
         """The fitted ``collective`` over ``group_size`` ranks (nearest smaller profiled size), or ``None``."""
@@ -254,7 +269,7 @@ def parse_profile(data: Mapping[str, Any], origin: str = "profile") -> Profile:
         hint = f' ({", ".join(newer)} need "version": 2)' if newer else ""
         raise ValueError(f"{origin}: unknown profile keys {sorted(unknown)}{hint}")
     kwargs: dict[str, Any] = {"name": str(data.get("name", "profile")), "source": str(data.get("source", ""))}
-    for key in _LENGTH_TABLES:
+    for key in (*_LENGTH_TABLES, *_FULL_TABLES):
         if key in data:
             kwargs[key] = _length_table(data[key], f"{origin}: {key}")
     for key in _HEADS_TABLES:
