@@ -14,14 +14,13 @@ it, so every fact is taken as transformers takes it:
   Qwen2-MoE, Qwen3-MoE) means hidden / heads, as their attention modules read it; the sliding window
   is kept only when ``use_sliding_window`` is true (Qwen2/Qwen3/Qwen3-MoE keep null otherwise,
   Qwen2-MoE 0), and Qwen2/Qwen3/Qwen2-MoE derive ``layer_types`` from it as their classes do.
-* :func:`unsupported_attention` - the attention features the NSP runtime cannot run (sliding-window
-  or chunked attention, logit soft-capping, attention dropout, non-causal attention), as the phrase
-  the runtime's one-line error uses (``nspsim_runtime/hf/bridge.py`` calls it on transformers' own
-  config); :func:`unmodelled_attention` - the same less the causal sliding window, which nspsim
-  models (:func:`attention_window`): what nspsim refuses, in the same phrase (it reads
-  :func:`normalised`). A window is read per layer as the attention modules read it: from
-  ``layer_types`` where the class has them, else ``sliding_window`` itself on every layer (Mistral,
-  Mixtral, Qwen3-MoE).
+* :func:`unmodelled_attention` - the attention features nspsim does not model and the NSP runtime
+  does not run (chunked attention, logit soft-capping, attention dropout, non-causal attention), as
+  the phrase the runtime's one-line error uses (``nspsim_runtime/hf/bridge.py`` calls it on
+  transformers' own config, nspsim on :func:`normalised`);
+* :func:`attention_window` - the causal sliding window both model and run, read per layer as the
+  attention modules read it: from ``layer_types`` where the class has them, else ``sliding_window``
+  itself on every layer (Mistral, Mixtral, Qwen3-MoE).
 
 ``tests/runtime/test_hf_defaults.py`` checks the table and the rules against the installed
 transformers (the configs it builds and the parameters of the models it builds on the meta device).
@@ -234,25 +233,10 @@ def attention_window(model_type: str, config: Mapping[str, Any]) -> tuple[int | 
     return (window, layers) if layers else (None, None)
 
 
-def unsupported_attention(config: Mapping[str, Any]) -> str | None:
-    """The attention feature of a normalised config that NSP's runtime cannot run (the runtime's
-    phrase), or ``None`` (module doc)."""
-    feature = unmodelled_attention(config)
-    if feature is not None:
-        return feature
-    kinds = set(config.get("layer_types") or ())
-    window = config.get("sliding_window")
-    if "sliding_attention" in kinds and window is not None:
-        return f"sliding-window or chunked attention (layer_types {sorted(kinds)}, sliding_window={window})"
-    if config.get("model_type") not in WINDOW_BY_LAYER_TYPE | NO_WINDOW and window is not None:
-        return f"sliding-window attention (sliding_window={window})"
-    return None
-
-
 def unmodelled_attention(config: Mapping[str, Any]) -> str | None:
-    """The attention feature of a normalised config that nspsim does not model (the runtime's phrase
-    for it), or ``None``: everything :func:`unsupported_attention` refuses except a causal sliding
-    window, which nspsim prices (:func:`attention_window`)."""
+    """The attention feature of a normalised config (or of transformers' own config, as the runtime's
+    bridge reads it) that neither nspsim models nor the runtime runs, as the runtime's phrase, or
+    ``None``. A causal sliding window is not among them (:func:`attention_window`)."""
     if config.get("is_causal", True) is False:
         return "non-causal (bidirectional) attention (config.is_causal is False)"
     kinds = set(config.get("layer_types") or ())
