@@ -150,8 +150,8 @@ class ModelSpec:
 
     def _check_window(self) -> None:
         """``sliding_window`` a positive integer or ``None``; ``window_layers`` distinct layer indices in
-        ascending order, only with a window; every layer listed is stored as ``None`` (one spelling of
-        "every layer", so equal models fingerprint alike)."""
+        ascending order (a tuple or list, held as a tuple), only with a window; every layer listed is
+        stored as ``None`` (one spelling of "every layer", so equal models fingerprint alike)."""
         window, layers = self.sliding_window, self.window_layers
         if window is not None and (
             isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_WINDOW
@@ -165,8 +165,11 @@ class ModelSpec:
             return
         if window is None:
             raise ValueError(f"model {self.name!r}: window_layers needs a sliding_window")
-        if not isinstance(layers, tuple) or not all(type(i) is int for i in layers):
-            raise ValueError(f"model {self.name!r}: window_layers must be a tuple of layer indices, got {layers!r}")
+        if not isinstance(layers, (tuple, list)) or not all(type(i) is int for i in layers):
+            shown = repr(layers)[:200]
+            raise ValueError(f"model {self.name!r}: window_layers must be a list of layer indices, got {shown}")
+        layers = tuple(layers)
+        object.__setattr__(self, "window_layers", layers)  # a list (as a plan records it) is held as a tuple
         if not layers or list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= self.num_layers:
             raise ValueError(
                 f"model {self.name!r}: window_layers must be distinct ascending indices of its "

@@ -100,6 +100,7 @@ def test_every_layer_listed_is_one_spelling() -> None:
     assert model_fingerprint(listed) == model_fingerprint(ModelSpec(**{**base, "sliding_window": 8}))
     some = ModelSpec(**{**base, "sliding_window": 8, "window_layers": (1,)})
     assert some.record()["window_layers"] == [1] and some.windowed_layers == 1
+    assert ModelSpec(**some.record()) == some  # what a plan records builds the same spec
 
 
 @pytest.mark.parametrize(
@@ -116,7 +117,8 @@ def test_every_layer_listed_is_one_spelling() -> None:
         ({"sliding_window": 8, "window_layers": (2,)}, "distinct ascending indices of its 2 layers"),
         ({"sliding_window": 8, "window_layers": (1, 0)}, "distinct ascending indices"),
         ({"sliding_window": 8, "window_layers": ()}, "distinct ascending indices"),
-        ({"sliding_window": 8, "window_layers": [0]}, "must be a tuple of layer indices"),
+        ({"sliding_window": 8, "window_layers": "0"}, "must be a list of layer indices"),
+        ({"sliding_window": 8, "window_layers": (0.0,)}, "must be a list of layer indices"),
     ],
 )
 def test_a_bad_window_is_one_line(fields: dict, message: str) -> None:
@@ -142,6 +144,26 @@ def test_a_window_makes_long_samples_cheaper_on_ulysses_and_local_nodes() -> Non
         assert a.bwd.compute == pytest.approx(b.bwd.compute * share, rel=1e-12)
         assert (a.fwd.prologue, a.fwd.epilogue) == (b.fwd.prologue, b.fwd.epilogue)  # same all-to-alls
     assert _cost(windowed).non_attention(1000.0) == _cost(full).non_attention(1000.0)
+
+
+def test_the_planners_cost_tables_and_lower_bound_see_the_window() -> None:
+    """Planners price samples through the cost model (CostTable, the numba kernels' inputs, the lower
+    bound): a window lowers long samples' costs, leaves short ones alone."""
+    from nspsim.planners.lower_bound import lower_bound
+    from nspsim.planners.proxy import CostTable
+    from nspsim.sp_tree import SPTree
+
+    tree = SPTree(num_gpus=8, spmax=8, gpus_per_node=8)
+    lengths = [65_536, 16_384, 4096, 1000]
+    tables = {
+        w: CostTable(_cost(spec_from_hf_config({**MISTRAL_7B, "sliding_window": w}, name="m")), tree, lengths, 10**6)
+        for w in (4096, None)
+    }
+    for degree in (1, 4):
+        windowed, full = tables[4096].total(degree), tables[None].total(degree)
+        assert windowed[0] < full[0] and windowed[1] < full[1]
+        assert windowed[2:].tolist() == full[2:].tolist()
+    assert lower_bound(tables[4096]) < lower_bound(tables[None])
 
 
 def test_ring_with_a_window_is_refused_with_the_runtimes_line() -> None:
