@@ -205,7 +205,8 @@ class ModelSpec:
             return squared
         share = window_share(lengths, self.sliding_window)
         n, total = self.windowed_layers, self.num_layers
-        return squared * (share if n == total else (n * share + (total - n)) / total)
+        scaled: np.ndarray = squared * (share if n == total else (n * share + (total - n)) / total)
+        return scaled
 
     # ---- parameter counts -------------------------------------------------------------------
     @property

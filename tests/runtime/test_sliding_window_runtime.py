@@ -220,6 +220,7 @@ def test_nsp_on_two_ranks_equals_the_single_process_windowed_model(configs: dict
     cases = _cases(configs)
     assert any(max(Plan.from_json(c.plan_json).lengths) > 8 for c in cases)  # samples longer than the window
     results = run_ranks(hf_workers.hf_parity, 2, cases, timeout_s=240, comm_timeout_s=60)
+    largest = 0.0
     for i, case in enumerate(cases):
         ref_loss, ref_grads = hf_workers.reference(case)
         reps = [res[i] for res in results]
@@ -229,6 +230,8 @@ def test_nsp_on_two_ranks_equals_the_single_process_windowed_model(configs: dict
         assert grads.keys() == ref_grads.keys()
         worst = max(float((grads[n] - g).abs().max()) for n, g in ref_grads.items())
         assert worst < TOL, (case.model, Plan.from_json(case.plan_json).planner, worst)
+        largest = max(largest, worst)
+    print(f"2 ranks, windowed models: largest gradient difference {largest:.3g}")
 
 
 def test_ring_training_of_a_windowed_model_is_refused_before_it_runs(configs: dict[str, str]) -> None:
@@ -236,3 +239,26 @@ def test_ring_training_of_a_windowed_model_is_refused_before_it_runs(configs: di
         build_workload(WorkloadConfig(model=configs["mistral-w8.json"], cluster="cpu", gpus=2, backend="ring"))
     assert str(err.value) == window_refusal("ring", 8)
     assert Path(configs["mistral-full.json"]).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_executor_refuses_a_ring_plan_of_a_windowed_model_on_every_rank(configs: dict[str, str]) -> None:
+    from nspsim_runtime.launch import LaunchError
+
+    path = configs["mistral-w8.json"]
+    ring = make_plan(
+        planner="hand-ring",
+        cluster=get_cluster("cpu", 2),
+        model=resolve_model(path),
+        batch=make_batch([20, 9]),
+        spmax=2,
+        token_budget=10**6,
+        nodes=[Node(2, 0), Node(1, 1)],
+        backend="ring",
+    )
+    case = hf_workers.HFCase(plan_json=ring.to_json(), model=path, seed=3)
+    with pytest.raises(LaunchError) as err:
+        run_ranks(hf_workers.hf_parity, 2, [case], timeout_s=240, comm_timeout_s=60)
+    line = window_refusal("ring", 8)
+    assert line is not None and str(err.value).count(line) >= 2, str(err.value)  # both ranks, the same line
