@@ -43,7 +43,7 @@ from nspsim.execution.layout import Exchange, MicroBatchLayout, micro_batch_layo
 from nspsim.execution.recompute import recompute_marks
 from nspsim.plan import Plan
 from nspsim.sp_tree import Node
-from nspsim.specs.backend import SPBackend
+from nspsim.specs.backend import SPBackend, window_refusal
 from nspsim.specs.memory import MemoryModel
 from nspsim.specs.model import ModelSpec
 from nspsim_runtime.backends import sp_backends
@@ -132,6 +132,7 @@ class NSPExecutor:
         self.comm = Comm(rank=rank, world=world, groups=groups, clock=self.clock, device=device)
         self.ctx = ExecContext(comm=self.comm, kernel=select_kernel(options.kernel, device), clock=self.clock)
         self._sp: dict[SPBackend, PhaseBackend] = sp_backends(spec)
+        self._window = spec.sliding_window
         self._local = LocalBackend()
         self._layouts: dict[str, list[MicroBatchLayout]] = {}
 
@@ -166,7 +167,12 @@ class NSPExecutor:
         self, plan: Plan, micro_batch: int, marks: npt.NDArray[np.bool_] | None = None
     ) -> NestedAttention:
         """The attention call for ``micro_batch`` of ``plan`` on this rank (its inputs are the rank's
-        execution-layout rows). Every rank must call this for the same plan: it may create groups."""
+        execution-layout rows). Every rank must call this for the same plan: it may create groups. A
+        plan whose backend cannot run the model's sliding window is refused here, on every rank alike,
+        before any of its collectives (:func:`~nspsim.specs.backend.window_refusal`)."""
+        refusal = window_refusal(plan.backend, self._window)
+        if refusal is not None:
+            raise ValueError(refusal)
         self.groups.ensure(plan.issue_order[micro_batch])
         mbl = self.layouts(plan)[micro_batch]
         if marks is None:

@@ -6,9 +6,10 @@ residual -> RMSNorm -> SwiGLU MLP or top-k MoE (softmax router, renormalised top
 auxiliary loss) -> residual; final RMSNorm and (tied) output head.
 
 The model knows nothing of sequence parallelism: it calls ``attention(q, k, v)`` with ``q`` of shape
-``[T, H, D]`` and ``k``, ``v`` of ``[T, H_kv, D]`` for the rows it holds, and everything else is
-per-token. A single process plugs in :class:`LocalAttention` over whole samples; NSP plugs in its
-nested executor. ``relayout`` (identity by default) maps the final hidden rows into the layout of
+``[T, H, D]`` and ``k``, ``v`` of ``[T, H_kv, D]`` for the rows it holds (``attention(q, k, v,
+window=W)`` on the layers the spec's sliding window applies to), and everything else is per-token.
+A single process plugs in :class:`LocalAttention` over whole samples; NSP plugs in its nested
+executor. ``relayout`` (identity by default) maps the final hidden rows into the layout of
 ``targets`` before the loss; the NSP executor uses it for the layout-restoring all-to-all.
 Initial weights are drawn from a ``torch.Generator`` seeded by ``seed``, so every rank and the
 single-process reference start from identical weights without touching global RNG state.
@@ -17,7 +18,7 @@ single-process reference start from identical weights without touching global RN
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,27 @@ from torch import Tensor, nn
 from nspsim.specs.model import ModelSpec
 from nspsim_runtime.kernels import AttentionKernel, Segments
 
-AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+class AttentionFn(Protocol):
+    """The attention core a model calls: ``[T, H, D]`` rows in and out, causal per sample, within the
+    layer's sliding ``window`` when it has one (callers pass ``window`` only when it is set, so a
+    three-argument function serves full attention)."""
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor: ...
+
+
+def layer_window(spec: ModelSpec, layer: int) -> int | None:
+    """The sliding window of decoder layer ``layer`` (``None``: full causal attention)."""
+    if spec.window_layers is not None and layer not in spec.window_layers:
+        return None
+    return spec.sliding_window
+
+
+def call_attention(attention: AttentionFn, q: Tensor, k: Tensor, v: Tensor, window: int | None) -> Tensor:
+    """``attention(q, k, v)``, with ``window=`` only when the layer has one."""
+    return attention(q, k, v) if window is None else attention(q, k, v, window=window)
+
+
 INIT_STD = 0.02
 
 
@@ -59,9 +80,9 @@ def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
 class Attention(nn.Module):
     """GQA self-attention block; the attention core is the caller's ``attention`` function."""
 
-    def __init__(self, spec: ModelSpec, rope_theta: float) -> None:
+    def __init__(self, spec: ModelSpec, rope_theta: float, window: int | None = None) -> None:
         super().__init__()
-        self.spec, self.rope_theta = spec, rope_theta
+        self.spec, self.rope_theta, self.window = spec, rope_theta, window
         self.q_proj = nn.Linear(spec.hidden, spec.q_width, bias=False)
         self.k_proj = nn.Linear(spec.hidden, spec.kv_width, bias=False)
         self.v_proj = nn.Linear(spec.hidden, spec.kv_width, bias=False)
@@ -76,7 +97,7 @@ class Attention(nn.Module):
         k = self.k_norm(self.k_proj(h).view(t, s.num_kv_heads, s.head_dim))
         v = self.v_proj(h).view(t, s.num_kv_heads, s.head_dim)
         q, k = rope(q, positions, self.rope_theta), rope(k, positions, self.rope_theta)
-        out: Tensor = self.o_proj(attention(q, k, v).reshape(t, s.q_width))
+        out: Tensor = self.o_proj(call_attention(attention, q, k, v, self.window).reshape(t, s.q_width))
         return out
 
 
@@ -122,10 +143,10 @@ class MoE(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm decoder layer."""
 
-    def __init__(self, spec: ModelSpec, rope_theta: float) -> None:
+    def __init__(self, spec: ModelSpec, rope_theta: float, window: int | None = None) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(spec.hidden)
-        self.attn = Attention(spec, rope_theta)
+        self.attn = Attention(spec, rope_theta, window)
         self.ffn_norm = RMSNorm(spec.hidden)
         moe = spec.moe
         self.ffn: nn.Module = (
@@ -148,7 +169,9 @@ class DecoderLM(nn.Module):
         super().__init__()
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab, spec.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(spec, rope_theta) for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(spec, rope_theta, layer_window(spec, i)) for i in range(spec.num_layers)
+        )
         self.norm = RMSNorm(spec.hidden)
         self.head = None if spec.tie_embeddings else nn.Linear(spec.hidden, spec.vocab, bias=False)
         self._init_weights(seed)
@@ -205,9 +228,10 @@ class LocalAttention:
         self.kernel = kernel
         self.segments = Segments.same(lengths)
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Attention output ``[T, H, D]``."""
-        out: Tensor = _LocalAttentionFn.apply(q, k, v, self.kernel, self.segments)  # type: ignore[no-untyped-call]
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor:
+        """Attention output ``[T, H, D]`` (causal within ``window``)."""
+        seg = self.segments.windowed(window)
+        out: Tensor = _LocalAttentionFn.apply(q, k, v, self.kernel, seg)  # type: ignore[no-untyped-call]
         return out
 
 

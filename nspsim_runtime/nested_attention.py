@@ -10,7 +10,9 @@ position-encoded by the layer:
   ``layout.num_rows`` and row ``r`` is the token at ``layout.positions[r]`` of its sample;
 
 and returns the causal attention output of the same rows, ``[T, Hq, D]`` (one causal segment per
-sample: each token attends to the earlier tokens of its own sample, wherever they are held).
+sample: each token attends to the earlier tokens of its own sample, wherever they are held; with the
+layer's sliding ``window`` W, to itself and the W-1 before it). Ulysses and local nodes run a window
+as a banded kernel; Ring refuses it (:func:`nspsim.specs.backend.window_refusal`).
 Gradients flow to ``q``, ``k`` and ``v``.
 
 Each call is one autograd Function. Its forward and backward run the phases of this rank's nodes in
@@ -40,8 +42,8 @@ from nspsim_runtime.backends.base import ExecContext, NodeTask, PhaseBackend
 
 class _NestedAttentionFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, runner: NestedAttention) -> Tensor:
-        out, tasks = runner.run_forward(q, k, v)
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, runner: NestedAttention, window: int | None) -> Tensor:
+        out, tasks = runner.run_forward(q, k, v, window)
         ctx.runner, ctx.tasks = runner, tasks
         return out
 
@@ -49,7 +51,7 @@ class _NestedAttentionFn(torch.autograd.Function):
     def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
         dq, dk, dv = ctx.runner.run_backward(ctx.tasks, dout.contiguous())
         ctx.tasks = None
-        return dq, dk, dv, None
+        return dq, dk, dv, None, None
 
 
 class NestedAttention:
@@ -73,12 +75,12 @@ class NestedAttention:
         self._empty: tuple[Tensor, Tensor] = (torch.zeros(0), torch.zeros(0))
         self.slots = {slot.node: slot for slot in layout.slots}
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Attention output for this rank's execution rows."""
-        out: Tensor = _NestedAttentionFn.apply(q, k, v, self)  # type: ignore[no-untyped-call]
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor:
+        """Attention output for this rank's execution rows (causal within the layer's sliding ``window``)."""
+        out: Tensor = _NestedAttentionFn.apply(q, k, v, self, window)  # type: ignore[no-untyped-call]
         return out
 
-    def _tasks(self, q: Tensor, k: Tensor, v: Tensor) -> dict[Node, NodeTask]:
+    def _tasks(self, q: Tensor, k: Tensor, v: Tensor, window: int | None) -> dict[Node, NodeTask]:
         return {
             node: NodeTask(
                 slot=s,
@@ -86,6 +88,7 @@ class NestedAttention:
                 k=k[s.start : s.stop],
                 v=v[s.start : s.stop],
                 recompute=self.marks[s.shards.samples],
+                window=window,
             )
             for node, s in self.slots.items()
         }
@@ -102,10 +105,12 @@ class NestedAttention:
                 results[node] = getattr(self.backends[node], f"{prefix}_finish")(task, self.ctx)
         return results
 
-    def run_forward(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, dict[Node, NodeTask]]:
+    def run_forward(
+        self, q: Tensor, k: Tensor, v: Tensor, window: int | None = None
+    ) -> tuple[Tensor, dict[Node, NodeTask]]:
         """Forward of every node on this rank; returns the output rows and the per-node state."""
         self._empty = (q.new_zeros((0, *q.shape[1:])), k.new_zeros((0, *k.shape[1:])))
-        tasks = self._tasks(q, k, v)
+        tasks = self._tasks(q, k, v, window)
         outs = self._drive(tasks, "fwd")
         for task in tasks.values():
             task.out = None

@@ -5,6 +5,17 @@ Attention core (per layer, per GPU of a node of SP degree k, samples of lengths 
 * FLOPs: forward 2 * L^2 * q_width per sample (causal), backward 2.5x forward; a GPU does 1/k.
   Kernel throughput grows with length, ``attn_flops * L / (L + attn_half_length)``, unless a profile
   gives a measured table.
+* A sliding window W scales each sample's FLOPs by the share of causal query-key pairs it keeps
+  (:func:`nspsim.specs.model.causal_pairs`, averaged over the layers that use it), and the kernel
+  runs at the throughput of the sample's own length L, from the curve or a measured table alike: a
+  windowed sample costs its full-attention time times that share. Why the sample's length and not
+  the full-attention length with the same pair count (sqrt of twice the pairs, ~32K for L = 128K,
+  W = 4K): a banded flash kernel still runs all L / tile query tiles of the sample, each over a band
+  of about W keys, so its parallelism, and the tile count its fixed costs are paid over, are those of
+  length L; the equal-pairs length would price it as a shorter kernel with fewer tiles, below the
+  saturated rate. Where the band is narrower than the kernel's tiles (W well under 128) the kernel
+  computes masked tiles too and this under-prices it. Ring attention with a window is refused
+  (:func:`nspsim.specs.backend.window_refusal`).
 * The SP backend decides how a node of degree k > 1 splits and overlaps that work: one file per
   backend under :mod:`nspsim.cost.backends` (Ulysses: all-to-all prologue and epilogue; Ring: k-1
   overlapped K/V hops), looked up once per model; degree-1 nodes are the plain local kernel.
@@ -58,6 +69,7 @@ from nspsim.cost.interface import AttentionCost, FsdpCost, NonAttentionCost, Pha
 from nspsim.cost.profile import Profile
 from nspsim.cost.profile.consistency import check_rates
 from nspsim.cost.profile.tables import AffineFit, lookup_degree
+from nspsim.specs.backend import window_refusal
 from nspsim.specs.cluster import ClusterSpec
 from nspsim.specs.kernels import AttentionCurves, attention_curves
 from nspsim.specs.memory import gathered_layer_params
@@ -92,6 +104,9 @@ class AnalyticCostModel:
             raise ValueError("attn_half_length must be >= 0")
         if not (0 < self.dense_gemm_efficiency <= 1 and 0 < self.moe_gemm_efficiency <= 1):
             raise ValueError("GEMM efficiencies must be in (0, 1]")
+        refusal = window_refusal(self.training.backend, self.model.sliding_window)
+        if refusal is not None:
+            raise ValueError(refusal)
         check_rates(
             self.profile, dense_flops_per_token=self.model.dense_flops_per_token_layer, heads=self.model.num_heads
         )

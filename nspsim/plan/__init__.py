@@ -246,7 +246,7 @@ class Plan:
         if model_fingerprint(model) != self.model.fingerprint:
             raise ValueError(
                 f"plan was made for another spec of model {model.name} (fingerprint {self.model.fingerprint}, "
-                f"now {model_fingerprint(model)}): {spec_differences(self.model.spec, asdict(model))}; re-plan it"
+                f"now {model_fingerprint(model)}): {spec_differences(self.model.spec, model.record())}; re-plan it"
             )
 
     # ---- JSON ------------------------------------------------------------------------------------

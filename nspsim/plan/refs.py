@@ -48,8 +48,8 @@ def _fingerprint(obj: object) -> str:
 
 
 def model_fingerprint(model: ModelSpec) -> str:
-    """Stable hash of a model spec (every field)."""
-    return _fingerprint(asdict(model))
+    """Stable hash of a model spec (every field; the window fields only when set: :meth:`ModelSpec.record`)."""
+    return _fingerprint(model.record())
 
 
 def profile_fingerprint(profile: Profile) -> str:
@@ -159,7 +159,7 @@ class ModelRef:
     @staticmethod
     def of(model: ModelSpec) -> ModelRef:
         """Reference to ``model``."""
-        return ModelRef(name=model.name, fingerprint=model_fingerprint(model), spec=asdict(model))
+        return ModelRef(name=model.name, fingerprint=model_fingerprint(model), spec=model.record())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,3 +61,22 @@ def backend_layout(backend: str) -> BackendLayout:
     if backend not in BACKENDS:
         raise ValueError(f"unknown SP backend {backend!r} (known: {', '.join(BACKENDS)})")
     return LAYOUTS[SPBackend(backend)]
+
+
+WINDOWED_BACKENDS = frozenset({SPBackend.ULYSSES})
+"""The backends that run (and whose costs model) causal attention within a sliding window: Ulysses
+gives each rank whole samples for its heads, so a window is only a cheaper kernel. Ring attention
+passes K,V blocks around the ring; with a window the blocks wholly outside it could be skipped (fewer
+useful steps, less work per step), which neither its cost model nor the runtime's ring does, so it
+is refused rather than priced as full attention."""
+
+
+def window_refusal(backend: str, sliding_window: int | None) -> str | None:
+    """The one line refusing a sliding window on ``backend`` (nspsim and the runtime say the same), or
+    ``None`` when there is no window or the backend runs it (:data:`WINDOWED_BACKENDS`)."""
+    if sliding_window is None or backend in WINDOWED_BACKENDS:
+        return None
+    return (
+        f"the {backend} backend does not support sliding-window attention (sliding_window={sliding_window}): "
+        "blocks outside the window are neither skipped nor modelled; use --backend ulysses"
+    )

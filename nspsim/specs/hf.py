@@ -6,13 +6,14 @@ A transformers model is described by its config: a flat JSON object (``hidden_si
 the shapes of a user's model: hidden size, layers, attention and KV heads, head dimension,
 vocabulary, tied embeddings, the dense
 FFN width (``intermediate_size``) or, for MoE models, experts, top-k, expert and shared-expert widths.
-A field the config omits takes transformers' own default for its architecture, and attention
-features nspsim does not model (sliding windows, soft-capping, attention dropout) are refused with
-the runtime's phrase (:mod:`nspsim.specs.hf_defaults`). QK-norm follows the architecture
-(``model_type``): Qwen3 has it, Llama, Mistral, Qwen2 and Mixtral do not. :func:`resolve_model` is how
-a workload names its model: a preset name, one of the :data:`HF_PRESETS` (the tiny transformers models the
-runtime trains, whose configs are written here so that nspsim and the runtime build from the same values), or
-the path of a ``config.json``.
+A field the config omits takes transformers' own default for its architecture. A causal sliding
+window (``sliding_window``, on the layers the architecture applies it to) becomes the spec's window;
+attention features nspsim does not model (chunked attention, soft-capping, attention dropout,
+non-causal attention) are refused with the runtime's phrase (:mod:`nspsim.specs.hf_defaults`).
+QK-norm follows the architecture (``model_type``): Qwen3 has it, Llama, Mistral, Qwen2 and Mixtral do
+not. :func:`resolve_model` is how a workload names its model: a preset name, one of the
+:data:`HF_PRESETS` (the tiny transformers models the runtime trains, whose configs are written here
+so that nspsim and the runtime build from the same values), or the path of a ``config.json``.
 
 Trade-off: the spec is a uniform decoder (every layer the same), so configs that mix dense and MoE layers
 (``decoder_sparse_step`` > 1, ``mlp_only_layers``, ``first_k_dense_replace``), or that the spec cannot
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nspsim.jsonfile import read_json
-from nspsim.specs.hf_defaults import EXPERT_KEYS, QK_NORM, normalised, unsupported_attention
+from nspsim.specs.hf_defaults import EXPERT_KEYS, QK_NORM, attention_window, normalised, unmodelled_attention
 from nspsim.specs.model import MODEL_PRESETS, ModelSpec, MoESpec, get_model
 
 QK_NORM_ARCHITECTURES = QK_NORM
@@ -131,12 +132,13 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
         config = normalised(model_type, config)  # transformers' defaults and rules (nspsim.specs.hf_defaults)
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
-    feature = unsupported_attention(config)
+    feature = unmodelled_attention(config)
     if feature is not None:
         raise ValueError(
-            f"{name}: {feature} is not modelled (nspsim simulates full causal attention; the NSP runtime "
-            f"refuses it too: 'the NSP attention bridge does not support {feature}')"
+            f"{name}: {feature} is not modelled (nspsim simulates causal attention, full or within a sliding "
+            f"window; the NSP runtime refuses it too: 'the NSP attention bridge does not support {feature}')"
         )
+    window, window_layers = attention_window(model_type, config)
     heads = _int(config, "num_attention_heads", name)
     hidden = _int(config, "hidden_size", name)
     moe = _moe(model_type, config, name)
@@ -153,6 +155,8 @@ def spec_from_hf_config(config: Mapping[str, Any], *, name: str) -> ModelSpec:
             moe=moe,
             tie_embeddings=config["tie_word_embeddings"],
             qk_norm=QK_NORM_ARCHITECTURES[model_type],
+            sliding_window=window,
+            window_layers=window_layers,
         )
     except ValueError as exc:
         text = str(exc).replace(f"model {name!r}: ", "")  # ModelSpec names itself; the file name says it

@@ -14,12 +14,13 @@ it, so every fact is taken as transformers takes it:
   Qwen2-MoE, Qwen3-MoE) means hidden / heads, as their attention modules read it; the sliding window
   is kept only when ``use_sliding_window`` is true (Qwen2/Qwen3/Qwen3-MoE keep null otherwise,
   Qwen2-MoE 0), and Qwen2/Qwen3/Qwen2-MoE derive ``layer_types`` from it as their classes do.
-* :func:`unsupported_attention` - the attention features the NSP runtime cannot run and nspsim does
-  not model (sliding-window or chunked attention, logit soft-capping, attention dropout, non-causal
-  attention), as the phrase the runtime's one-line error uses (``nspsim_runtime/hf/bridge.py`` calls it on
-  transformers' own config, nspsim on :func:`normalised`). A window is read per layer as the
+* :func:`unmodelled_attention` - the attention features nspsim does not model and the NSP runtime
+  does not run (chunked attention, logit soft-capping, attention dropout, non-causal attention), as
+  the phrase the runtime's one-line error uses (``nspsim_runtime/hf/bridge.py`` calls it on
+  transformers' own config, nspsim on :func:`normalised`);
+* :func:`attention_window` - the causal sliding window both model and run, read per layer as the
   attention modules read it: from ``layer_types`` where the class has them, else ``sliding_window``
-  itself (Mistral, Mixtral, Qwen3-MoE).
+  itself on every layer (Mistral, Mixtral, Qwen3-MoE).
 
 ``tests/runtime/test_hf_defaults.py`` checks the table and the rules against the installed
 transformers (the configs it builds and the parameters of the models it builds on the meta device).
@@ -217,17 +218,31 @@ def _kind(sliding: bool) -> str:
     return "sliding_attention" if sliding else "full_attention"
 
 
-def unsupported_attention(config: Mapping[str, Any]) -> str | None:
-    """The attention feature of a normalised config that NSP cannot run (the runtime's phrase), or
-    ``None`` (module doc)."""
+def attention_window(model_type: str, config: Mapping[str, Any]) -> tuple[int | None, tuple[int, ...] | None]:
+    """The sliding window of a normalised config and the layers that use it, as its attention modules
+    read them (module doc): ``(W, None)`` for every layer (Mistral, Mixtral, Qwen3-MoE with
+    ``sliding_window`` set), ``(W, indices)`` for the layers ``layer_types`` marks sliding
+    (:data:`WINDOW_BY_LAYER_TYPE`), ``(None, None)`` for full attention. The value is returned as the
+    config holds it (:class:`~nspsim.specs.model.ModelSpec` refuses a window of 0)."""
+    window = config.get("sliding_window")
+    if model_type in NO_WINDOW or window is None:
+        return None, None
+    if model_type not in WINDOW_BY_LAYER_TYPE:
+        return window, None
+    layers = tuple(i for i, kind in enumerate(config.get("layer_types") or ()) if kind == "sliding_attention")
+    return (window, layers) if layers else (None, None)
+
+
+def unmodelled_attention(config: Mapping[str, Any]) -> str | None:
+    """The attention feature of a normalised config (or of transformers' own config, as the runtime's
+    bridge reads it) that neither nspsim models nor the runtime runs, as the runtime's phrase, or
+    ``None``. A causal sliding window is not among them (:func:`attention_window`)."""
     if config.get("is_causal", True) is False:
         return "non-causal (bidirectional) attention (config.is_causal is False)"
     kinds = set(config.get("layer_types") or ())
-    window = config.get("sliding_window")
-    if "chunked_attention" in kinds or ("sliding_attention" in kinds and window is not None):
+    if "chunked_attention" in kinds:
+        window = config.get("sliding_window")
         return f"sliding-window or chunked attention (layer_types {sorted(kinds)}, sliding_window={window})"
-    if config.get("model_type") not in WINDOW_BY_LAYER_TYPE | NO_WINDOW and window is not None:
-        return f"sliding-window attention (sliding_window={window})"
     if config.get("attention_chunk_size") is not None:
         return "chunked attention (attention_chunk_size)"
     if config.get("attn_logit_softcapping") is not None:

@@ -4,12 +4,27 @@ A :class:`ModelSpec` describes a decoder-only transformer exactly enough to deri
 FLOPs per token and activation bytes. Presets are plain functions registered in ``MODEL_PRESETS``.
 Parameter counts are derived from the architecture, never typed in, so a preset checks itself
 against the published totals (tests hold Qwen3 within 3%).
+
+Attention is causal, optionally within a sliding window W on some or all layers (Mistral: 4096 on
+every layer; Qwen2 with ``max_window_layers``: the layers from that index on). A causal window of W
+over a sample of L tokens attends :func:`causal_pairs` = sum_{i<L} min(i+1, W) query-key pairs
+(position i sees itself and the W-1 before it, transformers' ``kv_idx > q_idx - W``): L(L+1)/2 when
+W >= L, about L*W when W << L. That pair count is the one home of windowed attention work: attention
+FLOPs are the full causal FLOPs times the share of pairs a window keeps
+(:meth:`ModelSpec.attention_sq_lengths`), averaged over the layers. Trade-off: a model mixing
+windowed and full layers is priced as its mean layer (exact for the step's summed compute; the
+per-layer overlap with FSDP collectives sees the average), and a spec without a window records no
+window fields, so its fingerprint, plan hashes and results are what they were before windows
+existed (:meth:`ModelSpec.record`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
 
 from nspsim.sp_tree import is_power_of_two
 
@@ -39,6 +54,11 @@ MAX_SIZE = 2**24
 rather than overflowing a float in the cost model."""
 
 
+MAX_WINDOW = 2**36
+"""The largest sliding window: the longest sample a trace may hold (``nspsim.trace.base``); a larger
+window is full attention for every sample, so a larger number is a slip."""
+
+
 def _check_size(key: str, value: int) -> None:
     if value > MAX_SIZE:
         shown = f"{value:,}" if value < 10**30 else f"a {len(str(value))}-digit number"
@@ -65,12 +85,30 @@ def causal_attention_flops(sum_sq_lengths: float, q_width: int) -> float:
     return 2.0 * sum_sq_lengths * q_width
 
 
+def causal_pairs(lengths: Any, window: int | None) -> np.ndarray:
+    """Query-key pairs causal attention within a sliding ``window`` W attends over samples of
+    ``lengths`` L (float64, element-wise): sum_{i<L} min(i+1, W) = m(m+1)/2 + (L-m)m with m = min(L, W),
+    so L(L+1)/2 for ``None`` or W >= L. L = 5, W = 2: 1+2+2+2+2 = 9."""
+    full = np.asarray(lengths, dtype=np.float64)
+    m = full if window is None else np.minimum(full, float(window))
+    return m * (m + 1.0) / 2.0 + (full - m) * m
+
+
+def window_share(lengths: Any, window: int | None) -> np.ndarray:
+    """The share of a sample's causal query-key pairs a ``window`` keeps (:func:`causal_pairs` over the
+    full count): exactly 1.0 where W >= L or there is no window, 9/15 for L = 5, W = 2."""
+    full = causal_pairs(lengths, None)
+    return np.where(full > 0, causal_pairs(lengths, window) / np.maximum(full, 1.0), 1.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Decoder architecture: GQA attention with per-head QK-norm, SwiGLU dense FFN or MoE.
 
     ``ffn_gated`` = False describes a dense two-matrix MLP (GPT/MPT: up, GELU, down) instead of the
-    three-matrix gated one; MoE experts are always gated.
+    three-matrix gated one; MoE experts are always gated. ``sliding_window`` W > 0 restricts causal
+    attention to each token and the W-1 before it on the layers ``window_layers`` names (``None``: on
+    every layer; the module doc); ``None`` is full causal attention.
     """
 
     name: str
@@ -85,6 +123,8 @@ class ModelSpec:
     tie_embeddings: bool = False
     qk_norm: bool = True
     ffn_gated: bool = True
+    sliding_window: int | None = None
+    window_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         sizes = (self.num_layers, self.hidden, self.num_heads, self.num_kv_heads, self.head_dim, self.vocab)
@@ -106,6 +146,67 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: give exactly one of dense_ffn > 0 or moe")
         if not isinstance(self.ffn_gated, bool) or (self.moe is not None and not self.ffn_gated):
             raise ValueError(f"model {self.name!r}: ffn_gated is true or false, and MoE experts are gated")
+        self._check_window()
+
+    def _check_window(self) -> None:
+        """``sliding_window`` a positive integer or ``None``; ``window_layers`` distinct layer indices in
+        ascending order (a tuple or list, held as a tuple), only with a window; every layer listed is
+        stored as ``None`` (one spelling of "every layer", so equal models fingerprint alike)."""
+        window, layers = self.sliding_window, self.window_layers
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_WINDOW
+        ):
+            shown = repr(window) if len(repr(window)) < 40 else f"a {len(repr(window))}-character value"
+            raise ValueError(
+                f"model {self.name!r}: sliding_window must be a token count from 1 to {MAX_WINDOW:,} (2**36), "
+                f"got {shown}"
+            )
+        if layers is None:
+            return
+        if window is None:
+            raise ValueError(f"model {self.name!r}: window_layers needs a sliding_window")
+        if not isinstance(layers, (tuple, list)) or not all(type(i) is int for i in layers):
+            shown = repr(layers)[:200]
+            raise ValueError(f"model {self.name!r}: window_layers must be a list of layer indices, got {shown}")
+        layers = tuple(layers)
+        object.__setattr__(self, "window_layers", layers)  # a list (as a plan records it) is held as a tuple
+        if not layers or list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= self.num_layers:
+            raise ValueError(
+                f"model {self.name!r}: window_layers must be distinct ascending indices of its "
+                f"{self.num_layers} layers, got {layers!r}"[:300]
+            )
+        if len(layers) == self.num_layers:
+            object.__setattr__(self, "window_layers", None)
+
+    def record(self) -> dict[str, Any]:
+        """Every field as plain values (what a plan records and the fingerprint hashes), the window
+        fields only when set: a model without a window records what it did before they existed."""
+        out = asdict(self)
+        for key in ("sliding_window", "window_layers"):
+            if out[key] is None:
+                del out[key]
+        if "window_layers" in out:
+            out["window_layers"] = list(out["window_layers"])
+        return out
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many layers attend within the sliding window (0 without one)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.window_layers is None else len(self.window_layers)
+
+    def attention_sq_lengths(self, lengths: np.ndarray) -> np.ndarray:
+        """Per sample, the L^2 that :meth:`attention_flops` takes for one layer: L^2 (float64) for full
+        causal attention, times the share of pairs the window keeps (:func:`window_share`) on the
+        windowed layers, averaged over the layers (the module doc)."""
+        squared: np.ndarray = np.asarray(lengths).astype(np.float64) ** 2
+        if self.sliding_window is None:
+            return squared
+        share = window_share(lengths, self.sliding_window)
+        n, total = self.windowed_layers, self.num_layers
+        scaled: np.ndarray = squared * (share if n == total else (n * share + (total - n)) / total)
+        return scaled
 
     # ---- parameter counts -------------------------------------------------------------------
     @property

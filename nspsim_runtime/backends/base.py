@@ -63,13 +63,15 @@ class ExecContext:
 
 @dataclass
 class NodeTask:
-    """One node's attention work on this rank for one layer application (forward and backward)."""
+    """One node's attention work on this rank for one layer application (forward and backward);
+    ``window``: the layer's causal sliding window (``None``: full causal attention)."""
 
     slot: Slot
     q: Tensor
     k: Tensor
     v: Tensor
     recompute: npt.NDArray[np.bool_]
+    window: int | None = None
     pending: list[Pending] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     out: Tensor | None = None
@@ -216,7 +218,7 @@ class LocalBackend:
         """Run the kernel over the node's whole samples."""
         index = node_index(ctx, t)
         with ctx.clock.measure("attn_fwd"):
-            out, lse = ctx.kernel.forward(t.q, t.k, t.v, index.segments, causal=True)
+            out, lse = ctx.kernel.forward(t.q, t.k, t.v, index.segments.windowed(t.window), causal=True)
         t.out = out
         keep_rows(t, index.kept_rows, {"out": out, "lse": lse})
 
@@ -237,7 +239,8 @@ class LocalBackend:
         out, lse = self._forward_state(t, ctx, index)
         assert t.dout is not None
         with ctx.clock.measure("attn_bwd"):
-            t.grads = ctx.kernel.backward(t.dout, t.q, t.k, t.v, out, lse, index.segments, causal=True)
+            seg = index.segments.windowed(t.window)
+            t.grads = ctx.kernel.backward(t.dout, t.q, t.k, t.v, out, lse, seg, causal=True)
 
     def _forward_state(self, t: NodeTask, ctx: ExecContext, index: NodeIndex) -> tuple[Tensor, Tensor]:
         if not t.any_recompute:
@@ -245,7 +248,7 @@ class LocalBackend:
         with ctx.clock.measure("attn_remat"):
             rows = index.remat_rows
             q, k, v = (select_rows(x, rows) for x in (t.q, t.k, t.v))
-            out_r, lse_r = ctx.kernel.forward(q, k, v, index.remat_segments, causal=True)
+            out_r, lse_r = ctx.kernel.forward(q, k, v, index.remat_segments.windowed(t.window), causal=True)
         full = merge_kept(t, t.q.shape[0], rows, {"out": out_r, "lse": lse_r})
         return full["out"], full["lse"]
 

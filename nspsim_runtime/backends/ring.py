@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from nspsim.execution.shards import NodeShards, RingBlock, ring_blocks
-from nspsim.specs.backend import SPBackend
+from nspsim.specs.backend import SPBackend, window_refusal
 from nspsim_runtime.backends.base import (
     ExecContext,
     NodeTask,
@@ -173,7 +173,10 @@ class RingBackend:
 
     # ---- forward phases ----------------------------------------------------------------------------
     def fwd_prologue(self, t: NodeTask, ctx: ExecContext) -> None:
-        """First K/V hop."""
+        """First K/V hop; a sliding window is refused (:func:`~nspsim.specs.backend.window_refusal`)."""
+        refusal = window_refusal(self.name, t.window)
+        if refusal is not None:
+            raise ValueError(refusal)
         kv = torch.cat([t.k, t.v], dim=1).contiguous()
         t.state["kv"] = kv
         t.state["first"] = self._shift(t, ctx, t.slot.shards, kv, 1, "kv", KV_TAG)

@@ -135,7 +135,7 @@ class UlyssesBackend:
         shards, index = t.slot.shards, node_index(ctx, t)
         q, k, v = self._from_heads(ctx, shards, t.state.pop("recv"), self._widths(shards.degree))
         with ctx.clock.measure("attn_fwd"):
-            out, lse = ctx.kernel.forward(q, k, v, index.segments, causal=True)
+            out, lse = ctx.kernel.forward(q, k, v, index.segments.windowed(t.window), causal=True)
         t.state["out_heads"] = out
         keep_rows(t, index.kept_sample_rows, {"q": q, "k": k, "v": v, "out": out, "lse": lse})
 
@@ -175,7 +175,7 @@ class UlyssesBackend:
                 state["v"],
                 state["out"],
                 state["lse"],
-                node_index(ctx, t).segments,
+                node_index(ctx, t).segments.windowed(t.window),
                 causal=True,
             )
         t.state["dqkv_heads"] = torch.cat([dq, dk, dv], dim=1)
@@ -187,7 +187,7 @@ class UlyssesBackend:
         with ctx.clock.measure("attn_remat"):
             pending.wait(None)
             q, k, v = self._from_heads(ctx, index.remat_shards, recv, self._widths(shards.degree))
-            out, lse = ctx.kernel.forward(q, k, v, index.remat_segments, causal=True)
+            out, lse = ctx.kernel.forward(q, k, v, index.remat_segments.windowed(t.window), causal=True)
         return merge_kept(
             t, int(shards.lengths.sum()), index.remat_sample_rows, {"q": q, "k": k, "v": v, "out": out, "lse": lse}
         )

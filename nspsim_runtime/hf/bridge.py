@@ -10,7 +10,8 @@ sinks, gpt-oss), ``position_ids``, ``use_cache`` and whatever the caller passed 
 flash-attention packing keywords ``cu_seq_lens_q/k``, ``max_length_q/k``). The mask comes from a
 second registry, ``AttentionMaskInterface``: a name without a mask function gets no mask built for it
 (transformers passes a user's mask through unchecked), so :func:`register` registers one under the
-same name.
+same name. A layer's ``sliding_window`` (the W of transformers' ``kv_idx > q_idx - W``) is handed to
+the attention call as its ``window``.
 
 :func:`register` puts :func:`nsp_attention_forward` and :func:`nsp_attention_mask` under one name
 (:data:`NSP_ATTENTION`). The attention function is stateless: the step's
@@ -19,7 +20,7 @@ rows) reaches it through a context variable that :class:`HFCausalLM` sets around
 (:func:`attention_scope`); it turns ``[1, H, T, D]`` into the ``[T, H, D]`` execution-layout rows and
 back. Sample boundaries come from the plan, not from a mask: the mask function builds nothing (it
 returns ``None``; a dense ``T x T`` mask would cost quadratic memory per rank) after checking that no
-padding, cache offset or sliding window was asked for.
+padding or cache offset was asked for.
 
 :class:`HFCausalLM` gives a transformers causal LM the calling convention of
 :class:`nspsim_runtime.model.DecoderLM` (``model(ids, positions, targets, attention=, relayout=)`` -> summed
@@ -28,11 +29,14 @@ positions arrive in the execution layout (a ``[1, T]`` packed row with per-sampl
 a forward hook on the model's decoder applies ``relayout`` (the layout-restoring all-to-all) to the
 final hidden rows, and the model's own head computes the logits in the input layout.
 
-Supported: causal full attention, GQA/MQA, any head dimension the kernel takes, RoPE variants and
-QK-norm (both inside the model), the default scaling ``1/sqrt(head_dim)``, dense and MoE FFNs, fp32
-and bf16 autocast over fp32 master weights (q, k, v reach the kernel in one dtype: :func:`kernel_dtype`).
-Refused with a one-line ``ValueError`` naming the feature: sliding-window or chunked attention,
-attention sinks, attention logit soft-capping, non-causal (bidirectional) attention, attention
+Supported: causal attention, full or within a layer's sliding window (Ulysses and local nodes; Ring
+refuses a window: :func:`nspsim.specs.backend.window_refusal`), GQA/MQA, any head dimension the
+kernel takes, RoPE variants and QK-norm (both inside the model), the default scaling
+``1/sqrt(head_dim)``, dense and MoE FFNs, fp32 and bf16 autocast over fp32 master weights (q, k, v
+reach the kernel in one dtype: :func:`kernel_dtype`). Refused with a one-line ``ValueError`` naming
+the feature (nspsim refuses the same configs with the same phrase:
+:func:`nspsim.specs.hf_defaults.unmodelled_attention`): chunked attention, attention sinks, attention
+logit soft-capping, non-causal (bidirectional) attention, attention
 dropout, a custom attention scaling, padding masks, a KV cache or query offset, a batch of more than
 one row, caller-supplied ``cu_seq_lens``, gradient checkpointing (its recomputation would run outside
 the step; NSP has its own tree-level recomputation), and MoE router logits (the auxiliary loss needs
@@ -54,9 +58,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nspsim.specs.hf_defaults import unsupported_attention
+from nspsim.specs.hf_defaults import unmodelled_attention
 from nspsim_runtime.hf import require_transformers
-from nspsim_runtime.model import AttentionFn
+from nspsim_runtime.model import AttentionFn, call_attention
 
 NSP_ATTENTION = "nsp_nested"
 """The ``attn_implementation`` name NSP's attention is registered under."""
@@ -130,8 +134,9 @@ def check_call(module: nn.Module, query: Tensor, attention_mask: Tensor | None, 
         raise unsupported(f"a batch of shape {tuple(query.shape[:1])}; pack the samples into one row")
     if not getattr(module, "is_causal", True) or kwargs.get("is_causal") is False:
         raise unsupported("non-causal (bidirectional) attention")
-    if kwargs.get("sliding_window") is not None:
-        raise unsupported(f"sliding-window attention (sliding_window={kwargs['sliding_window']})")
+    window = kwargs.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise unsupported(f"sliding-window attention (sliding_window={window!r}; a window is a positive token count)")
     for key, feature in _REFUSED_KWARGS.items():
         if kwargs.get(key) is not None:
             raise unsupported(feature)
@@ -167,7 +172,7 @@ def nsp_attention_forward(
     rows = query.shape[2] - scope.pad
     dtype = kernel_dtype(query, key, value)
     q, k, v = (x[0, :, :rows].transpose(0, 1).to(dtype).contiguous() for x in (query, key, value))
-    out = scope.attention(q, k, v)
+    out = call_attention(scope.attention, q, k, v, kwargs.get("sliding_window"))
     if scope.pad:
         out = torch.cat([out, out.new_zeros((scope.pad, *out.shape[1:]))])
     return out.unsqueeze(0), None
@@ -185,12 +190,10 @@ def nsp_attention_mask(
     **kwargs: Any,
 ) -> None:
     """The registered mask function: checks what the model asks for and builds no mask (the plan gives
-    the per-sample causal structure). Refuses batches of several rows, padding, cache offsets and
-    sliding windows."""
+    the per-sample causal structure; a sliding layer's ``local_size`` reaches the attention call as its
+    ``sliding_window``). Refuses batches of several rows, padding and cache offsets."""
     if batch_size != 1:
         raise unsupported(f"a batch of {batch_size} rows; pack the samples into one row")
-    if local_size is not None:
-        raise unsupported(f"sliding-window attention (window {local_size})")
     if int(q_offset) != 0 or int(kv_offset) != 0 or kv_length != q_length:
         raise unsupported("a KV cache (query or key offset); NSP runs training forward passes only")
     if attention_mask is not None and not bool(attention_mask.all()):
@@ -203,7 +206,7 @@ def check_model(model: Any) -> None:
     whose attention the bridge cannot run exactly (one-line ``ValueError``)."""
     config = model.config
     # the config's attention features, read by the rule nspsim reads a config.json by (one phrase each)
-    feature = unsupported_attention({**config.to_dict(), "is_causal": getattr(config, "is_causal", True)})
+    feature = unmodelled_attention({**config.to_dict(), "is_causal": getattr(config, "is_causal", True)})
     if feature is not None:
         raise unsupported(feature)
     if any(hasattr(m, "sinks") for m in model.modules()):

@@ -52,8 +52,11 @@ def _scatter(dst: Tensor, rows: np.ndarray, src: Tensor) -> None:
     dst.index_copy_(0, idx, flat.to(dst.dtype))
 
 
-def _causal_mask(lq: int, lk: int, device: torch.device) -> Tensor:
-    return torch.ones(lq, lk, dtype=torch.bool, device=device).triu(1)
+def _causal_mask(lq: int, lk: int, device: torch.device, window: int | None = None) -> Tensor:
+    """The masked-out (True) query-key pairs of a causal segment: keys after the query and, with a
+    sliding ``window`` W, keys W or more before it."""
+    ones = torch.ones(lq, lk, dtype=torch.bool, device=device)
+    return ones.triu(1) if window is None else ones.triu(1) | ones.tril(-window)
 
 
 class _GroupedKernel(ABC):
@@ -62,12 +65,23 @@ class _GroupedKernel(ABC):
     name = "grouped"
 
     @abstractmethod
-    def _fwd_group(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-        """(output, log-sum-exp) of one group of equally long segments."""
+    def _fwd_group(
+        self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None
+    ) -> tuple[Tensor, Tensor]:
+        """(output, log-sum-exp) of one group of equally long segments (causal within ``window``)."""
 
     @abstractmethod
     def _bwd_group(
-        self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+        self,
+        do: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        lse: Tensor,
+        causal: bool,
+        scale: float,
+        window: int | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """(dq, dk, dv) of one group of equally long segments."""
 
@@ -79,7 +93,7 @@ class _GroupedKernel(ABC):
         groups, scale = q.shape[1] // k.shape[1], q.shape[-1] ** -0.5
         for _, _, q_rows, k_rows in seg.groups():
             kg, vg = (_expand_kv(_gather(t, k_rows), groups) for t in (k, v))
-            o, l_ = self._fwd_group(_gather(q, q_rows), kg, vg, causal, scale)
+            o, l_ = self._fwd_group(_gather(q, q_rows), kg, vg, causal, scale, seg.window)
             _scatter(out, q_rows, o)
             _scatter(lse.unsqueeze(-1), q_rows, l_.unsqueeze(-1).float())
         return out, lse
@@ -95,7 +109,7 @@ class _GroupedKernel(ABC):
             kg, vg = (_expand_kv(_gather(t, k_rows), groups) for t in (k, v))
             lg = _gather(lse.unsqueeze(-1), q_rows).squeeze(-1)
             gq, gk, gv = self._bwd_group(
-                _gather(dout, q_rows), _gather(q, q_rows), kg, vg, _gather(out, q_rows), lg, causal, scale
+                _gather(dout, q_rows), _gather(q, q_rows), kg, vg, _gather(out, q_rows), lg, causal, scale, seg.window
             )
             _scatter(dq, q_rows, gq)
             _scatter(dk, k_rows, _reduce_kv(gk, groups))
@@ -108,22 +122,33 @@ class MathKernel(_GroupedKernel):
 
     name = "math"
 
-    def _scores(self, q: Tensor, k: Tensor, causal: bool, scale: float) -> Tensor:
+    def _scores(self, q: Tensor, k: Tensor, causal: bool, scale: float, window: int | None) -> Tensor:
         s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
         if causal:
-            s = s.masked_fill(_causal_mask(s.shape[-2], s.shape[-1], s.device), -math.inf)
+            s = s.masked_fill(_causal_mask(s.shape[-2], s.shape[-1], s.device, window), -math.inf)
         return s
 
-    def _fwd_group(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-        s = self._scores(q, k, causal, scale)
+    def _fwd_group(
+        self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None
+    ) -> tuple[Tensor, Tensor]:
+        s = self._scores(q, k, causal, scale, window)
         lse = torch.logsumexp(s, dim=-1)
         out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), v.float())
         return out.to(q.dtype), lse
 
     def _bwd_group(
-        self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+        self,
+        do: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        lse: Tensor,
+        causal: bool,
+        scale: float,
+        window: int | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        p = torch.exp(self._scores(q, k, causal, scale) - lse.float().unsqueeze(-1))
+        p = torch.exp(self._scores(q, k, causal, scale, window) - lse.float().unsqueeze(-1))
         do32 = do.float()
         dv = torch.matmul(p.transpose(-1, -2), do32)
         dp = torch.matmul(do32, v.float().transpose(-1, -2))
@@ -135,17 +160,41 @@ class MathKernel(_GroupedKernel):
 
 
 class CpuFlashKernel(_GroupedKernel):
-    """torch's CPU flash-attention op (``_scaled_dot_product_flash_attention_for_cpu``) and its backward."""
+    """torch's CPU flash-attention op (``_scaled_dot_product_flash_attention_for_cpu``) and its backward;
+    a sliding window runs as a non-causal call with the banded causal mask (``attn_mask``)."""
 
     name = "cpu-flash"
 
-    def _fwd_group(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    @staticmethod
+    def _mask(q: Tensor, k: Tensor, causal: bool, window: int | None) -> tuple[bool, Tensor | None]:
+        """(is_causal, attn_mask) of the op: its own causal flag, or the band as an additive mask in the
+        query's dtype (0 within the window, -inf outside; the op takes no boolean mask)."""
+        if window is None:
+            return causal, None
+        outside = _causal_mask(q.shape[-2], k.shape[-2], q.device, window)
+        return False, torch.zeros(outside.shape, dtype=q.dtype, device=q.device).masked_fill(outside, -math.inf)
+
+    def _fwd_group(
+        self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None
+    ) -> tuple[Tensor, Tensor]:
+        is_causal, mask = self._mask(q, k, causal, window)
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        out, lse = op(q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
         return out, lse
 
     def _bwd_group(
-        self, do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool, scale: float
+        self,
+        do: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        lse: Tensor,
+        causal: bool,
+        scale: float,
+        window: int | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
+        is_causal, mask = self._mask(q, k, causal, window)
         op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
         dq, dk, dv = op(
             do.contiguous(),
@@ -155,7 +204,8 @@ class CpuFlashKernel(_GroupedKernel):
             o.contiguous(),
             lse.contiguous(),
             0.0,
-            causal,
+            is_causal,
+            attn_mask=mask,
             scale=scale,
         )
         return dq, dk, dv

@@ -5,6 +5,8 @@ Every SP backend calls one :class:`AttentionKernel` for the attention core it ru
 packed: ``q`` is ``[Tq, Hq, D]``, ``k`` and ``v`` are ``[Tk, Hkv, D]`` with ``Hq % Hkv == 0`` (GQA), and
 :class:`Segments` gives the per-sample boundaries of the query and key buffers (``cu_q``, ``cu_k``).
 A segment attends only within itself; ``causal`` segments must have equal query and key lengths.
+A ``window`` W (causal segments only) restricts every query to itself and the W-1 keys before it
+(transformers' sliding window, ``kv_idx > q_idx - W``); ``None`` is full causal attention.
 
 The forward returns the output and the natural-log log-sum-exp ``lse`` (``[Tq, Hq]``, fp32) of the
 scaled scores, and the backward takes ``(dout, q, k, v, out, lse)``. That explicit form is what Ring
@@ -29,22 +31,36 @@ from torch import Tensor
 @dataclass(frozen=True)
 class Segments:
     """Boundaries of packed varlen segments: segment s spans rows ``cu_q[s]:cu_q[s+1]`` of the queries
-    and ``cu_k[s]:cu_k[s+1]`` of the keys. Empty segments are allowed and skipped."""
+    and ``cu_k[s]:cu_k[s+1]`` of the keys. Empty segments are allowed and skipped. ``window``: the
+    causal sliding window every segment attends within (module doc)."""
 
     cu_q: tuple[int, ...]
     cu_k: tuple[int, ...]
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.cu_q) != len(self.cu_k) or not self.cu_q or self.cu_q[0] != 0 or self.cu_k[0] != 0:
             raise ValueError("segment boundaries must start at 0 and have one entry per segment plus one")
         if np.any(np.diff(self.cu_q) < 0) or np.any(np.diff(self.cu_k) < 0):
             raise ValueError("segment boundaries must be non-decreasing")
+        window = self.window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+            raise ValueError(f"a sliding window must be a positive token count, got {window!r}")
 
     @staticmethod
-    def same(lengths: Sequence[int]) -> Segments:
-        """Self-attention segments: queries and keys are the same packed buffer."""
+    def same(lengths: Sequence[int], window: int | None = None) -> Segments:
+        """Self-attention segments: queries and keys are the same packed buffer (within ``window``)."""
         cu = (0, *np.cumsum(np.asarray(lengths, dtype=np.int64)).tolist())
-        return Segments(cu, cu)
+        return Segments(cu, cu, window)
+
+    def windowed(self, window: int | None) -> Segments:
+        """These boundaries within ``window`` (itself when it is already that window); the per-length
+        groups are shared, not derived again."""
+        if window == self.window:
+            return self
+        out = Segments(self.cu_q, self.cu_k, window)
+        out.__dict__["_groups"] = self._groups
+        return out
 
     @staticmethod
     def pairs(q_lengths: Sequence[int], k_lengths: Sequence[int]) -> Segments:
@@ -116,6 +132,8 @@ class Segments:
             )
         if causal and np.any(self.q_lengths != self.k_lengths):
             raise ValueError("causal segments need equal query and key lengths")
+        if self.window is not None and not causal:
+            raise ValueError("a sliding window applies to causal segments only")
 
 
 class AttentionKernel(Protocol):

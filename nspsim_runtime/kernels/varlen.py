@@ -26,6 +26,14 @@ def _cu(bounds: tuple[int, ...], device: torch.device) -> Tensor:
     return torch.tensor(bounds, dtype=torch.int32, device=device)
 
 
+def window_size(seg: Segments, causal: bool) -> tuple[int, int]:
+    """FlashAttention's ``(left, right)`` window: ``(W - 1, 0)`` for a causal sliding window W (a query
+    sees itself and the W-1 keys before it), ``(-1, 0)`` causal, ``(-1, -1)`` unrestricted."""
+    if seg.window is not None:
+        return seg.window - 1, 0
+    return (-1, 0) if causal else (-1, -1)
+
+
 class TorchVarlenKernel:
     """``torch.nn.attention.varlen`` (FlashAttention inside torch; CUDA). KV heads are expanded before
     the call so the GQA-less cuDNN path works too; the LSE is kept as ``[Tq, Hq]``."""
@@ -50,7 +58,7 @@ class TorchVarlenKernel:
             int(seg.q_lengths.max(initial=0)),
             int(seg.k_lengths.max(initial=0)),
             return_aux=AuxRequest(lse=True),
-            window_size=(-1, 0) if causal else (-1, -1),
+            window_size=window_size(seg, causal),
         )
         return out, _lse_tokens_first(lse, q.shape[0])
 
@@ -75,7 +83,7 @@ class TorchVarlenKernel:
             causal,
             rng,
             None,
-            [-1, 0] if causal else [-1, -1],
+            list(window_size(seg, causal)),
         )
         return dq, _reduce_heads(dk, groups), _reduce_heads(dv, groups)
 
@@ -103,7 +111,7 @@ class FlashAttnKernel:
         self._fwd: Callable[..., Any] = fa._flash_attn_varlen_forward
         self._bwd: Callable[..., Any] = fa._flash_attn_varlen_backward
 
-    def _call(self, fn: Callable[..., Any], causal: bool, **kw: Any) -> Any:
+    def _call(self, fn: Callable[..., Any], causal: bool, window: tuple[int, int], **kw: Any) -> Any:
         params = inspect.signature(fn).parameters
         extra: dict[str, Any] = {
             "dropout_p": 0.0,
@@ -111,9 +119,9 @@ class FlashAttnKernel:
             "alibi_slopes": None,
             "softcap": 0.0,
             "deterministic": True,
-            "window_size": (-1, -1),
-            "window_size_left": -1,
-            "window_size_right": -1,
+            "window_size": window if window[0] >= 0 else (-1, -1),
+            "window_size_left": window[0],
+            "window_size_right": window[1] if window[0] >= 0 else -1,
             "return_softmax": False,
         }
         kw.update({name: value for name, value in extra.items() if name in params})
@@ -125,6 +133,7 @@ class FlashAttnKernel:
         res = self._call(
             self._fwd,
             causal,
+            window_size(seg, causal),
             q=q,
             k=k,
             v=v,
@@ -144,6 +153,7 @@ class FlashAttnKernel:
         self._call(
             self._bwd,
             causal,
+            window_size(seg, causal),
             dout=dout,
             q=q,
             k=k,

@@ -164,7 +164,7 @@ def _module(causal: bool = True) -> torch.nn.Module:
 @pytest.mark.parametrize(
     ("kwargs", "feature"),
     [
-        ({"sliding_window": 4}, "sliding-window"),
+        ({"sliding_window": 0}, "sliding-window attention .sliding_window=0; a window is a positive token count"),
         ({"softcap": 50.0}, "soft-capping"),
         ({"s_aux": torch.zeros(4)}, "sinks"),
         ({"dropout": 0.1}, "dropout"),
@@ -199,7 +199,8 @@ def test_attention_outside_a_step_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("change", "feature"),
     [
-        ({"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0}, "sliding-window"),
+        ({"attention_chunk_size": 16}, "chunked attention"),
+        ({"attn_logit_softcapping": 30.0}, "soft-capping"),
         ({"attention_dropout": 0.1}, "dropout"),
         ({"is_causal": False}, "non-causal"),
     ],

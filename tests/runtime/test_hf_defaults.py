@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from nspsim.specs.hf import spec_from_hf_config
-from nspsim.specs.hf_defaults import HF_DEFAULTS, QK_NORM, normalised, unsupported_attention
+from nspsim.specs.hf_defaults import HF_DEFAULTS, QK_NORM, attention_window, normalised, unmodelled_attention
+from nspsim_runtime.model import layer_window
 
 transformers = pytest.importorskip("transformers")
 huggingface_hub = pytest.importorskip("huggingface_hub")
@@ -63,18 +64,17 @@ def random_config(model_type: str, rng: np.random.Generator) -> dict[str, Any]:
     return config
 
 
-def built_window(model: Any, config: Any) -> bool:
-    """Whether any attention module of the built model attends within a window, read as it reads it:
-    its own ``sliding_window`` where it keeps one (Qwen), else the config's (Mistral, Mixtral)."""
+def built_windows(model: Any, config: Any) -> list[int | None]:
+    """The window each attention module of the built model attends within, read as it reads it: its
+    own ``sliding_window`` where it keeps one (Qwen), else the config's (Mistral, Mixtral)."""
+    windows = []
     for layer in model.model.layers:
         attn = layer.self_attn
         if hasattr(attn, "sliding_window"):
-            window = attn.sliding_window
+            windows.append(attn.sliding_window)
         else:
-            window = config.sliding_window if config.model_type in ("mistral", "mixtral") else None
-        if window is not None:
-            return True
-    return False
+            windows.append(config.sliding_window if config.model_type in ("mistral", "mixtral") else None)
+    return windows
 
 
 @pytest.mark.parametrize("model_type", sorted(QK_NORM))
@@ -95,14 +95,15 @@ def test_random_configs_read_as_transformers_builds_them(model_type: str) -> Non
         kv_heads = attn.k_proj.out_features // head_dim
         ours = normalised(model_type, raw)
         assert (ours["head_dim"], ours["num_key_value_heads"]) == (head_dim, kv_heads), raw
-        windowed = built_window(model, config)
-        assert (unsupported_attention(ours) is not None) == windowed, raw
-        assert (unsupported_attention({**config.to_dict(), "is_causal": True}) is not None) == windowed, raw
-        if windowed or config.num_attention_heads % kv_heads:  # a window, or heads KV heads cannot share
+        windows = built_windows(model, config)
+        assert unmodelled_attention(ours) is None and unmodelled_attention(config.to_dict()) is None, raw
+        assert attention_window(model_type, config.to_dict()) == attention_window(model_type, ours), raw
+        if 0 in windows or config.num_attention_heads % kv_heads:  # a window of 0, or heads KV heads cannot share
             with pytest.raises(ValueError):
                 spec_from_hf_config(raw, name="random")
             continue
         spec = spec_from_hf_config(raw, name="random")
+        assert [layer_window(spec, i) for i in range(spec.num_layers)] == windows, raw
         built = sum(p.numel() for p in model.parameters())
         uncounted = sum(  # attention biases and Qwen2-MoE's scalar shared-expert gate (nspsim.specs.hf)
             p.numel() for n, p in model.named_parameters() if n.endswith("_proj.bias") or "shared_expert_gate" in n

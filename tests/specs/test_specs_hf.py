@@ -89,27 +89,6 @@ def test_omitted_fields_take_transformers_defaults() -> None:
     assert null_kv.num_kv_heads == 16
 
 
-@pytest.mark.parametrize(
-    ("config", "windowed"),
-    [
-        ({"model_type": "qwen2_moe", "sliding_window": 0, "use_sliding_window": False}, False),  # Qwen2-MoE's unused 0
-        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}, False),
-        ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 32}, False),  # no layer from 32 on
-        ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 28}, True),
-        ({"model_type": "mistral"}, True),  # Mistral's default window, 4096
-        ({"model_type": "mistral", "sliding_window": None}, False),
-        ({"model_type": "mixtral"}, False),
-        ({"model_type": "qwen3_moe", "use_sliding_window": True}, True),
-    ],
-)
-def test_windows_are_read_as_transformers_reads_them(config: dict, windowed: bool) -> None:
-    if windowed:
-        with pytest.raises(ValueError, match="sliding-window .*is not modelled"):
-            spec_from_hf_config(config, name="w")
-    else:
-        spec_from_hf_config(config, name="w")
-
-
 def _write(tmp_path: Path, text: str, name: str = "config.json") -> str:
     path = tmp_path / name
     path.write_text(text)
@@ -121,7 +100,8 @@ def _write(tmp_path: Path, text: str, name: str = "config.json") -> str:
     [
         ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
         ({"hidden_size": 0}, "'hidden_size' must be a positive integer"),
-        ({"use_sliding_window": True}, "sliding-window attention .sliding_window=4096. is not modelled"),
+        ({"use_sliding_window": True, "sliding_window": 0}, "sliding_window must be a token count from 1"),
+        ({"attention_chunk_size": 8192}, "chunked attention .attention_chunk_size. is not modelled"),
         ({"attention_dropout": 0.1}, "attention dropout .0.1. is not modelled"),
         ({"attn_logit_softcapping": 30.0}, "soft-capping"),
         ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false, got 'false'"),

@@ -70,9 +70,10 @@ def attention_compute(
     c: Coefficients, lengths: np.ndarray, degree: int, block: np.ndarray, heads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample (fwd, bwd) attention compute seconds on one GPU of a degree-``degree`` node (1/k of
-    each sample's FLOPs); kernel efficiency from the ``block`` lengths the kernel runs over with
-    ``heads`` query heads per rank (``None``: all of the model's)."""
-    flops = c.model.attention_flops(1.0) * lengths.astype(np.float64) ** 2 / degree
+    each sample's FLOPs, a sliding window's share of them where the model has one:
+    :meth:`~nspsim.specs.model.ModelSpec.attention_sq_lengths`); kernel efficiency from the ``block``
+    lengths the kernel runs over with ``heads`` query heads per rank (``None``: all of the model's)."""
+    flops = c.model.attention_flops(1.0) * c.model.attention_sq_lengths(lengths) / degree
     fwd = flops / c.attn_throughput(block, backward=False, heads=heads)
     bwd = BWD_ATTN_FLOP_RATIO * flops / c.attn_throughput(block, backward=True, heads=heads)
     return fwd, bwd

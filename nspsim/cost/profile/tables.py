@@ -2,6 +2,9 @@
 
 * :class:`LengthTable` - throughput (FLOP/s) against sequence length, piecewise linear in
   log2(length), clamped at both ends (a kernel's efficiency saturates; it does not keep growing);
+  measured with full causal attention, it is read at a windowed sample's own length and applied to
+  the window's share of the FLOPs, i.e. the full-attention time scaled by the pair ratio (why, rather
+  than the time of the length with the same pair count: :mod:`nspsim.cost.analytic`);
 * :class:`TimeTable` - seconds against tokens, piecewise linear in tokens and extended linearly past
   both ends with the end segments' slopes (small inputs keep their fixed cost, large ones grow with
   the last measured slope, never falling), never below 0; a table whose time falls by more than
