@@ -73,3 +73,16 @@ def test_a_common_level_alone_stays_the_machine() -> None:
     within = verdict(0.08, 0.13, MOVED, 0.10, devs)
     assert within.exit_code == 0 and "off the common level" not in within.line
     assert math.isclose(devs[2].level, -0.20)
+
+
+def test_contention_keeps_a_standout_from_blaming_the_model() -> None:
+    # a busy-loop started 40 s into a default run: static:degree=1 +37% off a -21% level, foreign load 0.39 per core
+    errors = [0.08, -0.23, -0.22, -0.20, -0.21, -0.21, -0.27, -0.18, -0.22, -0.17]
+    devs = deviations([(f"c{i}", 2, e, 0.05) for i, e in enumerate(errors)], 0.10)
+    assert [d.label for d in devs if d.stands_out] == ["c0"]
+    busy = verdict(0.199, 0.135, Machine(run_drift=0.4, foreign_load=0.39), 0.10, devs)
+    assert (busy.status, busy.exit_code) == ("machine", EXIT_MACHINE_MOVED) and "foreign load 0.39" in busy.line
+    stolen = verdict(0.199, 0.135, Machine(steal=0.2), 0.10, devs)
+    assert stolen.exit_code == EXIT_MACHINE_MOVED
+    drifted = verdict(0.199, 0.135, Machine(run_drift=0.4), 0.10, devs)  # a speed drift alone: the model's
+    assert (drifted.status, drifted.exit_code) == ("model", 1)
