@@ -259,6 +259,7 @@ def drift_section(
         flagged=sum(r.flagged for r in results),
         steal=None if during is None else during["steal"],
         foreign_load=None if during is None else during["foreign_load"],
+        foreign_cpu=None if during is None else during.get("foreign_cpu"),
     )
     calibration: dict[str, Any] = {}
     for n, p in profiles.items():

@@ -13,7 +13,8 @@ when the reference moved by more than :data:`DRIFT_FLAG` within one of its measu
 *machine signals*: the reference moved more than :data:`RUN_DRIFT_LIMIT` over the run
 (``max / min - 1`` of all its samples), or the median speed factor is off 1 by more than
 :data:`RUN_DRIFT_LIMIT`, or a case is flagged, or CPU steal above :data:`STEAL_LIMIT`, or a foreign
-load above :data:`LOAD_LIMIT` per core (:mod:`nspsim_runtime.machine`):
+load above :data:`LOAD_LIMIT` per core, or other processes' CPU share above :data:`FOREIGN_CPU_LIMIT`
+(:mod:`nspsim_runtime.machine`):
 
 1. ``raw <= T``: within (exit 0), the signals and any case that stands out noted;
 2. else a case *stands out* from its rank count's common level (:mod:`nspsim_runtime.validation.level`)
@@ -54,6 +55,9 @@ STEAL_LIMIT = 0.05
 LOAD_LIMIT = 0.25
 """Foreign load (1-minute load average less the run's own ranks) per core above this: another job
 wants a quarter of every core; a 2-rank run on 2 cores then loses a share of its slices."""
+FOREIGN_CPU_LIMIT = 0.10
+"""Other processes' share of all CPU time over the run (:func:`nspsim_runtime.machine.foreign_cpu`,
+exact where the ranks' own jiffies are read) above which another job contended for the cores."""
 EXPLAINS_SHARE = 1.0 / 3.0
 """The correction *explains* the error when it removes at least this share of the MAPE."""
 EXIT_MACHINE_MOVED = 4
@@ -98,6 +102,7 @@ class Machine:
     flagged: int = 0  # cases flagged (DRIFT_FLAG)
     steal: float | None = None  # steal share over the run
     foreign_load: float | None = None  # median foreign load per core
+    foreign_cpu: float | None = None  # share of all CPU time other processes used over the run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,13 +133,17 @@ def signals(m: Machine) -> tuple[str, ...]:
         out.append(f"CPU steal {m.steal:.0%}")
     if m.foreign_load is not None and m.foreign_load > LOAD_LIMIT:
         out.append(f"foreign load {m.foreign_load:.2f} per core")
+    if m.foreign_cpu is not None and m.foreign_cpu > FOREIGN_CPU_LIMIT:
+        out.append(f"other processes used {m.foreign_cpu:.0%} of the CPU time")
     return tuple(out)
 
 
 def contended(m: Machine) -> bool:
-    """Another job contended for the cores: steal or foreign load above its limit (rule 2 is off)."""
+    """Another job contended for the cores: steal, foreign load or other processes' CPU share above its
+    limit (rule 2 is off)."""
     stolen = m.steal is not None and m.steal > STEAL_LIMIT
-    return stolen or (m.foreign_load is not None and m.foreign_load > LOAD_LIMIT)
+    used = m.foreign_cpu is not None and m.foreign_cpu > FOREIGN_CPU_LIMIT
+    return stolen or used or (m.foreign_load is not None and m.foreign_load > LOAD_LIMIT)
 
 
 def _pct(value: float | None) -> str:

@@ -9,8 +9,9 @@ per case (rank 0 plans every case's batches then, before any step: no planner be
 step), then walks the schedule: the speed reference (:mod:`nspsim_runtime.calibration.reference`),
 then the block's steps through the trainer exactly as ``nspsim_runtime.train`` runs them (same
 records, same predictions from the same profile), then the reference again, which also opens the
-next block. Rank 0 takes a machine snapshot (:mod:`nspsim_runtime.machine`) at every reference and
-writes ``{"blocks": [...], "references": [...], "machine": [...]}``.
+next block. Rank 0 takes a machine snapshot (:mod:`nspsim_runtime.machine`, with every rank's process
+id, so that the ranks' own CPU time is told from other jobs') at every reference and writes
+``{"blocks": [...], "references": [...], "machine": [...]}``.
 
 Why one group rather than a launch per block: a launch of ``nspsim_runtime.run`` with 2 ranks cost
 8.1 s on the 2-core development VM from the plan file to the first reference (imports, rendezvous,
@@ -36,6 +37,8 @@ PROG = "nspsim_runtime.validation.worker"
 
 
 def _execute(plan: dict[str, Any]) -> None:
+    import torch.distributed
+
     from nspsim.specs.hf import resolve_model
     from nspsim.workload import build_workload
     from nspsim_runtime.affinity import pin_to_core
@@ -61,9 +64,13 @@ def _execute(plan: dict[str, Any]) -> None:
         reference = SpeedReference(resolve_model(plan["reference_model"]), plan["reference_kernel"])
         machine: list[dict[str, Any]] = []
         blocks: list[dict[str, Any]] = []
+        pids: list[Any] = [os.getpid()]
+        if d.world > 1:
+            pids = [None] * d.world
+            torch.distributed.all_gather_object(pids, os.getpid())
         current = reference.measure()
         if d.rank == 0:
-            machine.append(snapshot())
+            machine.append(snapshot(pids))
         for number, members in enumerate(plan["schedule"]):
             for case_index, first, count, warmup in members:
                 before, started = current, time.time()
@@ -73,7 +80,7 @@ def _execute(plan: dict[str, Any]) -> None:
                         outputs[case_index].emit(*out)
                 current = reference.measure()
                 if d.rank == 0:
-                    machine.append(snapshot())
+                    machine.append(snapshot(pids))
                     blocks.append({
                         "round": number, "case": case_index, "first": first, "count": count, "warmup": bool(warmup),
                         "before_s": before, "after_s": current, "start": started, "end": time.time(),

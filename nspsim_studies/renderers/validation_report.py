@@ -80,20 +80,25 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def machine_table(payload: dict[str, Any]) -> str:
-    """Load, steal and CPU frequency while calibrating (per rank count) and validating, as HTML."""
+    """Load, other processes' CPU share, steal and CPU frequency while calibrating (per rank count) and
+    validating, as HTML."""
     drift = payload.get("drift") or {}
     rows = [("validation, before", (drift.get("machine") or {}).get("before"), True),
             ("validation, during", (drift.get("machine") or {}).get("during"), False)]  # fmt: skip
     rows += [(f"calibration at {n} ranks", (c or {}).get("machine"), False) for n, c in
              sorted((drift.get("calibration") or {}).items())]  # fmt: skip
-    head = "<tr><th>when</th><th>load (1 min)</th><th>foreign load / core</th><th>steal</th><th>MHz</th></tr>"
+    head = (
+        "<tr><th>when</th><th>load (1 min)</th><th>foreign load / core</th><th>other processes' CPU</th>"
+        "<th>steal</th><th>MHz</th></tr>"
+    )
     body = []
     for name, m, raw in rows:
         m = m or {}
         mhz = _fmt(m.get("mhz"), ".0f") if raw else f"{_fmt(m.get('mhz_min'), '.0f')}-{_fmt(m.get('mhz_max'), '.0f')}"
         body.append(
             f"<tr><td>{html.escape(name)}</td><td>{_fmt(m.get('load1'), '.2f')}</td>"
-            f"<td>{_fmt(m.get('foreign_load'), '.2f')}</td><td>{_fmt(m.get('steal'), '.1%')}</td><td>{mhz}</td></tr>"
+            f"<td>{_fmt(m.get('foreign_load'), '.2f')}</td><td>{_fmt(m.get('foreign_cpu'), '.0%')}</td>"
+            f"<td>{_fmt(m.get('steal'), '.1%')}</td><td>{mhz}</td></tr>"
         )
     return f"<table>{head}{''.join(body)}</table>"
 

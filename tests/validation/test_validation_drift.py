@@ -141,3 +141,19 @@ def test_schedule_is_seeded_and_covers_every_block_in_order() -> None:
     assert len(rounds) == 6 and {b.case for b in rounds[5]} == {2}
     orders = {tuple(b.case for b in r) for r in schedule([4] * 5, block_steps=1, warmup=1, seed=3)}
     assert len(orders) > 1  # shuffled anew each round
+
+
+def test_foreign_cpu_share_from_proc_fixtures() -> None:
+    from nspsim_runtime.machine import foreign_cpu, parse_busy, parse_pid_jiffies
+
+    # user nice system idle iowait irq softirq steal: busy = 10606 + 0 + 3080 + 0 + 41 = 13727
+    assert parse_busy(STAT) == 13727
+    pid = "4242 (python -m x) R 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 3 0 100"
+    assert parse_pid_jiffies(pid) == 325  # utime 250 + stime 75, after a name holding spaces
+    a = {"cpu_total": 1000, "cpu_steal": 0, "cpu_busy": 600, "cpu_own": 500}
+    b = {"cpu_total": 1200, "cpu_steal": 0, "cpu_busy": 780, "cpu_own": 640}  # 180 busy, 140 ours: 40 of 200 others'
+    assert foreign_cpu(a, b) == pytest.approx(0.2)
+    assert foreign_cpu(a, {**b, "cpu_own": 700}) == 0.0  # never negative
+    assert foreign_cpu(a, {"cpu_total": 1200}) is None
+    summary = machine_summary([{"load1": 2.0}, {**a, "load1": 2.0}, {**b, "load1": 2.0}, {"load1": 2.0}], busy_ranks=2)
+    assert summary["foreign_cpu"] == pytest.approx(0.2) and summary["foreign_cpu_max"] == pytest.approx(0.2)
