@@ -45,6 +45,7 @@ axes, remain several specs.
 from __future__ import annotations
 
 import itertools
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -65,6 +66,10 @@ WORKLOAD_FIELDS = tuple(f.name for f in fields(WorkloadConfig))
 RUN_KEYS = ("planners", "iters", "first_batch", "mode", "planner_options", "baseline", "prepare", "window")
 WINDOW = "window"  # the one run setting that may also be an axis (module docstring)
 TABLES = ("workload", "zip", "axes", "run")
+MAX_POINTS = 10_000
+"""Grid points a spec may have, counted from its lists before any is built: every point is resolved and
+its batches drawn before the first unit runs (MEASURED_MS_A_POINT each), so a 1M-point grid meant
+minutes of silence, then units beyond any run (issue 25, low)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,9 +106,20 @@ class SweepSpec:
                 raise ValueError(f"[axes] {key}: an axis needs at least one value")
             if len(set(axis)) != len(axis):
                 raise ValueError(f"[axes] {key}: values repeat ({', '.join(map(str, axis))}); list each once")
+        self._check_size()
         self._check_windows()
         for config in self._configs():  # WorkloadConfig's own checks (the backend name)
             del config
+
+    def _check_size(self) -> None:
+        """At most :data:`MAX_POINTS` points, counted from the lists' lengths (one line naming them)."""
+        lengths = {f"[axes] {k}": len(v) for k, v in self.axes.items()}
+        if self.zip:
+            lengths["[zip]"] = len(next(iter(self.zip.values())))
+        count = math.prod(lengths.values())
+        if count > MAX_POINTS:
+            sizes = " x ".join(f"{n:,} ({name})" for name, n in lengths.items())
+            raise ValueError(f"the grid has {count:,} points ({sizes}); a sweep takes at most {MAX_POINTS:,}")
 
     def _check_windows(self) -> None:
         """A swept window is not also set in ``[run]``, and each is one ``RunSpec`` takes (``iters`` a
