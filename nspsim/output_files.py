@@ -34,7 +34,8 @@ class OutputLock:
     """The held lock of :func:`output_lock`, for a holder whose lifetime is not one block (a training
     run's outputs, opened at its first step and closed at its end): :meth:`release` it."""
 
-    def __init__(self, folder: Path, name: str, *, what: str) -> None:
+    def __init__(self, folder: Path, name: str, *, what: str, output: str | None = None) -> None:
+        """``output``: how the refusal names the output (default: the folder)."""
         path = folder / f"{LOCK_PREFIX}{name}.lock"
         try:
             self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -45,7 +46,7 @@ class OutputLock:
         except BlockingIOError:
             self.release()
             raise ValueError(
-                f"{folder}: another {what} is writing into this output now; "
+                f"{output or folder}: another {what} is writing into this output now; "
                 "wait for it to finish or choose another output"
             ) from None
 

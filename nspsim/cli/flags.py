@@ -130,8 +130,9 @@ def _escape(char: str) -> str:
 
 
 def warn(message: str) -> None:
-    """One line ``nspsim: warning: ...`` on stderr (the command goes on)."""
-    print(f"nspsim: warning: {' '.join(message.split())}", file=sys.stderr)
+    """One line ``nspsim: warning: ...`` on stderr (the command goes on), escaped as an error line is (it
+    may quote a file's path or a spec's value)."""
+    print(f"nspsim: warning: {shown(' '.join(message.split()))}", file=sys.stderr)
 
 
 def add_workload_args(

@@ -207,7 +207,8 @@ class Outputs:
         records.parent.mkdir(parents=True, exist_ok=True)
         # one run per records file: a second one would share these .partial names (nspsim.output_files)
         stem = targets[1].name.removesuffix(".config.json")  # R and R.jsonl write the same R.config.json
-        lock = OutputLock(records.parent, stem, what="nspsim_runtime.train run with these --records")
+        what, output = "nspsim_runtime.train run with these --records", f"--records {args.records}"
+        lock = OutputLock(records.parent, stem, what=what, output=output)  # names the records, not their folder
         config.write_text(json.dumps(resolved_config(args, d, workload), indent=1, sort_keys=True))
         return cls(records.open("w"), plans.open("w"), targets, lock)
 

@@ -193,3 +193,19 @@ def test_bad_input_is_one_line(argv: list[str], message: str) -> None:
     done = _run(*argv, timeout=60)
     assert done.returncode == 2 and message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_listing_the_cases_into_a_closed_pipe_ends_quietly() -> None:
+    """`nspsim_runtime.validate --list | head`: the reader leaves; no traceback and no error line (exit 141,
+    like SIGPIPE), where a BrokenPipeError traceback ended it (issue 25, low)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nspsim_runtime.validate", "--list"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the child writes anything
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141 and err == "", err

@@ -27,8 +27,8 @@ def test_a_second_run_on_the_same_records_fails_before_touching_the_first_runs_f
     first = opened(records)
     config = partial_path(records.with_name("r.config.json"))
     written = config.read_text()
-    with pytest.raises(ValueError, match="another nspsim_runtime.train run with these --records is writing"):
-        opened(records)
+    with pytest.raises(ValueError, match="^--records .*r.jsonl: another nspsim_runtime.train run with these --records"):
+        opened(records)  # named by its records, not by their folder ('.: another ...' from the current folder)
     assert config.read_text() == written  # the first run's partial files are untouched
     first.close(complete=True)
     assert records.exists() and not partial_path(records).exists()

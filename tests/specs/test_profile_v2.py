@@ -95,6 +95,12 @@ def test_cost_model_uses_every_v2_coefficient(tmp_path: Path) -> None:
         ({"overlap_slowdown": 0.5}, "overlap_slowdown = 0.5 x is outside"),
         ({"model": None}, "model must be a non-empty string"),
         ({"element_bytes": 3}, "element_bytes must be 1, 2, 4 or 8"),
+        ({"element_bytes": "2"}, "element_bytes must be 1, 2, 4 or 8 bytes per element, got '2'$"),  # not "got -1"
+        ({"element_bytes": 2.0}, "element_bytes must be 1, 2, 4 or 8 bytes per element, got 2.0$"),
+        ({"element_bytes": True}, "got True$"),
+        ({"element_bytes": None}, "element_bytes must be a positive integer, got None$"),
+        ({"ranks": "2"}, "ranks must be a positive integer <= 1,048,576, got '2'$"),
+        ({"ranks": [2]}, r"ranks must be a positive integer <= 1,048,576, got \[2\]$"),
         ({"nonattn_fwd_s_by_tokens": [[100, -1]]}, "non-negative number"),
     ],
 )

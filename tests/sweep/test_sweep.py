@@ -83,6 +83,18 @@ def test_spec_errors_name_the_key(data: dict[str, Any], message: str) -> None:
         parse_spec(data)
 
 
+def test_a_grid_past_the_point_limit_is_refused_before_any_point_is_built() -> None:
+    """10,001 points, or 1M, are counted from the lists' lengths and refused in one line (a 1M-point grid
+    used to resolve every point in silence for minutes before the first unit)."""
+    with pytest.raises(ValueError, match=r"^the grid has 10,001 points \(10,001 \(\[axes\] seed\)\); a sweep takes"):
+        parse_spec({"workload": FIXED, "axes": {"seed": list(range(10_001))}})
+    fixed = {k: v for k, v in FIXED.items() if k != "max_context"}
+    contexts = [f"{k}k" for k in range(1, 1001)]
+    with pytest.raises(ValueError, match=r"^the grid has 1,000,000 points \(1,000 \(\[axes\] seed\) x 1,000") as err:
+        parse_spec({"workload": fixed, "zip": {"max_context": contexts}, "axes": {"seed": list(range(1000))}})
+    assert "\n" not in str(err.value)
+
+
 def test_load_spec_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[workload\n")

@@ -195,3 +195,17 @@ def test_plot_refuses_duplicated_rows_and_negative_times(tmp_path: Path, capsys:
     rows.assign(step_time_s=float("nan")).to_parquet(out / "results.parquet")
     assert main(["plot", str(out)]) == 2
     assert "no step time, no out-of-memory and no error" in capsys.readouterr().err
+
+
+def test_spec_values_are_printed_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace path holding an escape sequence is shown as ``\\x1b`` in the summary's axes column and in the
+    warning of a point that cannot be built; raw, it coloured the terminal (issue 25, low)."""
+    found = tmp_path / "a\x1b[31mred.txt"
+    found.write_text("\n".join(["4096"] * 32))
+    traces = [str(found), str(tmp_path / "b\x1b[2Jgone.txt")]
+    axis = f"trace = {json.dumps(traces)}"  # TOML basic strings: \u001b is the escape character
+    spec = write_spec(tmp_path, SPEC.replace("trace = 'code'", "gpus = 2").replace("gpus = [2, 4]", axis))
+    assert main(["sweep", str(spec), "-o", str(tmp_path / "o"), "--jobs", "1"]) == 1  # the missing trace's point
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err
+    assert "a\\x1b[31mred.txt" in out and "point 1 (trace=" in err and "b\\x1b[2Jgone.txt" in err

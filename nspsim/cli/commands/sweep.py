@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace, spec: SweepSpec, out: Path, started: float) -
 
 
 def _axes_text(axes: dict[str, Any], values: dict[str, Any]) -> str:
-    return " ".join(f"{k}={values[k]}" for k in axes) or "the only point"
+    return " ".join(f"{k}={shown(str(values[k]))}" for k in axes) or "the only point"  # values from the spec
 
 
 def _num(value: float, fmt: str) -> str:

@@ -184,10 +184,11 @@ class Profile:
         unknown = set(self.collectives) - set(COLLECTIVES)
         if unknown:
             raise ValueError(f"collectives: unknown collective {sorted(unknown)} (known: {', '.join(COLLECTIVES)})")
-        if self.element_bytes is not None and self.element_bytes not in (1, 2, 4, 8):
-            raise ValueError(f"element_bytes must be 1, 2, 4 or 8 bytes per element, got {self.element_bytes!r}")
-        if self.ranks is not None and not 1 <= self.ranks <= MAX_DEGREE:
-            raise ValueError(f"ranks must be a positive integer <= {MAX_DEGREE:,}, got {self.ranks!r}")
+        size, ranks = self.element_bytes, self.ranks  # as written: a file's "2" is named, not replaced
+        if size is not None and not (_is_int(size) and size in (1, 2, 4, 8)):
+            raise ValueError(f"element_bytes must be 1, 2, 4 or 8 bytes per element, got {_cut(repr(size))}")
+        if ranks is not None and not (_is_int(ranks) and 1 <= ranks <= MAX_DEGREE):
+            raise ValueError(f"ranks must be a positive integer <= {MAX_DEGREE:,}, got {_cut(repr(ranks))}")
         bound = [k for k in (*_TIME_TABLES, "micro_batch_s", "optimizer_s") if getattr(self, k) is not None]
         if bound and not self.model:
             raise ValueError(f'{", ".join(bound)} describe one model\'s shapes: the profile must name it ("model")')
@@ -295,10 +296,11 @@ def parse_profile(data: Mapping[str, Any], origin: str = "profile") -> Profile:
             if not isinstance(data[key], str) or not data[key]:
                 raise ValueError(f"{origin}: {key} must be a non-empty string, got {_cut(repr(data[key]))}")
             kwargs[key] = data[key]
-    if "element_bytes" in data:
-        kwargs["element_bytes"] = data["element_bytes"] if _is_int(data["element_bytes"]) else -1
-    if "ranks" in data:
-        kwargs["ranks"] = data["ranks"] if _is_int(data["ranks"]) else -1
+    for key in ("element_bytes", "ranks"):  # checked by Profile, which names the value as written
+        if key in data:
+            if data[key] is None:  # null is not "not given"
+                raise ValueError(f"{origin}: {key} must be a positive integer, got None")
+            kwargs[key] = data[key]
     for key in ("provenance", "fit"):
         if key in data:
             if not isinstance(data[key], dict):
