@@ -137,14 +137,14 @@ def _calibrate(ranks: int, out: Path) -> str:
 
 
 def table(results: list[CaseResult], failed: dict[str, str], devs: tuple[Deviation, ...] = ()) -> str:
-    """The per-case table a person reads (``dev``: the error off the common level, ``!`` when it stands out)."""
+    """The per-case table a person reads (``dev``: the error off the common level, ``!`` when it stands out;
+    ``devs`` aligned with ``results``, or empty)."""
     lines = [
         f"{'case':<36} {'meas s':>8} {'std':>7} {'pred s':>8} {'error':>7} {'dev':>7} {'speed':>6} {'corr s':>8} "
         f"{'c.err':>7} {'drift':>6}  worst category"
     ]
-    by_label = {d.label: d for d in devs}
-    for r in results:
-        d = by_label.get(r.label)
+    for i, r in enumerate(results):
+        d = devs[i] if devs else None
         dev = f"{_num(None if d is None else d.deviation, '+6.1%')}{'!' if d is not None and d.stands_out else ' '}"
         worst = max(r.breakdown_error.items(), key=lambda kv: abs(kv[1]), default=("-", 0.0))
         corrected = r.corrected_predicted_step_s
@@ -306,7 +306,7 @@ def _report(
     judged = verdict(summary.mape, summary.corrected_mape, machine, args.max_mape, devs if groups else ())
     payload: dict[str, Any] = {
         "verdict": judged.to_dict(),
-        "cases": [{**r.to_dict(), **_deviation_fields(d)} for r, d in zip(results, devs, strict=True)],
+        "cases": [{**r.to_dict(), **d.to_dict()} for r, d in zip(results, devs, strict=True)],
         "failed": failed,
         **summary.to_dict(),
         "spread": spread(devs),
@@ -338,10 +338,6 @@ def case_deviations(results: list[CaseResult], max_mape: float | None) -> tuple[
     """Each case's deviation from its rank count's common level (:mod:`nspsim_runtime.validation.level`)."""
     rows = [(r.label, r.ranks, r.error, step_error_se(r.measured_s, r.predicted_s)) for r in results]
     return deviations(rows, max_mape)
-
-
-def _deviation_fields(d: Deviation) -> dict[str, Any]:
-    return {"level": d.level, "deviation": d.deviation, "deviation_se": d.stderr, "stands_out": d.stands_out}
 
 
 def _totals(summary: Summary, started: float, out: Path, around: float | None) -> str:

@@ -52,8 +52,9 @@ class Deviation:
     stands_out: bool
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON fields."""
-        return dict(self.__dict__)
+        """The JSON fields a case's record gains (its label and ranks are already there)."""
+        return {"level": self.level, "deviation": self.deviation, "deviation_se": self.stderr,
+                "stands_out": self.stands_out}  # fmt: skip
 
 
 def step_error_se(measured: Sequence[float], predicted: Sequence[float]) -> float:
