@@ -6,6 +6,8 @@ the others waited for: least ``comm_wait``, as the runtime defines it; its categ
 ``step_time_s``); ``per_gpu_breakdown_s`` has every GPU's
 partition of the same wall time (a GPU that finishes early waits for the others: ``comm_wait``).
 An out-of-memory step has no timing: ``step_time_s`` is ``None`` and ``oom_detail`` says why.
+``approximate``: only ``layers_simulated`` layers were simulated and the rest extended approximately
+(opt-in, :mod:`~nspsim.simulator.approximate`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class StepResult:
     num_layers: int = 0
     layers_simulated: int = 0
     extrapolated: bool = False
+    approximate: bool = False
     events: int = 0
     tasks: int = 0
     units: int = 0
@@ -138,6 +141,7 @@ class StepResult:
             "num_layers": self.num_layers,
             "layers_simulated": self.layers_simulated,
             "extrapolated": self.extrapolated,
+            "approximate": self.approximate,
             "events": self.events,
             "events_per_s": self.events_per_s,
             "tasks": self.tasks,

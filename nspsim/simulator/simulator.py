@@ -8,7 +8,9 @@ programs merged into one unit (:func:`~nspsim.simulator.work.reduce_to_units`); 
 SimPy clock (:mod:`~nspsim.simulator.engine`); extrapolate the repeated layers exactly
 (:mod:`~nspsim.simulator.periodic`) or, if no layer repeats within ``sim_layers``, rerun with every
 layer. The short run is skipped when the GPUs cannot settle into one pace within it
-(:func:`~nspsim.simulator.periodic.settling_layers`), as on every default workload.
+(:func:`~nspsim.simulator.periodic.settling_layers`), as on every default workload. Opt-in
+(``approx_layers`` = K): run K layers and, unless they repeat exactly, extend them approximately
+(:mod:`~nspsim.simulator.approximate`); the result says so.
 
 The simulator owns its options and its random seed; every call builds its own clock, ids and
 generator (seeded by the simulator's seed and the plan's content hash), so results are
@@ -31,6 +33,7 @@ from nspsim.cost.interface import CostModel
 from nspsim.execution.activation import ActivationPlan, plan_activations
 from nspsim.plan import Plan
 from nspsim.records import BREAKDOWN_CATEGORIES
+from nspsim.simulator.approximate import MIN_APPROX_LAYERS, Extension, extend, min_layers
 from nspsim.simulator.engine import Executor
 from nspsim.simulator.hardware import CollectiveFactory
 from nspsim.simulator.modes import MODES, SimMode, prefetch_layers
@@ -60,7 +63,10 @@ class SimOptions:
     before extrapolating (``extrapolate``). ``jitter``: coefficient of variation of a lognormal
     factor on every kernel (0 = deterministic durations; > 0 disables extrapolation).
     ``timeline``: keep per-GPU events in the result. ``symmetry``: simulate GPUs with identical
-    programs once (exact; off when ``jitter`` > 0, since noise differs per GPU).
+    programs once (exact; off when ``jitter`` > 0, since noise differs per GPU). ``approx_layers``:
+    0 (off) or K >= ``MIN_APPROX_LAYERS``: simulate K layers and extend the rest approximately
+    (:mod:`~nspsim.simulator.approximate`; needs no jitter and no timeline; K >= the model's layers
+    simulates every layer).
     """
 
     mode: SimMode = SimMode.STREAM
@@ -69,6 +75,7 @@ class SimOptions:
     jitter: float = 0.0
     timeline: bool = False
     symmetry: bool = True
+    approx_layers: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -84,6 +91,19 @@ class SimOptions:
         for name in ("extrapolate", "timeline", "symmetry"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        self._check_approx()
+
+    def _check_approx(self) -> None:
+        k = self.approx_layers
+        if not isinstance(k, int) or isinstance(k, bool) or (k != 0 and k < MIN_APPROX_LAYERS):
+            raise ValueError(
+                f"approx_layers must be 0 (off) or an integer >= {MIN_APPROX_LAYERS} (layers to simulate before "
+                f"extending the rest approximately), got {k!r}"
+            )
+        if k and self.jitter > 0:
+            raise ValueError("approx_layers needs jitter 0: with noise no simulated layer gives the others' pace")
+        if k and self.timeline:
+            raise ValueError("approx_layers keeps no timeline (the layers not simulated have no events); drop one")
 
 
 @contextmanager
@@ -127,6 +147,12 @@ class Simulator:
         self.options = options or SimOptions()
         self.seed = seed
         self.collectives = CollectiveFactory(cost, cluster)
+        fewest = min_layers(self._prefetch())
+        if 0 < self.options.approx_layers < fewest:
+            raise ValueError(
+                f"approx_layers {self.options.approx_layers} leaves no pace window with FSDP gathers "
+                f"{self._prefetch()} layer(s) ahead: simulate at least {fewest} layers"
+            )
 
     @staticmethod
     def for_workload(workload: Workload, options: SimOptions | None = None, seed: int = 0) -> Simulator:
@@ -163,13 +189,16 @@ class Simulator:
             result = self._result(plan, act, work, program, ex, [], self.model.num_layers, started)
             ex.release()
             return result
+        extension = None
         for layers in self._layer_schedule(work):
             program, ex = self._run(work, layers, plan)
             repeats = find_repeats(program, self.model.num_layers, layers, self._repeat_window())
+            if repeats is None and layers == self.options.approx_layers:
+                repeats, extension = [], extend(program, ex.accounts(), self.model.num_layers, self._prefetch())
             if repeats is not None:
                 break
             ex.release()
-        result = self._result(plan, act, work, program, ex, repeats or [], layers, started)
+        result = self._result(plan, act, work, program, ex, repeats or [], layers, started, extension)
         ex.release()
         return result
 
@@ -193,13 +222,17 @@ class Simulator:
         dozens of layers (every default 64- and 1024-GPU workload), and the attempt only adds 25-50%
         (docs/simulator.md). A middle attempt at twice ``sim_layers`` was dropped for the same reason."""
         total, opts = self.model.num_layers, self.options
+        if 0 < opts.approx_layers < total and opts.jitter == 0:
+            return [opts.approx_layers]
         if not opts.extrapolate or opts.jitter > 0 or opts.sim_layers >= total:
             return [total]
-        prefetch = prefetch_layers(opts.mode, self.training.fsdp_prefetch_layers)
         overlap = opts.mode == SimMode.STREAM
-        if settling_layers(work, prefetch, overlap=overlap) > opts.sim_layers - self._repeat_window():
+        if settling_layers(work, self._prefetch(), overlap=overlap) > opts.sim_layers - self._repeat_window():
             return [total]
         return [opts.sim_layers, total]
+
+    def _prefetch(self) -> int:
+        return prefetch_layers(self.options.mode, self.training.fsdp_prefetch_layers)
 
     def _run_shared(self, work: StepWork, plan: Plan, slots: float) -> tuple[Program, Executor]:
         """Every layer, with kernels stretched by core sharing (:mod:`nspsim.simulator.sharing`)."""
@@ -237,21 +270,27 @@ class Simulator:
         repeats: list[Repeat],
         layers: int,
         started: float,
+        extension: Extension | None = None,
     ) -> StepResult:
         unit = np.array(work.gpu_unit)
         ends = np.array(ex.free)[unit]
+        last = ends.max()
         extra = sum(rep.copies * rep.shift for rep in repeats)
         acc = ex.accounts()
         per_unit = acc.sum(axis=0)
         for rep in repeats:
             per_unit += rep.copies * acc[rep.segment]
+        if extension is not None:  # every unit ends later by its own added accounts, the step by the slowest's
+            per_unit += extension.accounts
+            ends = ends + extension.accounts.sum(axis=1)[unit]
+            last = last + extension.step
         per_gpu = per_unit[unit]
-        per_gpu[:, COMM_WAIT] += ends.max() - ends
+        per_gpu[:, COMM_WAIT] += last - ends
         # The GPU the others waited for: least comm wait once every GPU is topped up to the step's
         # end (the runtime's definition). Ending last alone is ambiguous: a final world collective makes
         # every GPU end together, and argmax picked the lowest index, often a GPU that mostly waited.
         critical = int(np.argmin(per_gpu[:, COMM_WAIT]))
-        step = float(ends.max() + extra)
+        step = float(last + extra)
         timeline = (
             build_timeline(program, ex.blame or [], repeats, work.unit_members()) if self.options.timeline else ()
         )
@@ -272,6 +311,7 @@ class Simulator:
             num_layers=self.model.num_layers,
             layers_simulated=layers,
             extrapolated=bool(repeats),
+            approximate=extension is not None,
             events=ex.events,
             tasks=len(program.tasks),
             units=work.num_units,
