@@ -46,6 +46,7 @@ from nspsim.plan.window import WindowPlan
 from nspsim.planners import get_planner
 from nspsim.planners.base import Planner
 from nspsim.simulator import SimOptions, Simulator, StepResult
+from nspsim.simulator.approximate import ApproxCheck
 from nspsim.simulator.modes import SimMode
 from nspsim.trace.batching import Batch
 from nspsim.units import format_seconds
@@ -59,6 +60,11 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
     ``progress(done, total, label)`` is called after every planned-and-simulated batch."""
     workload = build_workload(config.workload)
     run = config.run
+    if run.approx_layers >= workload.model.num_layers:
+        raise ValueError(
+            f"approx_layers (--approx-layers) {run.approx_layers}: {workload.model.name} has "
+            f"{workload.model.num_layers} layers; give fewer to simulate, or 0 for an exact simulation"
+        )
     specs = run.specs()
     for spec in specs.values():  # options that cannot apply to this workload fail before anything runs
         if spec.label not in SWEPT_STATIC:
@@ -100,6 +106,7 @@ def run_compare(config: CompareConfig, progress: Progress | None = None) -> Comp
         batches=tuple(batches),
         timeline_iteration=None if shown is None else int(shown),
         windows=tuple(windows),
+        approximation=runner.approximation_check([specs[p] for p in run.planners]),
     )
 
 
@@ -148,7 +155,7 @@ class _Runner:
         """A simulator for ``mode`` (cached; one per mode and timeline setting)."""
         key = (mode, timeline)
         if key not in self.simulators:
-            options = SimOptions(mode=SimMode(mode), timeline=timeline)
+            options = SimOptions(mode=SimMode(mode), timeline=timeline, approx_layers=self.config.run.approx_layers)
             self.simulators[key] = Simulator.for_workload(self.workload, options)
         return self.simulators[key]
 
@@ -162,6 +169,27 @@ class _Runner:
         result = self.simulator(mode, timeline).simulate(plan, optimizer_step=optimizer_step)
         self.results[key] = (result, timeline)
         return result
+
+    def approximation_check(self, specs: list[PlannerSpec]) -> ApproxCheck | None:
+        """With an approximate simulation, its error on this workload: the first step (first planner, then
+        batch) that fits in memory, simulated exactly once more; ``None`` for an exact run."""
+        if not self.config.run.approx_layers:
+            return None
+        for spec in specs:
+            for i, plan in enumerate(self.prepared.get(spec.label, [])):
+                last = (i + 1) % self.config.run.window == 0
+                approx = self.simulate(plan, spec.mode, False, last)
+                exact = Simulator.for_workload(self.workload, SimOptions(mode=SimMode(spec.mode)))
+                exact_s = exact.simulate(plan, optimizer_step=last).step_time_s if approx.step_time_s else None
+                if approx.step_time_s is not None and exact_s is not None:
+                    return ApproxCheck(
+                        label=f"{spec.label} on batch {plan.batch.index}",
+                        layers_simulated=approx.layers_simulated,
+                        num_layers=approx.num_layers,
+                        exact_s=exact_s,
+                        approximate_s=approx.step_time_s,
+                    )
+        return None
 
     def timelines(self, specs: list[PlannerSpec], iteration: int | None) -> dict[str, StepResult]:
         """Each spec's step on ``iteration`` simulated again with its timeline (none for ``None``)."""

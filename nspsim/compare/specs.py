@@ -34,6 +34,7 @@ from nspsim.execution.prepare import AS_PLANNED, Preparation, check_prepare, res
 from nspsim.options import parse_options
 from nspsim.plan.window import MAX_WINDOW
 from nspsim.planners import HEADLINE_PLANNERS, PLANNER_NAMES, declared_preparation, get_planner, planner_summary
+from nspsim.simulator import SimOptions
 from nspsim.simulator.modes import MODES, SimMode
 from nspsim.workload import WorkloadConfig
 
@@ -225,6 +226,7 @@ class RunSpec:
     baseline: str | None = None  # the label to normalise to; None: compare's rule (summary.baseline_of)
     prepare: str = "planner"  # nspsim.execution.prepare.PREPARE_CHOICES; "planner": each planner's declaration
     window: int = 1  # batches per optimizer step, planned as one window (nspsim.compare.windows); 1: per step
+    approx_layers: int = 0  # simulated layers of an approximate simulation (SimOptions.approx_layers); 0: exact
 
     def __post_init__(self) -> None:
         if not _is_int(self.window) or not 1 <= self.window <= MAX_WINDOW:
@@ -248,6 +250,7 @@ class RunSpec:
             )
         if self.mode not in MODES:
             raise ValueError(f"unknown simulation mode {self.mode!r} (known: {', '.join(MODES)})")
+        SimOptions(approx_layers=self.approx_layers)  # its ValueError says what is accepted
         if not self.planners:
             raise ValueError("no planners given: name at least one, e.g. --planners static-best,nsp")
         if len(set(self.planners)) != len(self.planners):
@@ -295,10 +298,18 @@ class CompareConfig:
             raise ValueError(
                 f"timeline_iteration must be None, {WIDEST!r} or an iteration in 0..{self.run.iters - 1}, got {value!r}"
             )
+        if value is not None and self.run.approx_layers:
+            raise ValueError(
+                "an approximate simulation (approx_layers, --approx-layers) keeps no timeline, which the report (-o) "
+                "draws: drop one of them"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON output."""
-        return asdict(self)
+        """Plain dict for JSON output (``run.approx_layers`` only when on: exact runs' documents are as they were)."""
+        data = asdict(self)
+        if not self.run.approx_layers:
+            del data["run"]["approx_layers"]
+        return data
 
 
 def _is_int(value: object) -> bool:

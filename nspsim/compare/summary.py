@@ -1,26 +1,23 @@
 """What a comparison reports: one record per planner and batch, the per-planner summary and the whole
 result, plus the routing histogram and the normalisation rule they use.
 
-Normalisation is to the configured baseline when one is named (``CompareConfig.baseline``, e.g.
-``static-paper``, the paper's Static SP), else to ``static-best`` when it is compared, else to
-``static-paper``, else to ``static`` (per-batch automatic degree), else to the first planner; every
-summary names it (``baseline``; records before it was named called the ratio ``normalized_to_static``
-whatever the baseline). ``normalized_to_baseline`` is the planner's summed step time over the
-baseline's on the iterations where *both* ran in memory (the paper's Figure 7 form on the same
-batches; ``normalized_iterations`` says how many), ``speedup_vs_baseline`` its inverse. Sums rather
-than a mean of per-batch ratios: the batches are the same, so this is the ratio of mean step times,
-and a long batch weighs what it costs. ``mean_step_time_s`` averages the iterations that fit;
-out-of-memory iterations are counted (``oom_count``), never averaged. ``normalized_min``,
-``normalized_median`` and ``normalized_max`` are the spread of the per-batch ratios (step time over
-the baseline's on the same batch) over those same batches: how far one batch's result can stray;
-``speedup_min`` / ``_median`` / ``_max`` the same spread of the per-batch speedups (baseline's step
-over this planner's). ``normalized_ci_low`` / ``_high`` is the :data:`INTERVAL` (a paired bootstrap
-over the batches, fixed seed) of the ratio of sums, ``speedup_ci_low`` / ``_high`` its inverse: how
-far the headline could move with other batches from the same trace. ``saved_share`` says, per
-breakdown category, what the planner saved (positive) or paid (negative) against the baseline, as a
-share of the baseline's summed step time over the same batches: the shares add up to
-``1 - normalized_to_baseline``. :func:`widest_iteration` is the batch on which the planners' step
-times differ most, the one whose timelines the report draws.
+Normalisation is to the configured baseline when one is named (``CompareConfig.baseline``, e.g. ``static-paper``,
+the paper's Static SP), else to ``static-best`` when it is compared, else to ``static-paper``, else to ``static``
+(per-batch automatic degree), else to the first planner; every summary names it (``baseline``; records before it was
+named called the ratio ``normalized_to_static`` whatever the baseline). ``normalized_to_baseline`` is the planner's
+summed step time over the baseline's on the iterations where *both* ran in memory (the paper's Figure 7 form on the
+same batches; ``normalized_iterations`` says how many), ``speedup_vs_baseline`` its inverse. Sums rather than a mean
+of per-batch ratios: the batches are the same, so this is the ratio of mean step times, and a long batch weighs what
+it costs. ``mean_step_time_s`` averages the iterations that fit; out-of-memory iterations are counted
+(``oom_count``), never averaged. ``normalized_min``, ``normalized_median`` and ``normalized_max`` are the spread of
+the per-batch ratios (step time over the baseline's on the same batch) over those same batches: how far one batch's
+result can stray; ``speedup_min`` / ``_median`` / ``_max`` the same spread of the per-batch speedups (baseline's
+step over this planner's). ``normalized_ci_low`` / ``_high`` is the :data:`INTERVAL` (a paired bootstrap over the
+batches, fixed seed) of the ratio of sums, ``speedup_ci_low`` / ``_high`` its inverse: how far the headline could
+move with other batches from the same trace. ``saved_share`` says, per breakdown category, what the planner saved
+(positive) or paid (negative) against the baseline, as a share of the baseline's summed step time over the same
+batches: the shares add up to ``1 - normalized_to_baseline``. :func:`widest_iteration` is the batch on which the
+planners' step times differ most, the one whose timelines the report draws.
 
 :class:`BatchDrops` says what ``max_context`` dropped from the compared batches (the same batches for
 every planner); a share of the drawn tokens above :data:`DROPPED_WARN_SHARE` deserves a warning, since
@@ -41,6 +38,7 @@ from nspsim.plan import Plan
 from nspsim.plan.estimates import Estimates
 from nspsim.records import BREAKDOWN_CATEGORIES
 from nspsim.simulator import StepResult
+from nspsim.simulator.approximate import ApproxCheck
 from nspsim.trace.batching import Batch
 from nspsim.units import format_tokens
 
@@ -241,6 +239,7 @@ class CompareResult:
     batches: tuple[Batch, ...] = ()  # the compared batches, in iteration order (not in to_dict: the records name them)
     timeline_iteration: int | None = None  # the iteration whose timelines ``timelines`` holds
     windows: tuple[WindowRecord, ...] = ()  # per planner and window, with windows (RunSpec.window > 1)
+    approximation: ApproxCheck | None = None  # an approximate run's error on one step simulated exactly too
 
     @property
     def winner(self) -> PlannerSummary | None:
@@ -272,7 +271,7 @@ class CompareResult:
         """JSON-ready: ``config`` and ``results`` (one object per planner), every iteration, what
         ``max_context`` dropped from the batches, why static-best passed over degrees, and whether
         every planner ran out of memory everywhere."""
-        return {
+        data = {
             "config": self.config,
             "baseline": self.baseline,
             "interval": INTERVAL,
@@ -285,6 +284,7 @@ class CompareResult:
             "all_out_of_memory": self.all_out_of_memory,
             "no_result": self.no_result,
         } | (self._windows_dict() if self.windows else {})  # without windows the document is as it was
+        return data | ({"approximation": self.approximation.to_dict()} if self.approximation is not None else {})
 
     def _windows_dict(self) -> dict[str, Any]:
         planners = list(dict.fromkeys(w.planner for w in self.windows))

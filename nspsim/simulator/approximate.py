@@ -27,7 +27,8 @@ and the CLI prints the measured error beside it. Off by default; exact periodic 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -83,8 +84,51 @@ def extend(program: Program, accounts: np.ndarray, total_layers: int, prefetch: 
     return Extension(accounts=added, step=step)
 
 
-def error_line(layers: int) -> str:
-    """The measured error of the approximation at ``layers`` simulated layers, for printing beside a result."""
+def error_line() -> str:
+    """The benchmark's measured error of the approximation, for printing beside an approximate result."""
     figures = ", ".join(f"{100 * e:.2f}% at K={k}" for k, e in sorted(MEASURED_MAX_ERROR.items()))
     measured = f"max |error| {figures}" if figures else "not measured yet"
-    return f"measured step-time error of K-layer approximation on the Figure 7 workloads ({MEASURED_SOURCE}): {measured}"
+    return (
+        f"measured step-time error of K-layer approximation on the Figure 7 workloads ({MEASURED_SOURCE}): {measured}"
+    )
+
+
+def measured_error() -> dict[str, object]:
+    """The benchmark's measured error (:data:`MEASURED_MAX_ERROR`) and its source, for JSON beside a result."""
+    return {
+        "max_abs_step_error_by_k": {str(k): e for k, e in sorted(MEASURED_MAX_ERROR.items())},
+        "source": MEASURED_SOURCE,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApproxCheck:
+    """One step simulated both approximately and exactly on the user's own workload: what ``nspsim compare``
+    prints beside approximate results (``label`` names the step, e.g. its planner and batch)."""
+
+    label: str
+    layers_simulated: int
+    num_layers: int
+    exact_s: float
+    approximate_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.exact_s > 0 and math.isfinite(self.exact_s) and math.isfinite(self.approximate_s)):
+            raise ValueError(f"a check needs finite step times, got {self.exact_s} and {self.approximate_s}")
+
+    @property
+    def error(self) -> float:
+        """approximate / exact - 1."""
+        return self.approximate_s / self.exact_s - 1
+
+    def line(self) -> str:
+        """The check as one printed line."""
+        return (
+            f"approximate: {self.layers_simulated} of {self.num_layers} layers simulated per step; measured error on "
+            f"this workload ({self.label}, simulated exactly once): {100 * self.error:+.2f}% "
+            f"(exact {self.exact_s:.4f} s, approximate {self.approximate_s:.4f} s)"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready fields, with the error."""
+        return {**asdict(self), "error": self.error}

@@ -302,6 +302,8 @@ def _run(data: dict[str, Any]) -> RunSpec:
     replaced = [k for k in data if k in ("tree_recompute", "optimize_order")]
     if replaced:
         raise ValueError(f'[run] {replaced[0]}: replaced by prepare = "none" | "recompute" | "order" | "all"')
+    if "approx_layers" in data:  # a cached exact result must never serve, nor be, an approximate one
+        raise ValueError("[run] approx_layers: a sweep simulates exactly; approximate with compare --approx-layers")
     unknown = [k for k in data if k not in RUN_KEYS]
     if unknown:
         raise ValueError(f"[run] {unknown[0]}: unknown key (known: {', '.join(RUN_KEYS)})")

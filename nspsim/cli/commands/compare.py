@@ -52,6 +52,7 @@ from nspsim.cli.flags import (
     add_prepare_flag,
     add_workload_args,
     emit,
+    non_negative_int,
     positive_int,
     warn,
     warn_token_budget,
@@ -77,6 +78,7 @@ from nspsim.jsonfile import dumps_json
 from nspsim.options import positive_float
 from nspsim.planners.flexsp.planner import MAX_TIME_LIMIT_S
 from nspsim.records import BREAKDOWN_CATEGORIES, BREAKDOWN_SHORT
+from nspsim.simulator.approximate import MIN_APPROX_LAYERS
 from nspsim.simulator.modes import MODES
 from nspsim.sweep.results import compare_rows, table
 from nspsim.sweep.schema import row_schema
@@ -153,6 +155,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         prepare=args.prepare,
         window=args.window,
+        approx_layers=args.approx_layers,
     )
     config = CompareConfig(
         workload=workload_config(args), run=run, timeline_iteration=WIDEST if args.output is not None else None
@@ -199,7 +202,7 @@ def config_settings(data: dict[str, Any]) -> Settings:
     out |= inputs_setting(data)
     out |= {
         name: (f"run.{name}", run[name])
-        for name in ("iters", "first_batch", "mode", "baseline", "prepare", "window")
+        for name in ("iters", "first_batch", "mode", "baseline", "prepare", "window", "approx_layers")
         if name in run
     }
     if "planners" in run:
@@ -288,6 +291,8 @@ def format_table(result: CompareResult) -> str:
         lines.append(f"batches: {result.drops.kept_samples} samples kept; {result.drops.describe()} dropped")
     lines.extend(f"{s.planner}: {s.note}" for s in result.summaries if s.note)
     lines.extend(window_lines(result.windows))
+    if result.approximation is not None:
+        lines.append(result.approximation.line())
     if result.no_result is not None:
         lines.append(f"NO RESULT: {result.no_result}")
     return "\n".join(lines)
@@ -335,6 +340,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "and bounds planning time",
     )
     p.add_argument("--mode", choices=MODES, default=RUN_DEFAULTS.mode, help="executor overlap mode for every planner")
+    p.add_argument(
+        "--approx-layers",
+        type=non_negative_int,
+        default=RUN_DEFAULTS.approx_layers,
+        metavar="K",
+        help=f"approximate: simulate K layers (at least {MIN_APPROX_LAYERS}) and extend the rest at each pass's "
+        "measured pace; the first planner's first batch is also simulated exactly once and the error printed "
+        "(default: 0, exact; not with -o)",
+    )
     add_prepare_flag(p)
     p.add_argument(
         "-o",

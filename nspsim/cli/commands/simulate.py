@@ -43,6 +43,7 @@ from nspsim.cli.flags import (
     warn,
 )
 from nspsim.cli.outputs import output_file, write_output
+from nspsim.cli.simulate_text import approximation_fields, format_result, format_table
 from nspsim.compare.summary import BatchDrops, plan_drop_fields
 from nspsim.cost.profile import load_profile
 from nspsim.execution.prepare import AS_PLANNED, prepare_plan, recorded_preparation, resolve_preparation
@@ -53,8 +54,8 @@ from nspsim.plan.log import PLAN_LOG_SUFFIX, load_plans, pick_plans
 from nspsim.plan.refs import ProfileRef
 from nspsim.planners import plan_preparation
 from nspsim.simulator import SimOptions, Simulator, StepResult, chrome_trace_json
+from nspsim.simulator.approximate import MIN_APPROX_LAYERS
 from nspsim.simulator.modes import MODES, SimMode
-from nspsim.specs.memory import GIB
 from nspsim.specs.training import DEFAULT_TRAINING, TRAINING_FIELDS, parse_training_label, training_label
 from nspsim.workload import Workload, WorkloadConfig, build_workload
 
@@ -176,7 +177,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     oom = [i for i, _, result, _ in runs if result.oom]
     if table:
         data = [
-            {"index": i, "config": config, **plan_drop_fields(plan), **result.to_dict()}
+            {"index": i, "config": config, **plan_drop_fields(plan), **result.to_dict(), **approximation_fields(result)}
             for i, plan, result, config in runs
         ]
         print(dumps_json(data, what="--json output", indent=2) if args.json else format_table(args.plan, runs))
@@ -189,7 +190,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 flag="--timeline",
                 siblings={".config.json": dumps_json(config, what="config", indent=2)},
             )
-        emit(args, {"config": config, **plan_drop_fields(plan), **result.to_dict()}, format_result(plan, result))
+        record = {"config": config, **plan_drop_fields(plan), **result.to_dict(), **approximation_fields(result)}
+        emit(args, record, format_result(plan, result))
     if oom:
         steps = "the simulated step" if not table else f"{len(oom)} of {len(runs)} simulated steps"
         written = "; no timeline written" if timeline is not None else ""
@@ -210,6 +212,7 @@ class _Runner:
             jitter=args.jitter,
             timeline=args.timeline is not None,
             sim_layers=args.sim_layers,
+            approx_layers=args.approx_layers,
         )
         self._cache: dict[WorkloadConfig, tuple[Workload, Simulator, Simulator]] = {}
 
@@ -228,6 +231,11 @@ class _Runner:
         """(prepared plan, result, resolved config) of one plan."""
         args = self.args
         workload, simulator, ranker = self._simulators(plan_workload_config(plan, profile, plan_training(plan, args)))
+        if args.approx_layers >= workload.model.num_layers:
+            raise ValueError(
+                f"--approx-layers {args.approx_layers}: {shown(workload.model.name)} has {workload.model.num_layers} "
+                "layers; give fewer to simulate, or leave the flag out for an exact simulation"
+            )
         scored: dict[str, StepResult] = {}
 
         def step_time(candidate: Plan) -> float:
@@ -263,71 +271,7 @@ class _Runner:
         return plan, result, config
 
 
-def format_table(origin: str, runs: list[tuple[int, Plan, StepResult, dict[str, Any]]]) -> str:
-    """One line per plan of a plan log: position, batch, planner, plan hash, step time, out of memory;
-    then the mean step time per workload (model on cluster): a log mixing workloads gets a workload
-    column and one mean each, never one mean over different models."""
-
-    def workload(plan: Plan) -> str:
-        return f"{shown(plan.model.name)} on {shown(plan.cluster.label)}"
-
-    names = list(dict.fromkeys(workload(plan) for _, plan, _, _ in runs))
-    mixed = len(names) > 1
-    lines = [
-        f"{len(runs)} plan(s) of {shown(origin)}: "
-        + (f"{len(names)} workloads" if mixed else names[0])
-        + f", mode {runs[0][2].mode}",
-        f"{'index':>5s} {'batch':>6s}  {'planner':<16s} {'plan hash':<16s} {'step time':>11s}  OOM"
-        + ("  workload" if mixed else ""),
-    ]
-    for i, plan, result, _ in runs:
-        step = f"{result.step_time_s:9.4f} s" if result.step_time_s is not None else f"{'-':>11s}"
-        lines.append(
-            f"{i:>5d} {plan.batch.index:>6d}  {shown(plan.planner):<16s} {plan.content_hash:<16s} {step}  "
-            f"{'yes' if result.oom else 'no '}" + (f"  {workload(plan)}" if mixed else "")
-        )
-    for name in names:
-        fits = [r.step_time_s for _, p, r, _ in runs if r.step_time_s is not None and workload(p) == name]
-        if fits:
-            where = f" of {name}" if mixed else ""
-            lines.append(
-                f"mean step time {sum(fits) / len(fits):.4f} s over the {len(fits)} plan(s){where} that fit in memory"
-            )
-    return "\n".join(lines)
-
-
-def format_result(plan: Plan, result: StepResult) -> str:
-    """Human-readable summary of one simulated step."""
-    head = (
-        f"plan {plan.content_hash} by {shown(plan.planner)}: {shown(plan.model.name)} on {shown(plan.cluster.label)}, "
-        f"{plan.num_samples} samples, {plan.num_micro_batches} micro-batch(es), mode {result.mode}"
-    )
-    drops = BatchDrops.of_plan(plan)
-    head += "" if drops is None else f"\ndropped    {drops.describe()}"
-    peak = max(result.peak_memory_bytes)
-    memory = (
-        f"memory     peak {peak / GIB:.2f} GiB/GPU (GPU {result.peak_memory_bytes.index(peak)}), "
-        f"attention {result.recompute_policy}, {result.remat_share:.0%} of samples recomputed"
-    )
-    if result.oom:
-        return "\n".join([head, f"OUT OF MEMORY: {result.oom_detail}", memory])
-    shares = result.breakdown_share
-    parts = [f"{k} {v:.4f}s ({shares[k]:.1%})" for k, v in result.breakdown_s.items() if v > 0]
-    layers = f"{result.layers_simulated} of {result.num_layers} layers simulated" + (
-        ", the rest extrapolated" if result.extrapolated else ""
-    )
-    return "\n".join(
-        [
-            head,
-            f"step time  {result.step_time_s:.4f} s (critical GPU {result.critical_gpu})",
-            "breakdown  " + ", ".join(parts),
-            memory,
-            f"simulated  in {result.sim_wall_time_s:.3f} s, {result.events} events; {layers}",
-        ]
-    )
-
-
-SIMULATION_FLAGS = {"mode": "mode", "jitter": "jitter", "sim_layers": "sim_layers", "seed": "seed"}
+SIMULATION_FLAGS = {key: key for key in ("mode", "jitter", "sim_layers", "approx_layers", "seed")}
 """``simulation`` keys of a written config -> their flags' dests (``extrapolate`` is ``--no-extrapolate``'s
 opposite; ``timeline`` follows ``--timeline``; the other :class:`SimOptions` fields have no flag and
 are read back, not set)."""
@@ -417,6 +361,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         type=positive_int,
         default=SimOptions().sim_layers,
         help="layers to simulate before extrapolating repeated ones",
+    )
+    p.add_argument(
+        "--approx-layers",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help=f"approximate: simulate K layers (at least {MIN_APPROX_LAYERS}) and extend the rest at each pass's "
+        "measured pace, printing the measured error beside the result (default: 0, exact)",
     )
     p.add_argument(
         "--jitter",
