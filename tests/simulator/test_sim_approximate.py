@@ -184,3 +184,16 @@ def test_a_sweep_refuses_approximation() -> None:
     fixed = {"model": "tiny", "cluster": "cpu", "gpus": 2, "tokens_per_batch": "16k", "max_context": "4k"}
     with pytest.raises(ValueError, match=r"^\[run\] approx_layers: a sweep simulates exactly"):
         parse_spec({"workload": fixed, "run": {"approx_layers": 12}})
+
+
+def test_a_compare_config_reads_the_option_back() -> None:
+    """``--config``: an approximate run's config gives the flag back; an exact run's (which writes no
+    ``approx_layers``, as before the option) gives 0."""
+    from nspsim.cli.commands.compare import config_settings
+
+    def written(config: CompareConfig) -> dict[str, Any]:
+        return dict(json.loads(json.dumps(config.to_dict())))
+
+    approx = written(CompareConfig(run=RunSpec(approx_layers=12), timeline_iteration=None))
+    assert config_settings(approx)["approx_layers"] == ("run.approx_layers", 12)
+    assert config_settings(written(CompareConfig(timeline_iteration=None)))["approx_layers"][1] == 0

@@ -197,6 +197,8 @@ def config_settings(data: dict[str, Any]) -> Settings:
     are the inputs; the rest was resolved by the run (:data:`DERIVED`). compare's only planner option
     flag is ``--flexsp-time-limit``; other options belong in the labels (``name:key=value``)."""
     keys(data, (COMMAND_KEY, "workload", "run", INPUTS_KEY, *DERIVED))
+    if isinstance(data.get("run"), dict) and "approx_layers" not in data["run"]:  # an exact run writes none
+        data = {**data, "run": {**data["run"], "approx_layers": 0}}
     run = section(data, "run", RUN_FIELDS)
     out = workload_settings(section(data, "workload", WORKLOAD_FIELDS), WORKLOAD_FIELDS, "workload.")
     out |= inputs_setting(data)
