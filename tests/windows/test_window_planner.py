@@ -15,7 +15,7 @@ from nspsim.api import workload_of
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.planners.window import CANDIDATES, WindowPlanner, plan_estimate
-from nspsim.planners.window.assign import assign
+from nspsim.planners.window.assign import HEAD_SHARE, assign
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -47,6 +47,7 @@ def test_every_candidate_places_each_sample_once_within_the_budget(sizes: list[i
     assert sorted(i for pass_ in ids for i in pass_) == list(range(lengths.size))
     assert all(pass_ and lengths[list(pass_)].sum() <= budget for pass_ in ids)
     assert all(list(pass_) == sorted(pass_) for pass_ in ids)
+    assert assign(name, sizes, lengths.copy(), work.copy(), budget) == ids  # deterministic
 
 
 def test_grouped_puts_the_longest_samples_together() -> None:
@@ -61,6 +62,21 @@ def test_balanced_spreads_the_work() -> None:
     ids = assign("balanced", [3, 3], lengths, lengths.astype(np.float64) ** 2, 130)
     assert ids is not None and {0, 1} not in [set(p) for p in ids]
     assert ids[0].count(0) + ids[0].count(1) == 1
+
+
+def test_concentrated_puts_the_longest_samples_in_one_pass_and_spreads_the_rest() -> None:
+    # one long sample per batch; HEAD_SHARE x 100 = 80 tokens: 40 + 30 + 10 head pass 0 (cumulative 80), the
+    # 5s go worst fit: passes 1 and 2 alternate (100 tokens of room against pass 0's 20)
+    lengths = np.array([40, 5, 5, 30, 5, 5, 10, 5, 5], dtype=np.int64)
+    ids = assign("concentrated", [3, 3, 3], lengths, lengths.astype(np.float64) ** 2, 100)
+    assert HEAD_SHARE == 0.8
+    assert ids == ((0, 3, 6), (1, 4, 7), (2, 5, 8))
+
+
+def test_concentrated_heads_a_pass_with_a_sample_longer_than_its_share() -> None:
+    lengths = np.array([95, 5, 50, 50], dtype=np.int64)  # 95 > 0.8 x 100: the head is that sample alone
+    assert assign("concentrated", [2, 2], lengths, lengths.astype(np.float64), 100) == ((0, 1), (2, 3))
+    assert assign("concentrated", [2, 2], lengths, lengths.astype(np.float64), 90) is None  # 95 fits no pass
 
 
 def test_an_impossible_candidate_is_not_offered() -> None:
@@ -86,7 +102,7 @@ def test_the_lowest_estimate_wins_and_never_loses_to_per_step() -> None:
     chosen = estimates[f"window_estimate_s[{window.metadata['window_candidate']}]"]
     assert chosen == min(estimates.values()) <= estimates["window_estimate_s[per-step]"]
     assert chosen == pytest.approx(sum(plan_estimate(p) for p in window.plans), rel=1e-12)
-    assert window.metadata["window_candidates_routed"] == 3
+    assert window.metadata["window_candidates_routed"] == len(CANDIDATES)  # none duplicates another on these batches
 
 
 def _judge_by_name(times: dict[bool, float]) -> tuple[list[bool], object]:
