@@ -64,19 +64,26 @@ def test_balanced_spreads_the_work() -> None:
     assert ids[0].count(0) + ids[0].count(1) == 1
 
 
-def test_concentrated_puts_the_longest_samples_in_one_pass_and_spreads_the_rest() -> None:
-    # one long sample per batch; HEAD_SHARE x 100 = 80 tokens: 40 + 30 + 10 head pass 0 (cumulative 80), the
-    # 5s go worst fit: passes 1 and 2 alternate (100 tokens of room against pass 0's 20)
-    lengths = np.array([40, 5, 5, 30, 5, 5, 10, 5, 5], dtype=np.int64)
-    ids = assign("concentrated", [3, 3, 3], lengths, lengths.astype(np.float64) ** 2, 100)
+def test_graded_fills_each_pass_with_the_longest_left_and_spreads_the_rest() -> None:
+    # HEAD_SHARE x 100 = 80 tokens of longest samples per pass, in pass order:
+    # pass 0: 50 (50 + 40 > 80); pass 1: 40, 30 (70; + 20 > 80); pass 2: 20, 15, the three 10s and the 5s of
+    # ids 1, 4, 7 (80 exactly); the 5s of ids 8 and 12 go worst fit by room (pass 0 has 50, pass 1 30): to pass 0
+    lengths = np.array([50, 5, 10, 40, 5, 10, 30, 5, 5, 20, 15, 10, 5], dtype=np.int64)
+    ids = assign("graded", [4, 4, 5], lengths, lengths.astype(np.float64) ** 2, 100)
     assert HEAD_SHARE == 0.8
-    assert ids == ((0, 3, 6), (1, 4, 7), (2, 5, 8))
+    assert ids == ((0, 8, 12), (3, 6), (1, 2, 4, 5, 7, 9, 10, 11))
 
 
-def test_concentrated_heads_a_pass_with_a_sample_longer_than_its_share() -> None:
-    lengths = np.array([95, 5, 50, 50], dtype=np.int64)  # 95 > 0.8 x 100: the head is that sample alone
-    assert assign("concentrated", [2, 2], lengths, lengths.astype(np.float64), 100) == ((0, 1), (2, 3))
-    assert assign("concentrated", [2, 2], lengths, lengths.astype(np.float64), 90) is None  # 95 fits no pass
+def test_graded_heads_a_pass_with_a_sample_longer_than_its_share() -> None:
+    lengths = np.array([95, 5, 50, 50], dtype=np.int64)  # 95 > 0.8 x 100: pass 0's head is that sample alone
+    # pass 1: 50 (50 + 50 > 80); rest 50, 5 worst fit: 50 -> pass 1 (room 50 against 5), 5 -> pass 0 (5 against 0)
+    assert assign("graded", [2, 2], lengths, lengths.astype(np.float64), 100) == ((0, 1), (2, 3))
+    assert assign("graded", [2, 2], lengths, lengths.astype(np.float64), 90) is None  # 95 fits no pass
+
+
+def test_graded_is_not_offered_when_heads_use_up_the_samples() -> None:
+    lengths = np.array([10, 10, 10], dtype=np.int64)  # all three fit pass 0's 80 tokens: passes 1 and 2 are empty
+    assert assign("graded", [1, 1, 1], lengths, lengths.astype(np.float64), 100) is None
 
 
 def test_an_impossible_candidate_is_not_offered() -> None:

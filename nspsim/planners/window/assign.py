@@ -18,21 +18,22 @@ candidate         assignment, and the effect it bets on
                   1, the cost model's) longest-processing-time first onto the pass with the least work,
                   then the rest largest first onto the pass with the most room (worst fit). What
                   WLB-LLM-style rebalancing does across micro-batches: no pass holds a burst.
-``concentrated``  the longest samples, as many as fit in :data:`HEAD_SHARE` of one pass's budget (at least
-                  one), all in pass 0; the rest largest first onto the pass with the most room (worst fit).
-                  Bets that a long sample forces its whole pass into wide SP groups (a narrow one would
-                  straggle behind the pass's other work) and more micro-batches: confined to one pass, the
-                  long samples pay that once and share it, and the other W - 1 passes run only short
-                  samples at narrow degrees. Unlike ``grouped`` the head pass keeps short samples to
-                  balance its GPUs, and the rest spread evenly instead of sorting by length into passes.
+``graded``        passes in order each take the longest samples left, as many as fit in :data:`HEAD_SHARE` of
+                  the budget (at least one); the shortest rest go largest first onto the pass with the most
+                  room (worst fit). Pass 0 holds the longest samples, pass 1 the next, and so on. Bets
+                  that a long sample forces its whole pass into wide SP groups (a narrow one would
+                  straggle behind the pass's other work) and more micro-batches: graded, the long samples
+                  pay that together in few passes and the later passes run at narrow degrees. Unlike
+                  ``grouped`` (first fit to the full budget) every pass keeps room for short samples that
+                  balance its GPUs.
 ================  ===========================================================================================
 
 Trade-off: a handful of structured candidates, each routed in full by the step planner and compared
 by one judge, rather than a local search over sample moves: W routings per candidate keep planning
 within W times the step planner's budget per candidate, and the candidates span the two opposite
 bets (concentrate long samples, spread them), which is where a window's gain comes from. Measured
-(benchmarks/results/window_concentrated.md): on Qwen3-235B, W = 4, ``concentrated`` alone reaches what
-the opt-in local search (:mod:`.search`) reaches with 64-200 moves, at one candidate's W routings.
+(benchmarks/results/window_graded.md): on Qwen3-235B, W = 4, ``graded`` alone reaches more than the
+opt-in local search (:mod:`.search`) reaches with 64-200 moves, at one candidate's W routings.
 """
 
 from __future__ import annotations
@@ -44,16 +45,16 @@ import numpy.typing as npt
 
 from nspsim.plan.window import Assignment, per_step_assignment
 
-CANDIDATES = ("per-step", "grouped", "balanced", "concentrated")
+CANDIDATES = ("per-step", "grouped", "balanced", "graded")
 BALANCED_HEAD_SHARE = 0.9
 """The share of the window's work placed by LPT in ``balanced`` (the rest only balances tokens): the
 long samples carrying nine tenths of the work decide a pass's time; the short remainder fills rooms."""
 
 HEAD_SHARE = 0.8
-"""The share of one pass's budget that ``concentrated`` gives the window's longest samples (the rest of that
-pass is short samples that balance its GPUs). A design choice, not a measured coefficient: it was chosen
-among 0.2-1.0 by NSP's estimates on Qwen3-235B code and commoncrawl (192K, 384K), W = 4, batches 0-15,
-and checked on batches 16-31 and the other traces and models (benchmarks/results/window_concentrated.md)."""
+"""The share of each pass's budget that ``graded`` fills with the longest samples left (the rest of the pass
+is short samples that balance its GPUs). A design choice, not a measured coefficient: chosen among 0.2-1.0
+by NSP's estimates on Qwen3-235B code and commoncrawl (192K, 384K), W = 4, batches 0-15, and checked on
+batches 16-31 and on Qwen3-30B (benchmarks/results/window_graded.md)."""
 
 
 def assign(
@@ -69,8 +70,8 @@ def assign(
         return _first_fit(np.argsort(-lengths, kind="stable"), lengths, passes, budget)
     if name == "balanced":
         return _balanced(lengths, work, passes, budget)
-    if name == "concentrated":
-        return _concentrated(lengths, passes, budget)
+    if name == "graded":
+        return _graded(lengths, passes, budget)
     raise ValueError(f"unknown window candidate {name!r} (known: {', '.join(CANDIDATES)})")
 
 
@@ -115,16 +116,22 @@ def _balanced(
     return _sorted_passes(out)
 
 
-def _concentrated(lengths: npt.NDArray[np.int64], passes: int, budget: int) -> Assignment | None:
+def _graded(lengths: npt.NDArray[np.int64], passes: int, budget: int) -> Assignment | None:
     order = np.argsort(-lengths, kind="stable")
-    head = max(1, int(np.searchsorted(np.cumsum(lengths[order]), HEAD_SHARE * budget, side="right")))
     if int(lengths[order[0]]) > budget:
         return None
     room = np.full(passes, budget, dtype=np.int64)
     out: list[list[int]] = [[] for _ in range(passes)]
-    out[0] = [int(i) for i in order[:head]]
-    room[0] -= int(lengths[order[:head]].sum())
-    for i in order[head:]:
+    taken = 0
+    for k in range(passes):
+        left = order[taken:]
+        if left.size == 0:
+            break
+        head = max(1, int(np.searchsorted(np.cumsum(lengths[left]), HEAD_SHARE * budget, side="right")))
+        out[k] = [int(i) for i in left[:head]]
+        room[k] -= int(lengths[left[:head]].sum())
+        taken += head
+    for i in order[taken:]:
         k = int(np.argmax(room))
         if room[k] < lengths[i]:
             return None

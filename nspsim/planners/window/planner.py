@@ -1,7 +1,7 @@
 """Window planning: route a gradient-accumulation window of W batches as one problem.
 
 Algorithm: build every candidate assignment of :mod:`nspsim.planners.window.assign` (per-step, grouped,
-balanced, concentrated), route each candidate's W passes with the step planner (any registered planner:
+balanced, graded), route each candidate's W passes with the step planner (any registered planner:
 NSP first, and the baselines get the same candidates, so a comparison isolates what nesting adds), and
 score a candidate by the sum of its passes' estimates (each plan's highest recorded rung: recompute-aware
 where the planner evaluated it, else the step estimate; :mod:`nspsim.plan.estimates`). Without a judge
