@@ -15,7 +15,7 @@ from nspsim.api import workload_of
 from nspsim.plan import Plan
 from nspsim.planners import get_planner
 from nspsim.planners.window import CANDIDATES, WindowPlanner, plan_estimate
-from nspsim.planners.window.assign import assign
+from nspsim.planners.window.assign import HEAD_SHARE, assign
 from nspsim.trace.batching import Batch
 from nspsim.workload import Workload
 
@@ -47,6 +47,7 @@ def test_every_candidate_places_each_sample_once_within_the_budget(sizes: list[i
     assert sorted(i for pass_ in ids for i in pass_) == list(range(lengths.size))
     assert all(pass_ and lengths[list(pass_)].sum() <= budget for pass_ in ids)
     assert all(list(pass_) == sorted(pass_) for pass_ in ids)
+    assert assign(name, sizes, lengths.copy(), work.copy(), budget) == ids  # deterministic
 
 
 def test_grouped_puts_the_longest_samples_together() -> None:
@@ -61,6 +62,28 @@ def test_balanced_spreads_the_work() -> None:
     ids = assign("balanced", [3, 3], lengths, lengths.astype(np.float64) ** 2, 130)
     assert ids is not None and {0, 1} not in [set(p) for p in ids]
     assert ids[0].count(0) + ids[0].count(1) == 1
+
+
+def test_graded_fills_each_pass_with_the_longest_left_and_spreads_the_rest() -> None:
+    # HEAD_SHARE x 100 = 80 tokens of longest samples per pass, in pass order:
+    # pass 0: 50 (50 + 40 > 80); pass 1: 40, 30 (70; + 20 > 80); pass 2: 20, 15, the three 10s and the 5s of
+    # ids 1, 4, 7 (80 exactly); the 5s of ids 8 and 12 go worst fit by room (pass 0 has 50, pass 1 30): to pass 0
+    lengths = np.array([50, 5, 10, 40, 5, 10, 30, 5, 5, 20, 15, 10, 5], dtype=np.int64)
+    ids = assign("graded", [4, 4, 5], lengths, lengths.astype(np.float64) ** 2, 100)
+    assert HEAD_SHARE == 0.8
+    assert ids == ((0, 8, 12), (3, 6), (1, 2, 4, 5, 7, 9, 10, 11))
+
+
+def test_graded_heads_a_pass_with_a_sample_longer_than_its_share() -> None:
+    lengths = np.array([95, 5, 50, 50], dtype=np.int64)  # 95 > 0.8 x 100: pass 0's head is that sample alone
+    # pass 1: 50 (50 + 50 > 80); rest 50, 5 worst fit: 50 -> pass 1 (room 50 against 5), 5 -> pass 0 (5 against 0)
+    assert assign("graded", [2, 2], lengths, lengths.astype(np.float64), 100) == ((0, 1), (2, 3))
+    assert assign("graded", [2, 2], lengths, lengths.astype(np.float64), 90) is None  # 95 fits no pass
+
+
+def test_graded_is_not_offered_when_heads_use_up_the_samples() -> None:
+    lengths = np.array([10, 10, 10], dtype=np.int64)  # all three fit pass 0's 80 tokens: passes 1 and 2 are empty
+    assert assign("graded", [1, 1, 1], lengths, lengths.astype(np.float64), 100) is None
 
 
 def test_an_impossible_candidate_is_not_offered() -> None:
@@ -86,7 +109,7 @@ def test_the_lowest_estimate_wins_and_never_loses_to_per_step() -> None:
     chosen = estimates[f"window_estimate_s[{window.metadata['window_candidate']}]"]
     assert chosen == min(estimates.values()) <= estimates["window_estimate_s[per-step]"]
     assert chosen == pytest.approx(sum(plan_estimate(p) for p in window.plans), rel=1e-12)
-    assert window.metadata["window_candidates_routed"] == 3
+    assert window.metadata["window_candidates_routed"] == len(CANDIDATES)  # none duplicates another on these batches
 
 
 def _judge_by_name(times: dict[bool, float]) -> tuple[list[bool], object]:

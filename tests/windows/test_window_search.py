@@ -108,5 +108,5 @@ def test_the_window_planner_offers_search_only_on_request() -> None:
         assert estimates["window_estimate_s[search]"] < min(structured)
     with pytest.raises(ValueError, match="search_moves must be a non-negative integer"):
         WindowPlanner(step=nsp, candidates=("per-step", "search"), search_moves=-1)
-    with pytest.raises(ValueError, match="among per-step, grouped, balanced, search"):
+    with pytest.raises(ValueError, match="among per-step, grouped, balanced, graded, search"):
         WindowPlanner(step=nsp, candidates=("per-step", "nearby"))

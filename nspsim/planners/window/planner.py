@@ -1,9 +1,9 @@
 """Window planning: route a gradient-accumulation window of W batches as one problem.
 
 Algorithm: build every candidate assignment of :mod:`nspsim.planners.window.assign` (per-step, grouped,
-balanced), route each candidate's W passes with the step planner (any registered planner: NSP first,
-and the baselines get the same candidates, so a comparison isolates what nesting adds), and score a
-candidate by the sum of its passes' estimates (each plan's highest recorded rung: recompute-aware
+balanced, graded), route each candidate's W passes with the step planner (any registered planner:
+NSP first, and the baselines get the same candidates, so a comparison isolates what nesting adds), and
+score a candidate by the sum of its passes' estimates (each plan's highest recorded rung: recompute-aware
 where the planner evaluated it, else the step estimate; :mod:`nspsim.plan.estimates`). Without a judge
 the lowest estimate wins. With a ``judge`` (a function from the candidate's W plans to seconds; compare
 passes the simulator) the per-step candidate and the best-estimated other one are judged and the
