@@ -179,9 +179,11 @@ class _Runner:
             for i, plan in enumerate(self.prepared.get(spec.label, [])):
                 last = (i + 1) % self.config.run.window == 0
                 approx = self.simulate(plan, spec.mode, False, last)
+                if approx.step_time_s is None:  # out of memory: no step to check
+                    continue
                 exact = Simulator.for_workload(self.workload, SimOptions(mode=SimMode(spec.mode)))
-                exact_s = exact.simulate(plan, optimizer_step=last).step_time_s if approx.step_time_s else None
-                if approx.step_time_s is not None and exact_s is not None:
+                exact_s = exact.simulate(plan, optimizer_step=last).step_time_s
+                if exact_s is not None:
                     return ApproxCheck(
                         label=f"{spec.label} on batch {plan.batch.index}",
                         layers_simulated=approx.layers_simulated,

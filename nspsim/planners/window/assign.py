@@ -108,13 +108,7 @@ def _balanced(
         room[k] -= lengths[i]
         load[k] += work[i]
     rest = order[head:]
-    for i in rest[np.argsort(-lengths[rest], kind="stable")]:
-        k = int(np.argmax(room))
-        if room[k] < lengths[i]:
-            return None
-        out[k].append(int(i))
-        room[k] -= lengths[i]
-    return _sorted_passes(out)
+    return _worst_fit(rest[np.argsort(-lengths[rest], kind="stable")], lengths, room, out)
 
 
 def _graded(lengths: npt.NDArray[np.int64], passes: int, budget: int) -> Assignment | None:
@@ -132,7 +126,15 @@ def _graded(lengths: npt.NDArray[np.int64], passes: int, budget: int) -> Assignm
         out[k] = [int(i) for i in left[:head]]
         room[k] -= int(lengths[left[:head]].sum())
         taken += head
-    for i in order[taken:]:
+    return _worst_fit(order[taken:], lengths, room, out)
+
+
+def _worst_fit(
+    ids: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], room: npt.NDArray[np.int64], out: list[list[int]]
+) -> Assignment | None:
+    """Place ``ids`` in order, each onto the pass with the most ``room`` left (worst fit), then sort the
+    passes; ``None`` when a sample fits no pass."""
+    for i in ids:
         k = int(np.argmax(room))
         if room[k] < lengths[i]:
             return None
